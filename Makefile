@@ -1,0 +1,45 @@
+# The few commands people run. `make demo` and `make test` work on a fresh machine:
+# they install what they need (Debian packages when missing, then a virtualenv).
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test check lint typecheck system-deps clean
+
+demo: $(STAMP)
+	$(BIN)/router demo
+
+test: system-deps $(STAMP) check
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+check: lint typecheck
+
+lint: $(STAMP)
+	$(BIN)/ruff check router cli tests
+	$(BIN)/ruff format --check router cli tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+# Debian packages the tests use for real: redis-server (standalone and cluster),
+# redis-tools (redis-cli --cluster create), libmosquitto1 (the reference matcher).
+system-deps:
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
+	ldconfig -p | grep -q 'libmosquitto\.so\.1' || missing="$$missing libmosquitto1"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test,bench]'
+	touch $(STAMP)
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

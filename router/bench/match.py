@@ -1,0 +1,216 @@
+"""``router bench match``: the subscription trie beside paho-mqtt's MQTTMatcher.
+
+Both structures get the same seeded subscriptions and answer the same publish topics with
+the same result: the sorted client ids without repeats. The run checks that the answers
+agree before it reports any rate.
+
+Workloads:
+
+* ``devices``: 100k subscriptions of device fleets, ~70% exact filters and the rest with
+  ``+``/``#`` close to the device, so few clients want any one publish;
+* ``dashboards``: the same plus dashboards with broad wildcards, so a publish goes to
+  more than 20 clients on average.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import time
+import tracemalloc
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from router.trie import SubscriptionTrie
+
+METRICS = ("telemetry", "status", "cmd", "alert", "config")
+SITES = 100
+DEVICES_PER_SITE = 1000
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Subscriptions (client, filter) and the publish topics to match."""
+
+    name: str
+    subscriptions: list[tuple[str, str]]
+    topics: list[str]
+
+
+def _device(rng: random.Random) -> tuple[int, int]:
+    return rng.randrange(SITES), rng.randrange(DEVICES_PER_SITE)
+
+
+def _device_subscription(rng: random.Random, index: int) -> tuple[str, str]:
+    site, device = _device(rng)
+    metric = rng.choice(METRICS)
+    base = f"site/{site}/device/{device}"
+    roll = rng.random()
+    if roll < 0.70:
+        topic_filter = f"{base}/{metric}"
+    elif roll < 0.82:
+        topic_filter = f"{base}/+"
+    elif roll < 0.92:
+        topic_filter = f"{base}/#"
+    elif roll < 0.97:
+        topic_filter = f"site/{site}/device/+/{metric}/{rng.randrange(50)}"
+    else:
+        topic_filter = f"site/+/device/{device}/{metric}"
+    return f"app-{index % 40_000}", topic_filter
+
+
+def _dashboard_subscription(rng: random.Random, index: int) -> tuple[str, str]:
+    site = rng.randrange(SITES)
+    metric = rng.choice(METRICS)
+    roll = rng.random()
+    if roll < 0.60:
+        topic_filter = f"site/{site}/#"
+    elif roll < 0.90:
+        topic_filter = f"site/{site}/device/+/{metric}"
+    elif roll < 0.995:
+        topic_filter = f"site/+/device/+/{metric}"
+    else:
+        topic_filter = "#"
+    return f"dash-{index}", topic_filter
+
+
+def _topics(rng: random.Random, count: int) -> list[str]:
+    topics = []
+    for _ in range(count):
+        site, device = _device(rng)
+        topics.append(f"site/{site}/device/{device}/{rng.choice(METRICS)}")
+    return topics
+
+
+def make_workload(name: str, subscriptions: int, topics: int, seed: int) -> Workload:
+    """Build the ``devices`` or ``dashboards`` workload, the same for the same seed."""
+    rng = random.Random(seed)
+    if name == "devices":
+        subs = [_device_subscription(rng, i) for i in range(subscriptions)]
+    elif name == "dashboards":
+        broad = subscriptions // 100
+        subs = [_device_subscription(rng, i) for i in range(subscriptions - broad)]
+        subs += [_dashboard_subscription(rng, i) for i in range(broad)]
+    else:
+        raise ValueError(f"unknown workload {name!r}")
+    return Workload(name, subs, _topics(rng, topics))
+
+
+class PahoPeer:
+    """paho-mqtt's MQTTMatcher holding a set of client ids per filter."""
+
+    def __init__(self) -> None:
+        from paho.mqtt.matcher import MQTTMatcher
+
+        self._matcher = MQTTMatcher()  # type: ignore[no-untyped-call]
+
+    def subscribe(self, client_id: str, topic_filter: str) -> None:
+        try:
+            clients = self._matcher[topic_filter]
+        except KeyError:
+            clients = self._matcher[topic_filter] = set()
+        clients.add(client_id)
+
+    def match(self, topic: str) -> list[str]:
+        clients: set[str] = set()
+        for found in self._matcher.iter_match(topic):  # type: ignore[no-untyped-call]
+            clients.update(found)
+        return sorted(clients)
+
+
+class RouterSubject:
+    """The router's trie behind the same two calls."""
+
+    def __init__(self) -> None:
+        self.trie = SubscriptionTrie()
+
+    def subscribe(self, client_id: str, topic_filter: str) -> None:
+        self.trie.subscribe(client_id, topic_filter)
+
+    def match(self, topic: str) -> list[str]:
+        return self.trie.match(topic)
+
+
+Subject = RouterSubject | PahoPeer
+
+
+def _build(make: Callable[[], Subject], subscriptions: Iterable[tuple[str, str]]) -> Subject:
+    subject = make()
+    for client_id, topic_filter in subscriptions:
+        subject.subscribe(client_id, topic_filter)
+    return subject
+
+
+def _match_all(subject: Subject, topics: list[str]) -> None:
+    match = subject.match
+    for topic in topics:
+        match(topic)
+
+
+def _timed(action: Callable[[], Any]) -> tuple[Any, float]:
+    gc.collect()
+    start = time.perf_counter()
+    result = action()
+    return result, time.perf_counter() - start
+
+
+def _bytes_per_subscription(make: Callable[[], Subject], workload: Workload) -> float:
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    subject = _build(make, workload.subscriptions)
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del subject
+    return (after - before) / len(workload.subscriptions)
+
+
+def run_workload(workload: Workload, rounds: int = 3) -> dict[str, Any]:
+    """Measure both structures on one workload; best of ``rounds`` for each rate."""
+    makers: dict[str, Callable[[], Subject]] = {"router": RouterSubject, "paho": PahoPeer}
+    built: dict[str, Subject] = {}
+    insert_s: dict[str, float] = {}
+    for name, make in makers.items():
+        built[name], insert_s[name] = _timed(partial(_build, make, workload.subscriptions))
+    answers = {name: [s.match(t) for t in workload.topics[:2000]] for name, s in built.items()}
+    if answers["router"] != answers["paho"]:
+        raise AssertionError(f"{workload.name}: the router and paho disagree on a match")
+    fanout = sum(len(a) for a in answers["router"]) / len(answers["router"])
+    match_s = {name: float("inf") for name in makers}
+    for _ in range(rounds):
+        for name, subject in built.items():
+            _, seconds = _timed(partial(_match_all, subject, workload.topics))
+            match_s[name] = min(match_s[name], seconds)
+    built.clear()
+    memory = {name: _bytes_per_subscription(make, workload) for name, make in makers.items()}
+    subs, topics = len(workload.subscriptions), len(workload.topics)
+    router_rate = topics / match_s["router"]
+    paho_rate = topics / match_s["paho"]
+    return {
+        "subscriptions": subs,
+        "topics": topics,
+        "average_fanout": round(fanout, 2),
+        "router_inserts_per_s": round(subs / insert_s["router"]),
+        "paho_inserts_per_s": round(subs / insert_s["paho"]),
+        "router_matches_per_s": round(router_rate),
+        "paho_matches_per_s": round(paho_rate),
+        "match_ratio": round(router_rate / paho_rate, 2),
+        "router_bytes_per_sub": round(memory["router"], 1),
+        "paho_bytes_per_sub": round(memory["paho"], 1),
+        "memory_ratio": round(memory["router"] / memory["paho"], 2),
+    }
+
+
+def run(
+    subscriptions: int = 100_000, topics: int = 50_000, seed: int = 7, rounds: int = 3
+) -> dict[str, Any]:
+    """Every workload; the object ``router bench match --json`` prints."""
+    return {
+        "seed": seed,
+        "workloads": {
+            name: run_workload(make_workload(name, subscriptions, topics, seed), rounds)
+            for name in ("devices", "dashboards")
+        },
+    }

@@ -1,0 +1,83 @@
+"""Lua scripts from ``lua/``: loaded once, called through redis-py ``Script`` objects.
+
+Each script is registered once per Redis client and called with EVALSHA; redis-py loads it
+again when the server answers NOSCRIPT (after SCRIPT FLUSH or a restart). Batches travel
+inside one call as ARGV items: EVALSHA is never pipelined (a cluster refuses it).
+
+Scripts report refusals as error replies whose first word is a code
+(``redis.error_reply("ROUTER_INVALID <message>")``); :meth:`Scripts.run` turns each code
+into the matching :class:`RouterError` subclass, so callers catch domain errors only.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.commands.core import AsyncScript
+from redis.exceptions import ResponseError
+
+from router.errors import (
+    CorruptStateError,
+    InvalidIdError,
+    MalformedAckHandle,
+    RouterError,
+    ScriptError,
+    SessionOwnershipError,
+    SubscriptionNotFound,
+)
+
+RedisClient = Redis | RedisCluster
+
+# The error codes scripts may reply with, and the exception each becomes.
+ERROR_CODES: Final[dict[str, type[RouterError]]] = {
+    "ROUTER_INVALID": ScriptError,
+    "ROUTER_BAD_ID": InvalidIdError,
+    "ROUTER_CORRUPT": CorruptStateError,
+    "ROUTER_NOT_OWNER": SessionOwnershipError,
+    "ROUTER_NO_SUBSCRIPTION": SubscriptionNotFound,
+    "ROUTER_BAD_HANDLE": MalformedAckHandle,
+}
+
+
+@cache
+def script_source(name: str) -> str:
+    """The text of ``lua/{name}.lua`` as shipped in the package."""
+    return resources.files("router.lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
+
+
+def translate_error(exc: ResponseError) -> RouterError | None:
+    """The domain error for a script's coded error reply, or None for any other error."""
+    message = str(exc)
+    code, _, rest = message.partition(" ")
+    kind = ERROR_CODES.get(code)
+    if kind is None:
+        return None
+    return kind(rest or code)
+
+
+class Scripts:
+    """The router's scripts, registered with one Redis (or Redis Cluster) client."""
+
+    def __init__(self, redis: RedisClient) -> None:
+        self._redis = redis
+        self._scripts: dict[str, AsyncScript] = {}
+
+    def _script(self, name: str) -> AsyncScript:
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self._redis.register_script(script_source(name))
+        return script
+
+    async def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """Run script ``name`` with KEYS and ARGV; coded error replies raise domain errors."""
+        try:
+            return await self._script(name)(keys=keys, args=args)
+        except ResponseError as exc:
+            domain = translate_error(exc)
+            if domain is None:
+                raise
+            raise domain from None
