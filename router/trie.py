@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 from router.errors import InvalidIdError, InvalidOptionsError
 from router.options import SubscriptionOptions, make_options
+from router.shapes import ShapeIndex
 from router.sharing import RandomStrategy, ShareGroup, ShareStrategy
 from router.topics import (
     MULTI_LEVEL,
@@ -80,12 +81,14 @@ class _Node:
     ``children``: literal level -> node (None while empty); ``plus``/``hash``: the ``+`` and
     ``#`` children; ``subs``: client id -> options of plain subscriptions ending here;
     ``groups``: shared filter -> group for shared subscriptions ending here; ``filter``: the
-    plain filter that ends here (set on terminals only).
+    plain filter that ends here (set on terminals only); ``level``: this node's level, the
+    one string object that the shape index shares for it.
     """
 
-    __slots__ = ("children", "filter", "groups", "hash", "plus", "subs")
+    __slots__ = ("children", "filter", "groups", "hash", "level", "plus", "subs")
 
-    def __init__(self) -> None:
+    def __init__(self, level: str = "") -> None:
+        self.level = level
         self.children: dict[str, _Node] | None = None
         self.plus: _Node | None = None
         self.hash: _Node | None = None
@@ -109,10 +112,14 @@ class SubscriptionTrie:
     default, see :mod:`router.sharing`).
     """
 
+    #: Above this many wildcard shapes, matching walks the trie instead of the shape index.
+    max_shapes = 64
+
     def __init__(self, strategy: ShareStrategy | None = None) -> None:
         self._strategy: ShareStrategy = strategy if strategy is not None else RandomStrategy()
         self._root = _Node()
         self._exact: dict[str, _Node] = {}
+        self._shapes: ShapeIndex[_Node] = ShapeIndex()
         self._clients: dict[str, dict[str, SubscriptionOptions]] = {}
         self._count = 0
 
@@ -135,7 +142,10 @@ class SubscriptionTrie:
         plain = shared.filter if shared is not None else topic_filter
         node = self._terminal(plain, create=True)
         assert node is not None
-        node.filter = plain
+        if node.filter is None:
+            node.filter = plain
+            if has_wildcard(plain):
+                self._shapes.add([level for level, _ in self._path(plain)[1:]], node)
         if shared is None:
             if node.subs is None:
                 node.subs = {}
@@ -166,6 +176,8 @@ class SubscriptionTrie:
         del mine[topic_filter]
         if not mine:
             del self._clients[client_id]
+            if not self._clients:
+                self._clients = {}
         self._detach(client_id, topic_filter)
         return True
 
@@ -174,6 +186,8 @@ class SubscriptionTrie:
         mine = self._clients.pop(client_id, None)
         if mine is None:
             return 0
+        if not self._clients:
+            self._clients = {}  # a dict never shrinks its table: start a new one
         for topic_filter in mine:
             self._detach(client_id, topic_filter)
         return len(mine)
@@ -198,12 +212,17 @@ class SubscriptionTrie:
                 if not node.groups:
                     node.groups = None
         self._count -= 1
-        if node.subs is None and node.groups is None:
+        ended = node.subs is None and node.groups is None
+        if ended:
             node.filter = None
         if not has_wildcard(plain):
-            if node.is_empty():
+            if ended:
                 del self._exact[plain]
+                if not self._exact:
+                    self._exact = {}  # a dict never shrinks its table: start a new one
             return
+        if ended:
+            self._shapes.remove(plain)
         self._trim(path)
 
     def _trim(self, path: list[tuple[str, _Node]]) -> None:
@@ -237,17 +256,17 @@ class SubscriptionTrie:
             if level == SINGLE_LEVEL:
                 child = node.plus
                 if child is None and create:
-                    child = node.plus = _Node()
+                    child = node.plus = _Node(SINGLE_LEVEL)
             elif level == MULTI_LEVEL:
                 child = node.hash
                 if child is None and create:
-                    child = node.hash = _Node()
+                    child = node.hash = _Node(MULTI_LEVEL)
             else:
                 child = node.children.get(level) if node.children is not None else None
                 if child is None and create:
                     if node.children is None:
                         node.children = {}
-                    child = node.children[level] = _Node()
+                    child = node.children[level] = _Node(level)
             if child is None:
                 return None
             node = child
@@ -267,20 +286,39 @@ class SubscriptionTrie:
             else:
                 child = node.children[level] if node.children is not None else None
             assert child is not None
-            path.append((level, child))
+            path.append((child.level, child))
             node = child
         return path
 
     def _terminals(self, topic: str) -> list[_Node]:
         """Every terminal whose filter matches the (valid) topic name.
 
-        Walks level by level, keeping the nodes whose path matches the levels so far.
-        A lone surviving node (the common case) is followed without building a list.
+        Exact filters take one lookup; wildcard filters one lookup per shape while there
+        are at most ``MAX_SHAPES`` shapes (see :mod:`router.shapes`), else a trie walk.
         """
         found: list[_Node] = []
         exact = self._exact.get(topic)
         if exact is not None:
             found.append(exact)
+        if not self._shapes:
+            return found
+        levels = topic.split(SEPARATOR)
+        plan = self._shapes.plan(len(levels), topic[0] == "$")
+        if len(plan) > self.max_shapes:
+            self._walk(topic, found)
+            return found
+        for key, lookup in plan:
+            node = lookup(key(levels))
+            if node is not None:
+                found.append(node)
+        return found
+
+    def _walk(self, topic: str, found: list[_Node]) -> None:
+        """Append the terminals of matching wildcard filters, walking the trie.
+
+        Walks level by level, keeping the nodes whose path matches the levels so far.
+        A lone surviving node (the common case) is followed without building a list.
+        """
         root = self._root
         levels = topic.split(SEPARATOR)
         # Level 0: first-level wildcards never match a topic that starts with '$'.
@@ -296,7 +334,7 @@ class SubscriptionTrie:
                 current.append(child)
         for index in range(1, len(levels)):
             if not current:
-                return found
+                return
             level = levels[index]
             if len(current) == 1:
                 node = current[0]
@@ -326,7 +364,6 @@ class SubscriptionTrie:
                 found.append(node.hash)
             if node.subs is not None or node.groups is not None:
                 found.append(node)
-        return found
 
     # -- matching --------------------------------------------------------------------
 

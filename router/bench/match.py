@@ -156,11 +156,30 @@ def _timed(action: Callable[[], Any]) -> tuple[Any, float]:
     return result, time.perf_counter() - start
 
 
-def _bytes_per_subscription(make: Callable[[], Subject], workload: Workload) -> float:
+def _router_memory(workload: Workload) -> tuple[float, float]:
+    """Bytes per subscription while built, and bytes left per subscription once all
+    subscriptions were removed again (the trie must return to its baseline)."""
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    subject = _build(make, workload.subscriptions)
+    subject = RouterSubject()
+    for client_id, topic_filter in workload.subscriptions:
+        subject.subscribe(client_id, topic_filter)
+    built = tracemalloc.get_traced_memory()[0]
+    for client_id, _ in workload.subscriptions:
+        subject.trie.remove_client(client_id)
+    gc.collect()
+    emptied = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    count = len(workload.subscriptions)
+    return (built - before) / count, (emptied - before) / count
+
+
+def _paho_memory(workload: Workload) -> float:
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    subject = _build(PahoPeer, workload.subscriptions)
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     del subject
@@ -184,7 +203,8 @@ def run_workload(workload: Workload, rounds: int = 3) -> dict[str, Any]:
             _, seconds = _timed(partial(_match_all, subject, workload.topics))
             match_s[name] = min(match_s[name], seconds)
     built.clear()
-    memory = {name: _bytes_per_subscription(make, workload) for name, make in makers.items()}
+    router_memory, residual = _router_memory(workload)
+    memory = {"router": router_memory, "paho": _paho_memory(workload)}
     subs, topics = len(workload.subscriptions), len(workload.topics)
     router_rate = topics / match_s["router"]
     paho_rate = topics / match_s["paho"]
@@ -200,6 +220,7 @@ def run_workload(workload: Workload, rounds: int = 3) -> dict[str, Any]:
         "router_bytes_per_sub": round(memory["router"], 1),
         "paho_bytes_per_sub": round(memory["paho"], 1),
         "memory_ratio": round(memory["router"] / memory["paho"], 2),
+        "router_bytes_per_sub_after_removing_all": round(residual, 2),
     }
 
 

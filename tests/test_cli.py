@@ -1,0 +1,53 @@
+"""The command line, through click's CliRunner (STYLE.md 13)."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from router.cli import app
+
+
+def test_help_lists_commands() -> None:
+    result = CliRunner().invoke(app, ["--help"])
+    assert result.exit_code == 0
+    assert "bench" in result.output
+    assert "demo" in result.output
+
+
+def test_bench_match_json_shape_and_agreement() -> None:
+    result = CliRunner().invoke(
+        app,
+        ["bench", "match", "--subscriptions", "3000", "--topics", "500", "--rounds", "1", "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    for name in ("devices", "dashboards"):
+        workload = report["workloads"][name]
+        for field in (
+            "router_matches_per_s",
+            "paho_matches_per_s",
+            "match_ratio",
+            "router_bytes_per_sub",
+            "paho_bytes_per_sub",
+        ):
+            assert workload[field] > 0, (name, field)
+    assert (
+        report["workloads"]["dashboards"]["average_fanout"]
+        > (report["workloads"]["devices"]["average_fanout"])
+    )
+
+
+def test_bench_match_table() -> None:
+    result = CliRunner().invoke(
+        app, ["bench", "match", "--subscriptions", "2000", "--topics", "200", "--rounds", "1"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "match_ratio" in result.output
+
+
+def test_unknown_command_fails_cleanly() -> None:
+    result = CliRunner().invoke(app, ["no-such-command"])
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
