@@ -31,7 +31,7 @@ subscriptions were all removed holds no nodes (:meth:`SubscriptionTrie.node_coun
 from __future__ import annotations
 
 from bisect import insort
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from router.errors import InvalidIdError, InvalidOptionsError
@@ -54,6 +54,13 @@ class MatchedSubscription(NamedTuple):
 
     filter: str
     options: SubscriptionOptions
+
+
+class Candidates(NamedTuple):
+    """What matches a topic before any share-group choice (see ``candidates``)."""
+
+    plain: dict[str, list[str]]
+    groups: dict[str, list[str]]
 
 
 class _Group(ShareGroup):
@@ -395,13 +402,18 @@ class SubscriptionTrie:
         return sorted(clients)
 
     def match_subscriptions(
-        self, topic: str, publisher: str | None = None
+        self,
+        topic: str,
+        publisher: str | None = None,
+        only_groups: Collection[str] | None = None,
     ) -> dict[str, list[MatchedSubscription]]:
         """Like :meth:`match`, with each client's matching subscriptions.
 
         Returns client id -> its matching (filter, options), clients in sorted order. A
         client with overlapping subscriptions appears once with all of them (MQTT 5
         delivers one copy with the highest QoS and every subscription identifier).
+        ``only_groups``, when given, limits the share groups served to those shared
+        filters (a node serves the groups the cluster chose it for).
         """
         validate_topic(topic)
         result: dict[str, list[MatchedSubscription]] = {}
@@ -413,11 +425,33 @@ class SubscriptionTrie:
                     result.setdefault(client_id, []).append(MatchedSubscription(node.filter, opts))
             if node.groups is not None:
                 for share_filter, group in node.groups.items():
+                    if only_groups is not None and share_filter not in only_groups:
+                        continue
                     member = choose(group, topic, publisher)
                     result.setdefault(member, []).append(
                         MatchedSubscription(share_filter, group.options[member])
                     )
         return {client_id: result[client_id] for client_id in sorted(result)}
+
+    def candidates(self, topic: str) -> Candidates:
+        """Everything that matches ``topic``, without choosing share-group members.
+
+        ``plain``: client id -> its matching plain filters; ``groups``: shared filter ->
+        its members (sorted). For callers that choose members themselves (the route
+        mirror weighs nodes by member count) or that explain a match.
+        """
+        validate_topic(topic)
+        plain: dict[str, list[str]] = {}
+        groups: dict[str, list[str]] = {}
+        for node in self._terminals(topic):
+            if node.subs is not None:
+                assert node.filter is not None
+                for client_id in node.subs:
+                    plain.setdefault(client_id, []).append(node.filter)
+            if node.groups is not None:
+                for share_filter, group in node.groups.items():
+                    groups[share_filter] = list(group.members)
+        return Candidates(plain, groups)
 
     # -- reading ---------------------------------------------------------------------
 

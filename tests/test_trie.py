@@ -9,6 +9,7 @@ from router import (
     InvalidIdError,
     InvalidOptionsError,
     InvalidTopicError,
+    MatchedSubscription,
     RoundRobinStrategy,
     SubscriptionOptions,
     SubscriptionTrie,
@@ -231,3 +232,21 @@ def test_many_shapes_fall_back_to_the_walk_with_the_same_answers() -> None:
     walked = trie.match(topic)
     trie.max_shapes = 1000
     assert trie.match(topic) == walked == sorted(f"c{i:02}" for i in range(64))
+
+
+def test_only_groups_limits_the_groups_served() -> None:
+    trie = make(("p", "t/#"), ("a", "$share/g1/t/#"), ("b", "$share/g2/t/+"))
+    served = trie.match_subscriptions("t/x", only_groups={"$share/g2/t/+"})
+    assert served == {
+        "b": [MatchedSubscription("$share/g2/t/+", SubscriptionOptions())],
+        "p": [MatchedSubscription("t/#", SubscriptionOptions())],
+    }
+    assert set(trie.match_subscriptions("t/x", only_groups=())) == {"p"}
+
+
+def test_candidates_lists_every_member_without_choosing() -> None:
+    trie = make(("p", "t/#"), ("p", "t/+"), ("a", "$share/g/t/#"), ("b", "$share/g/t/#"))
+    found = trie.candidates("t/x")
+    assert {c: sorted(fs) for c, fs in found.plain.items()} == {"p": ["t/#", "t/+"]}
+    assert found.groups == {"$share/g/t/#": ["a", "b"]}
+    assert trie.candidates("u") == ({}, {})
