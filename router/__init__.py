@@ -3,22 +3,34 @@
 The names below are the public API; see README.md for how they fit together.
 """
 
+from router.alias_store import RedisAliasTable
 from router.aliases import AliasTable
+from router.api import connect
+from router.channels import Channel, FetchedMessage, FetchResult, Published
 from router.errors import (
+    ChannelArgumentError,
     CorruptStateError,
     InvalidAliasError,
     InvalidIdError,
     InvalidOptionsError,
     InvalidTopicError,
     MalformedAckHandle,
+    NodeNotRegisteredError,
+    ResyncRequired,
     RouterError,
+    RouteSetMissingError,
     ScriptError,
     SessionOwnershipError,
+    StaleIncarnationError,
     StateError,
     SubscriptionNotFound,
     UnknownStrategyError,
 )
+from router.messages import Delivery
+from router.node import NodeConfig, PublishResult, RouterNode
+from router.nodes import NodeInfo, NodeRegistry
 from router.options import SubscriptionOptions
+from router.routes import RouteChange, RouteSnapshot, RouteStore
 from router.sharing import (
     HashClientStrategy,
     HashTopicStrategy,
@@ -28,6 +40,7 @@ from router.sharing import (
     ShareStrategy,
     strategy_by_name,
 )
+from router.subscriptions import Owner, SubscriptionStore
 from router.topics import matches, validate_filter, validate_topic
 from router.trie import MatchedSubscription, SubscriptionTrie
 
@@ -35,7 +48,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AliasTable",
+    "Channel",
+    "ChannelArgumentError",
     "CorruptStateError",
+    "Delivery",
+    "FetchResult",
+    "FetchedMessage",
     "HashClientStrategy",
     "HashTopicStrategy",
     "InvalidAliasError",
@@ -45,18 +63,35 @@ __all__ = [
     "LocalFirstStrategy",
     "MalformedAckHandle",
     "MatchedSubscription",
+    "NodeConfig",
+    "NodeInfo",
+    "NodeNotRegisteredError",
+    "NodeRegistry",
+    "Owner",
+    "PublishResult",
+    "Published",
     "RandomStrategy",
+    "RedisAliasTable",
+    "ResyncRequired",
     "RoundRobinStrategy",
+    "RouteChange",
+    "RouteSetMissingError",
+    "RouteSnapshot",
+    "RouteStore",
     "RouterError",
+    "RouterNode",
     "ScriptError",
     "SessionOwnershipError",
     "ShareStrategy",
+    "StaleIncarnationError",
     "StateError",
     "SubscriptionNotFound",
     "SubscriptionOptions",
+    "SubscriptionStore",
     "SubscriptionTrie",
     "UnknownStrategyError",
     "__version__",
+    "connect",
     "matches",
     "strategy_by_name",
     "validate_filter",

@@ -68,3 +68,73 @@ class SubscriptionNotFound(StateError, LookupError):
 
 class MalformedAckHandle(StateError, ValueError):
     """An ack handle that is not well formed or belongs to another channel or subscriber."""
+
+
+class ChannelArgumentError(RouterError, ValueError):
+    """A channel got an argument it cannot use: content that is not bytes, a ``max`` out of
+    range, a negative ``wait``, an expiry that is not a positive number of seconds."""
+
+
+class StaleIncarnationError(StateError):
+    """A node wrote with an incarnation that is no longer its current one.
+
+    A newer process of the same node id took over (or the node was purged and registered
+    again); the old process must stop writing.
+    """
+
+
+class NodeNotRegisteredError(StateError, LookupError):
+    """A heartbeat for a node that is not in the registry (never registered, or purged)."""
+
+
+class RouteSetMissingError(StateError):
+    """A node's route set is gone (purged as dead, or Redis lost its data).
+
+    The node must claim its route set again and republish every route it holds.
+    """
+
+
+class ResyncRequired(StateError):
+    """A reader of a node's route changes cannot continue from where it is.
+
+    ``reason`` is ``"trimmed"`` (it fell behind the stream's trim point), ``"generation"``
+    (the route set was claimed again: a new incarnation or a republish), ``"gone"`` (the
+    route set vanished: purged, or Redis flushed or restarted) or ``"ahead"`` (the reader
+    holds a version the route set never reached). Take a new snapshot.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"route changes cannot be followed ({reason}): take a new snapshot")
+
+
+class InvalidGuidError(InvalidIdError):
+    """A message id (or one of its parts) that is not well formed or out of range."""
+
+
+class HookError(RouterError, ValueError):
+    """A hook registration the registry refuses: an unknown hook point, a callback that is
+    not callable, a priority that is not an int."""
+
+
+class DuplicateHookError(HookError):
+    """The same callback is already registered at this hook point."""
+
+
+class AclRuleError(RouterError, ValueError):
+    """An ACL rule that cannot be used: a bad line of an ACL file, or a bad rule in code.
+
+    ``reason`` says what is wrong; ``path`` and ``line`` (1-based) locate it in a file,
+    or are None for a rule built in code.
+    """
+
+    def __init__(self, reason: str, path: str | None = None, line: int | None = None) -> None:
+        self.reason = reason
+        self.path = path
+        self.line = line
+        where = f"{path}:{line}: " if path is not None and line is not None else ""
+        super().__init__(f"{where}{reason}")
+
+
+class InvalidSettingError(RouterError, ValueError):
+    """A tuning setting outside its allowed range (cache sizes, thresholds, periods)."""

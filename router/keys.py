@@ -5,12 +5,19 @@ Layout (``rt`` is the default namespace prefix; ``ID`` is an escaped id, see bel
     rt:{c:ID}:subs            hash   filter -> packed options          (client)
     rt:{c:ID}:alias:client    hash   alias -> topic, inbound aliases   (client)
     rt:{c:ID}:alias:server    hash   alias -> topic, outbound aliases  (client)
+    rt:{c:ID}:alias:NS:topics hash   topic -> alias, reverse of NS     (client)
+    rt:{c:ID}:alias:max       hash   namespace -> Topic Alias Maximum  (client)
     rt:{c:ID}:owner           hash   node, epoch: the session owner    (client)
     rt:{n:ID}:routes          hash   route -> member count             (node)
     rt:{n:ID}:stream          stream route changes, one entry a change (node)
     rt:{n:ID}:meta            hash   incarnation, version, ...         (node)
     rt:{nodes}:registry       hash   node id -> incarnation            (registry)
-    rt:{ch:ID}:...            keys of one channel (clock, cursors, bodies, dedup ids)
+    rt:{nodes}:heartbeats     zset   node id -> expiry, server ms      (registry)
+    rt:{ch:ID}:clock          string the channel clock, an integer in +-(2^53-1)  (channel)
+    rt:{ch:ID}:sub:SUB        string a subscriber's cursor (last acked clock)     (channel)
+    rt:{ch:ID}:m:CLOCK        string the message stored at CLOCK (id + content)   (channel)
+    rt:{ch:ID}:id:MSGID       string the clock MSGID was stored at (dedup window) (channel)
+    rt:{ch:ID}:wake           pub/sub channel (not a key): new-message wake-ups   (channel)
 
 Every key carries the hash tag of the entity it belongs to, so all keys of one client,
 one node or one channel live in one Redis Cluster slot and one Lua script may touch them
@@ -23,6 +30,7 @@ one-to-one, so two ids never share a key. Entity kinds have distinct tag prefixe
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final
 
 from router.errors import InvalidIdError
@@ -78,6 +86,13 @@ class Keys:
     def client_aliases(self, client_id: str, namespace: str) -> str:
         return f"{self.client(client_id)}:alias:{namespace}"
 
+    def client_alias_topics(self, client_id: str, namespace: str) -> str:
+        """The reverse (topic -> alias) hash of one alias namespace."""
+        return self.client_aliases(client_id, namespace) + ":topics"
+
+    def client_alias_maximum(self, client_id: str) -> str:
+        return self.client(client_id) + ":alias:max"
+
     def client_owner(self, client_id: str) -> str:
         return self.client(client_id) + ":owner"
 
@@ -100,6 +115,10 @@ class Keys:
         """The hash of registered nodes (one key, its own slot)."""
         return f"{self.prefix}:{{nodes}}:registry"
 
+    def registry_heartbeats(self) -> str:
+        """The sorted set of registered nodes scored by heartbeat expiry (server ms)."""
+        return f"{self.prefix}:{{nodes}}:heartbeats"
+
     # -- channels --------------------------------------------------------------------
 
     def channel(self, name: str) -> str:
@@ -112,6 +131,41 @@ class Keys:
     def channel_wakeup(self, name: str) -> str:
         """The pub/sub channel that announces new messages (a hint, never a log)."""
         return self.channel(name) + ":wake"
+
+    def channel_cursor(self, name: str, subscriber: str) -> str:
+        """A subscriber's cursor: the last clock it acknowledged.
+
+        The subscriber id follows the tag, so it needs no escaping: it cannot move the key
+        to another slot, and ``:sub:`` keeps it apart from the channel's other keys.
+        """
+        return f"{self.channel(name)}:sub:{check_id(subscriber, 'subscriber id')}"
+
+    def channel_bodies(self, name: str) -> str:
+        """The base of the per-clock body keys: the body stored at clock C is base + str(C).
+
+        Only the publish and fetch scripts know which clocks they touch, so they derive the
+        body keys from this base (declared in their KEYS, same hash tag).
+        """
+        return self.channel(name) + ":m:"
+
+    def channel_body(self, name: str, clock: int) -> str:
+        """The key of the body stored at ``clock`` (what the scripts derive)."""
+        return self.channel_bodies(name) + str(clock)
+
+    def channel_dedup(self, name: str, message_ids: Iterable[str]) -> list[str]:
+        """The dedup keys (message id -> clock) of a batch of message ids, in order."""
+        base = self.channel(name) + ":id:"
+        return [base + check_id(message_id, "message id") for message_id in message_ids]
+
+    # -- cluster -----------------------------------------------------------------------
+
+    def route_hints(self) -> str:
+        """The pub/sub channel (not a key) where nodes announce route changes: a hint."""
+        return f"{self.prefix}:route-hints"
+
+    def inbox(self, node_id: str) -> str:
+        """The *channel name* of a node's inbox (a channel-clock channel)."""
+        return "inbox:" + check_id(node_id, "node id")
 
     def pattern(self) -> str:
         """A SCAN MATCH pattern for every key of this namespace."""

@@ -11,6 +11,7 @@ into the matching :class:`RouterError` subclass, so callers catch domain errors 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import Any, Final
@@ -22,24 +23,39 @@ from redis.exceptions import ResponseError
 
 from router.errors import (
     CorruptStateError,
+    InvalidAliasError,
     InvalidIdError,
     MalformedAckHandle,
+    NodeNotRegisteredError,
     RouterError,
+    RouteSetMissingError,
     ScriptError,
     SessionOwnershipError,
+    StaleIncarnationError,
     SubscriptionNotFound,
 )
 
 RedisClient = Redis | RedisCluster
 
-# The error codes scripts may reply with, and the exception each becomes.
-ERROR_CODES: Final[dict[str, type[RouterError]]] = {
+
+def _bad_alias(message: str) -> RouterError:
+    """``ROUTER_BAD_ALIAS <alias> <reason>`` -> InvalidAliasError with the alias on it."""
+    alias, _, reason = message.partition(" ")
+    return InvalidAliasError(int(alias) if alias.isdigit() else alias, reason)
+
+
+# The error codes scripts may reply with, and the exception (factory) each becomes.
+ERROR_CODES: Final[dict[str, Callable[[str], RouterError]]] = {
     "ROUTER_INVALID": ScriptError,
     "ROUTER_BAD_ID": InvalidIdError,
     "ROUTER_CORRUPT": CorruptStateError,
     "ROUTER_NOT_OWNER": SessionOwnershipError,
     "ROUTER_NO_SUBSCRIPTION": SubscriptionNotFound,
     "ROUTER_BAD_HANDLE": MalformedAckHandle,
+    "ROUTER_BAD_ALIAS": _bad_alias,
+    "ROUTER_STALE_INCARNATION": StaleIncarnationError,
+    "ROUTER_NOT_REGISTERED": NodeNotRegisteredError,
+    "ROUTER_NO_ROUTES": RouteSetMissingError,
 }
 
 

@@ -1,1 +1,165 @@
-"""Shared pytest fixtures."""
+"""Shared pytest fixtures: real Redis servers, one client per backend, a key namespace per test.
+
+Servers (session scope, started lazily: only when a test asks for them, so pure-core tests
+stay fast; a missing redis-server fails the tests loudly, it never skips them):
+
+* ``redis_standalone_url``: a standalone ``redis-server``;
+* ``redis_cluster_url``: one node of a 3-master Redis Cluster (no replicas);
+* ``redis_server_factory``: starts throwaway servers for one test (e.g. to restart one).
+
+Per test (function scope):
+
+* ``redis_backend``: ``"fake"``, ``"standalone"`` or ``"cluster"``. Tests that use
+  ``redis_client`` run once per backend; narrow it with
+  ``@pytest.mark.parametrize("redis_backend", ["cluster"], indirect=True)``.
+* ``redis_client``: a redis.asyncio client for the backend (bytes responses):
+  ``fakeredis.FakeAsyncRedis`` (Lua via lupa, a fresh FakeServer per test),
+  ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster``.
+* ``redis_connect``: makes more clients for the same backend (same FakeServer on ``fake``),
+  with extra keyword arguments such as ``socket_timeout``; they are closed after the test.
+* ``keys``: :class:`router.keys.Keys` with a unique prefix; every key under it is deleted
+  after a test that connected (``redis_client`` or ``redis_connect``); on a cluster each
+  primary is scanned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+from uuid import uuid4
+
+import fakeredis
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+from router.keys import Keys
+from tests.redis_servers import RedisClusterServers, RedisServer
+
+RedisClient = Redis | RedisCluster
+Connect = Callable[..., Awaitable[RedisClient]]
+
+BACKENDS = ("fake", "standalone", "cluster")
+
+
+@pytest.fixture(scope="session")
+def redis_standalone_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_standalone_url(redis_standalone_server: RedisServer) -> str:
+    """The URL of the session's standalone redis-server."""
+    return redis_standalone_server.url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_servers() -> Iterator[RedisClusterServers]:
+    cluster = RedisClusterServers()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(redis_cluster_servers: RedisClusterServers) -> str:
+    """The URL of one node of the session's 3-master Redis Cluster."""
+    return redis_cluster_servers.url
+
+
+@pytest.fixture
+def redis_server_factory() -> Iterator[Callable[[], RedisServer]]:
+    """Start throwaway standalone servers for this test only; all are stopped after it."""
+    servers: list[RedisServer] = []
+
+    def start() -> RedisServer:
+        server = RedisServer()
+        servers.append(server)
+        server.start()
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@pytest.fixture(params=BACKENDS)
+def redis_backend(request: pytest.FixtureRequest) -> str:
+    """The backend a ``redis_client`` test runs against."""
+    backend: str = request.param
+    return backend
+
+
+@pytest.fixture
+def keys() -> Keys:
+    """A key namespace of this test's own."""
+    return Keys(prefix=f"t{uuid4().hex[:12]}")
+
+
+@pytest.fixture
+async def redis_connect(
+    request: pytest.FixtureRequest, redis_backend: str, keys: Keys
+) -> AsyncIterator[Connect]:
+    """A factory of clients for the current backend.
+
+    After the test, every key under the test's ``keys`` prefix is deleted (through a fresh
+    client, so a test may close or break its own) and every client is closed.
+    """
+    clients: list[RedisClient] = []
+    fake_server = fakeredis.FakeServer() if redis_backend == "fake" else None
+    # Resolve the (lazily started) server before the test body runs.
+    url = None
+    if redis_backend == "standalone":
+        url = request.getfixturevalue("redis_standalone_url")
+    elif redis_backend == "cluster":
+        url = request.getfixturevalue("redis_cluster_url")
+
+    async def connect(**options: Any) -> RedisClient:
+        client: RedisClient
+        if redis_backend == "fake":
+            client = fakeredis.FakeAsyncRedis(server=fake_server, **options)
+        elif redis_backend == "standalone":
+            client = Redis.from_url(url, **options)
+        else:
+            client = RedisCluster.from_url(url, **options)
+            await client.initialize()
+        clients.append(client)
+        return client
+
+    try:
+        yield connect
+    finally:
+        try:
+            if clients:
+                await delete_namespace(await connect(), keys)
+        finally:
+            for client in reversed(clients):
+                await client.aclose()
+
+
+@pytest.fixture
+async def redis_client(redis_connect: Connect) -> RedisClient:
+    """A client for the current backend (closed, and the test's keys deleted, afterwards)."""
+    return await redis_connect()
+
+
+async def delete_namespace(client: RedisClient, keys: Keys) -> int:
+    """Delete every key under the namespace (scanning each primary of a cluster)."""
+    pattern = keys.pattern()
+    if isinstance(client, RedisCluster):
+        scan = client.scan_iter(match=pattern, count=1000, target_nodes=RedisCluster.PRIMARIES)
+    else:
+        scan = client.scan_iter(match=pattern, count=1000)
+    found = [key async for key in scan]
+    for key in found:
+        await client.delete(key)
+    return len(found)

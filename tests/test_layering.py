@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROUTER = Path(__file__).resolve().parent.parent / "router"
-CORE = ["topics", "trie", "shapes", "aliases", "sharing", "options", "errors"]
+CORE = ["topics", "trie", "shapes", "aliases", "sharing", "options", "errors", "mirror", "guid"]
 FORBIDDEN = {"redis", "asyncio", "msgpack", "fakeredis", "pyspark", "click", "rich"}
 
 

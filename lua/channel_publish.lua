@@ -1,0 +1,137 @@
+-- Store a batch of messages on one channel, each message id at most once per dedup window.
+-- KEYS[1]   = the channel clock (string: an integer in +-(2^53-1))
+-- KEYS[2]   = the base of the channel's body keys: the body stored at clock C is KEYS[2]..C.
+--             Body keys are derived here from this declared base (same hash tag): only this
+--             script knows the clocks it assigns. A body is "<id length>:<id><content>".
+-- KEYS[2+i] = the dedup key of message i (string: the clock message i was stored at)
+-- ARGV[1]   = TTL in seconds (a positive integer) of every key written: channel expiry plus a
+--             clock-drift margin, rounded up; it is also the dedup window
+-- ARGV[2]   = the pub/sub channel that announces new messages
+-- ARGV[1+2i], ARGV[2+2i] = message i's id and content (bytes)
+-- Each message whose id is not in the dedup window (nor earlier in the batch) advances the
+-- clock (2^53-1 is followed by -(2^53-1)) and is stored at the new clock with its dedup key;
+-- the clock is written once, with the TTL. Duplicates store nothing and move no clock.
+-- One wake-up (the last clock stored) is published exactly when at least one message was stored.
+-- returns {before, duplicates}: before = the clock before this call (0 for a new channel); the
+--         messages stored got the clocks after it, in batch order; duplicates = "" or a list
+--         "i:clock,i:clock,..." of the batch positions (1-based) of the duplicates with the
+--         clock of their original message (a compact reply: big batches are mostly new).
+--         An empty batch returns {} and changes nothing.
+-- errors: ROUTER_INVALID (malformed ARGV, keys of more than one channel), ROUTER_CORRUPT (the
+--         clock or a dedup value is not an integer clock); nothing is changed then
+local LIMIT = 9007199254740991
+local CHUNK = 1000
+
+local function to_clock(value)
+  if type(value) ~= 'string' or #value > 17 or not string.match(value, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(value)
+  if n > LIMIT or n < -LIMIT then
+    return nil
+  end
+  return n
+end
+
+local function tag_of(key)
+  local s = string.find(key, '{', 1, true)
+  local e = s and string.find(key, '}', s + 1, true)
+  if not e or e == s + 1 then
+    return nil
+  end
+  return string.sub(key, 1, e)
+end
+
+local function read(key)
+  local value = redis.pcall('GET', key)
+  if type(value) == 'table' then
+    return nil, true
+  end
+  return value, false
+end
+
+local n = #KEYS - 2
+if n < 0 or #ARGV ~= 2 + 2 * n then
+  return redis.error_reply('ROUTER_INVALID channel_publish takes clock, body base, one dedup key '
+    .. 'per message; TTL, wake-up channel, id and content per message')
+end
+local ttl = ARGV[1]
+if not string.match(ttl, '^[1-9]%d*$') or #ttl > 12 then
+  return redis.error_reply('ROUTER_INVALID the TTL must be a positive integer of seconds')
+end
+local tag = tag_of(KEYS[1])
+if not tag then
+  return redis.error_reply('ROUTER_INVALID the clock key has no hash tag')
+end
+for i = 2, #KEYS do
+  if tag_of(KEYS[i]) ~= tag then
+    return redis.error_reply('ROUTER_INVALID a batch must not mix channels')
+  end
+end
+for i = 1, n do
+  local id = ARGV[1 + 2 * i]
+  if #id == 0 or #id > 65535 then
+    return redis.error_reply('ROUTER_INVALID a message id must be 1..65535 bytes')
+  end
+end
+if n == 0 then
+  return {}
+end
+
+-- Read and check everything before writing anything.
+local raw, bad = read(KEYS[1])
+if bad then
+  return redis.error_reply('ROUTER_CORRUPT the channel clock is not a string')
+end
+local clock = 0
+if raw then
+  clock = to_clock(raw)
+  if not clock then
+    return redis.error_reply('ROUTER_CORRUPT the channel clock is not an integer clock')
+  end
+end
+local known = {}
+for first = 3, #KEYS, CHUNK do
+  local last = math.min(first + CHUNK - 1, #KEYS)
+  local values = redis.call('MGET', unpack(KEYS, first, last))
+  for j = 1, #values do
+    local value = values[j]
+    if value then
+      local original = to_clock(value)
+      if not original then
+        return redis.error_reply('ROUTER_CORRUPT a dedup entry is not an integer clock')
+      end
+      known[first - 3 + j] = original
+    end
+  end
+end
+
+local before = clock
+local duplicates = {}
+local in_batch = {}
+local stored = 0
+for i = 1, n do
+  local dedup = KEYS[2 + i]
+  local original = known[i] or in_batch[dedup]
+  if original then
+    duplicates[#duplicates + 1] = i .. ':' .. string.format('%.0f', original)
+  else
+    if clock == LIMIT then
+      clock = -LIMIT
+    else
+      clock = clock + 1
+    end
+    local text = string.format('%.0f', clock)
+    local id = ARGV[1 + 2 * i]
+    redis.call('SET', KEYS[2] .. text, #id .. ':' .. id .. ARGV[2 + 2 * i], 'EX', ttl)
+    redis.call('SET', dedup, text, 'EX', ttl)
+    in_batch[dedup] = clock
+    stored = stored + 1
+  end
+end
+if stored > 0 then
+  local text = string.format('%.0f', clock)
+  redis.call('SET', KEYS[1], text, 'EX', ttl)
+  redis.call('PUBLISH', ARGV[2], text)
+end
+return {before, table.concat(duplicates, ',')}

@@ -1,0 +1,46 @@
+-- Remove all of a client's data: subscriptions, topic aliases and session owner.
+-- KEYS[1] = the client's subscriptions hash
+-- KEYS[2] = the client's owner hash (fields node, epoch)
+-- KEYS[3] = the client's inbound alias hash (alias -> topic), KEYS[4] = its reverse
+-- KEYS[5] = the client's outbound alias hash (alias -> topic), KEYS[6] = its reverse
+-- KEYS[7] = the client's alias maximum hash (namespace -> maximum)
+-- ARGV[1] = the owner node id the caller acts for, or '' to skip the owner check
+-- ARGV[2] = the owner epoch the caller holds (decimal), or '' when ARGV[1] is ''
+-- returns {subscriptions removed, aliases removed (both namespaces), 1 if an owner was removed else 0}
+-- errors: ROUTER_INVALID (malformed ARGV), ROUTER_NOT_OWNER (another owner or epoch),
+--         ROUTER_CORRUPT (the stored epoch is not an integer); nothing is changed then
+local function check_owner(owner_key, node, epoch)
+  if node == '' then
+    if epoch ~= '' then
+      return 'ROUTER_INVALID an epoch needs a node id'
+    end
+    return nil
+  end
+  if not string.match(epoch, '^[1-9][0-9]*$') then
+    return 'ROUTER_INVALID the owner epoch must be a positive integer'
+  end
+  local current = redis.call('HMGET', owner_key, 'node', 'epoch')
+  if not current[1] then
+    return 'ROUTER_NOT_OWNER no node owns the session'
+  end
+  if not current[2] or not string.match(current[2], '^[1-9][0-9]*$') then
+    return 'ROUTER_CORRUPT the stored owner epoch is not an integer'
+  end
+  if current[1] ~= node or current[2] ~= epoch then
+    return 'ROUTER_NOT_OWNER the session is owned by another node or epoch'
+  end
+  return nil
+end
+
+if #ARGV ~= 2 then
+  return redis.error_reply('ROUTER_INVALID client_remove takes node and epoch')
+end
+local refused = check_owner(KEYS[2], ARGV[1], ARGV[2])
+if refused then
+  return redis.error_reply(refused)
+end
+local subscriptions = redis.call('HLEN', KEYS[1])
+local aliases = redis.call('HLEN', KEYS[3]) + redis.call('HLEN', KEYS[5])
+local owner = redis.call('EXISTS', KEYS[2])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+return {subscriptions, aliases, owner}

@@ -1,0 +1,31 @@
+-- Read a node's whole route set together with the position of its change stream.
+-- KEYS[1] = the node's routes hash (route -> member count)
+-- KEYS[2] = the node's route change stream
+-- KEYS[3] = the node's meta hash (incarnation, generation, version)
+-- ARGV: none
+-- returns {incarnation or false, generation or false, version, first version still in the
+--         stream (0 if the stream is empty), route1, count1, route2, count2, ...}
+--         (incarnation and generation are false when the node has no route set)
+-- errors: ROUTER_INVALID (ARGV given), ROUTER_CORRUPT (the stored version is not an integer)
+if #ARGV ~= 0 then
+  return redis.error_reply('ROUTER_INVALID route_snapshot takes no arguments')
+end
+local meta = redis.call('HMGET', KEYS[3], 'incarnation', 'generation', 'version')
+local version = 0
+if meta[3] then
+  if not string.match(meta[3], '^[0-9]+$') or #meta[3] > 15 then
+    return redis.error_reply('ROUTER_CORRUPT the stored route version is not an integer')
+  end
+  version = tonumber(meta[3])
+end
+local first = 0
+local head = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)
+if #head > 0 then
+  first = tonumber(string.match(head[1][1], '^([0-9]+)-')) or 0
+end
+local result = {meta[1] or false, meta[2] or false, version, first}
+local routes = redis.call('HGETALL', KEYS[1])
+for i = 1, #routes do
+  result[#result + 1] = routes[i]
+end
+return result

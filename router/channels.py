@@ -1,0 +1,543 @@
+"""Channel clocks: durable, deduplicated message queues in Redis (REFERENCE.md section 3).
+
+A channel holds messages at consecutive clocks; each subscriber has a cursor, the last clock
+it acknowledged. All keys of a channel share its hash tag (see :mod:`router.keys`)::
+
+    rt:{ch:NAME}:clock       the channel clock: the clock of the newest message
+    rt:{ch:NAME}:sub:SUB     subscriber SUB's cursor
+    rt:{ch:NAME}:m:CLOCK     the message stored at CLOCK: "<id length>:<id><content>"
+    rt:{ch:NAME}:id:MSGID    the clock MSGID was stored at (the dedup window)
+
+Rules:
+
+* The first message of a channel gets clock 1; creating a subscriber on a missing channel sets
+  the clock to 0. A new subscriber's cursor is the current clock: it never sees older messages.
+* Clocks live in +-(2^53-1) (Lua numbers are doubles); the clock after 2^53-1 is -(2^53-1), so
+  iterating across the wrap yields ``[max-1, max, min, min+1, ...]``.
+* Publishing a batch is one script call. A message id seen within the dedup window stores
+  nothing and moves no clock; it is reported as a duplicate with its original clock. Every key
+  written lives ``ttl = ceil(expire + CLOCK_DRIFT_MARGIN)`` seconds (also the dedup window).
+* Fetching never moves the cursor: it returns the messages at cursor < clock <= channel clock,
+  in iteration order, up to ``max``, skipping expired and malformed bodies, and an ack handle
+  for the last clock it examined (so a run of expired clocks is skipped by the next ack, and
+  after a batch across the wrap the handle holds the last clock in iteration order, not the
+  numerically largest). Unacknowledged messages are fetched again.
+* Acknowledging moves the cursor to the handle's clock when cursor < ack <= clock (or, after a
+  wrap, cursor < ack or ack <= clock); any other ack is stale: a successful no-op.
+
+Wake-ups: a publish that stored something publishes the new clock on the channel's pub/sub
+channel. A long poll (``fetch(..., wait=s)``) subscribes to it *before* its first fetch, so a
+message published after that fetch always wakes it. The subscription lives on a connection of
+its own, without socket timeout or hidden retries (redis-py's defaults, 5 s and silent
+reconnects, must not govern a reader that sits idle for a whole wait; its reads carry explicit
+timeouts instead), shared by the long polls of one :class:`Channel` until
+:meth:`Channel.aclose`. On a Redis Cluster, PUBLISH reaches every node, so the listener is a
+plain ``redis.asyncio.Redis`` connection to the node that serves the channel's slot.
+
+Ack handles read ``"<clock>:<checksum>"``; the checksum (BLAKE2b over namespace, channel,
+subscriber and clock) binds a handle to its channel and subscriber. It catches mix-ups and
+tampering, it is not a secret: anyone who can write to Redis can forge one anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final, NamedTuple
+
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from router.errors import ChannelArgumentError, MalformedAckHandle
+from router.keys import Keys, check_id
+from router.scripts import RedisClient, Scripts
+
+CLOCK_LIMIT: Final = 2**53 - 1
+"""Clocks stay within +-CLOCK_LIMIT; the clock after CLOCK_LIMIT is -CLOCK_LIMIT."""
+CLOCK_DRIFT_MARGIN: Final = 1.0
+"""Seconds added to the channel expiry before rounding up to the TTL of every channel key."""
+MAX_FETCH: Final = 10_000
+"""The largest ``max`` one fetch accepts."""
+SCAN_SLACK: Final = 1_000
+"""A fetch script examines at most ``max + SCAN_SLACK`` clocks per call."""
+MAX_SCAN_CALLS: Final = 16
+"""A fetch that finds only expired clocks continues with at most this many script calls,
+then returns no messages, ``more=True`` and a handle that skips what it examined."""
+SUBSCRIBE_TIMEOUT: Final = 10.0
+"""Seconds to wait for the confirmation of the wake-up subscription."""
+LISTEN_SLICE: Final = 15.0
+"""After this many quiet seconds the wake-up reader PINGs; no answer in as many more
+seconds means the connection is dead."""
+
+_HANDLE = re.compile(r"(0|-?[1-9][0-9]{0,15}):([0-9a-f]{20})")
+_HANDLE_PERSON: Final = b"router-ack-v1"
+# Connection-pool plumbing that must not be copied into the listener's own pool.
+_POOL_INTERNALS: Final = frozenset({"maint_notifications_pool_handler", "himport_registry"})
+
+
+class Message(NamedTuple):
+    """A message to publish: an id (the dedup key) and binary content."""
+
+    id: str
+    content: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """The outcome of publishing one message.
+
+    ``clock`` is where the message is stored; for a duplicate (its id was seen within the
+    dedup window, or earlier in the same batch) it is the clock of the original message.
+    """
+
+    id: str
+    clock: int
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedMessage:
+    """A message read from a channel, with the clock it is stored at."""
+
+    id: str
+    content: bytes
+    clock: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """What a fetch returns.
+
+    ``messages`` in iteration order; ``ack_handle`` acknowledges everything examined (None
+    when there was nothing after the cursor); ``more`` is True exactly when the fetch stopped
+    before the channel clock (fetch again after acknowledging). A result without messages
+    may still carry a handle: the clocks it examined had expired, and acking skips them.
+    """
+
+    messages: tuple[FetchedMessage, ...]
+    ack_handle: str | None
+    more: bool
+
+
+def next_clock(clock: int) -> int:
+    """The clock after ``clock`` in iteration order (CLOCK_LIMIT wraps to -CLOCK_LIMIT)."""
+    return -CLOCK_LIMIT if clock == CLOCK_LIMIT else clock + 1
+
+
+def channel_ttl(expire: float) -> int:
+    """The TTL in whole seconds of a channel's keys: ``ceil(expire + CLOCK_DRIFT_MARGIN)``.
+
+    Raises :class:`ChannelArgumentError` unless ``expire`` is a finite number > 0.
+    """
+    if isinstance(expire, bool) or not isinstance(expire, int | float):
+        raise ChannelArgumentError(f"expire must be a number of seconds, not {expire!r}")
+    if not math.isfinite(expire) or expire <= 0:
+        raise ChannelArgumentError(f"expire must be finite and > 0, not {expire!r}")
+    return math.ceil(expire + CLOCK_DRIFT_MARGIN)
+
+
+class Channel:
+    """One channel of messages in Redis, with its subscribers (cursors).
+
+    ``redis`` is a ``redis.asyncio`` ``Redis`` or ``RedisCluster`` returning bytes
+    (``decode_responses=False``); ``expire`` is how long, in seconds, a message stays; channel
+    keys live ``ceil(expire + CLOCK_DRIFT_MARGIN)`` seconds after their last use. Long polls
+    open one extra connection: close the channel with :meth:`aclose` (or ``async with``).
+    """
+
+    def __init__(
+        self, redis: RedisClient, name: str, expire: float, keys: Keys | None = None
+    ) -> None:
+        if redis.get_encoder().decode_responses:
+            raise ChannelArgumentError("a Channel needs a Redis client with decode_responses=False")
+        self.keys = keys if keys is not None else Keys()
+        self.name = check_id(name, "channel name")
+        self.expire = expire
+        self.ttl = channel_ttl(expire)
+        self._redis = redis
+        self._scripts = Scripts(redis)
+        self._base = self.keys.channel(name)
+        self._clock_key = self.keys.channel_clock(name)
+        self._bodies = self.keys.channel_bodies(name)
+        self._wake = self.keys.channel_wakeup(name)
+        self._wakeups = _WakeUps(redis, self._wake)
+
+    def __repr__(self) -> str:
+        return f"Channel({self.name!r}, expire={self.expire!r}, prefix={self.keys.prefix!r})"
+
+    async def __aenter__(self) -> Channel:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the long-poll connection, if one was opened. The channel stays usable."""
+        await self._wakeups.aclose()
+
+    # -- subscribers -----------------------------------------------------------------
+
+    async def add_subscriber(self, subscriber: str) -> bool:
+        """Create ``subscriber`` with its cursor at the current clock (0 on a new channel).
+
+        Returns True when created, False when it existed: then nothing changes, neither the
+        cursor nor a TTL. Raises :class:`CorruptStateError` if the clock or cursor in Redis
+        is not an integer clock (nothing changed).
+        """
+        reply = await self._scripts.run(
+            "channel_add_subscriber",
+            [self._clock_key, self.keys.channel_cursor(self.name, subscriber)],
+            [self.ttl],
+        )
+        return bool(reply)
+
+    async def remove_subscriber(self, subscriber: str) -> bool:
+        """Delete ``subscriber``'s cursor. Returns whether it existed (a missing one is fine)."""
+        removed = await self._redis.delete(self.keys.channel_cursor(self.name, subscriber))
+        return bool(removed)
+
+    # -- publish ---------------------------------------------------------------------
+
+    async def publish(self, messages: Iterable[Message | tuple[str, bytes]]) -> list[Published]:
+        """Store a batch of messages atomically, in order, each id at most once per window.
+
+        Returns one :class:`Published` per message, in order. An empty batch does nothing.
+        One wake-up is published when at least one message was stored. Raises
+        :class:`InvalidIdError` for an unusable id, :class:`ChannelArgumentError` for content
+        that is not bytes, :class:`CorruptStateError` if the clock or a dedup entry in Redis
+        is not an integer clock (nothing stored).
+        """
+        ids: list[str] = []
+        args: list[Any] = [self.ttl, self._wake]
+        for message in messages:
+            try:
+                message_id, content = message
+            except (TypeError, ValueError):
+                raise ChannelArgumentError(
+                    f"a message is an (id, content) pair, not {message!r:.80}"
+                ) from None
+            if type(content) is not bytes:
+                if not isinstance(content, bytes | bytearray | memoryview):
+                    raise ChannelArgumentError(
+                        f"message content must be bytes, not {type(content).__name__}"
+                    )
+                content = bytes(content)
+            ids.append(message_id)
+            args.append(message_id)
+            args.append(content)
+        if not ids:
+            return []
+        keys = [self._clock_key, self._bodies, *self.keys.channel_dedup(self.name, ids)]
+        before, duplicates = await self._scripts.run("channel_publish", keys, args)
+        originals: dict[int, int] = {}
+        if duplicates:
+            for entry in duplicates.split(b","):
+                position, _, clock = entry.partition(b":")
+                originals[int(position) - 1] = int(clock)
+        published = []
+        clock = int(before)
+        for i, message_id in enumerate(ids):
+            original = originals.get(i)
+            if original is None:
+                clock = -CLOCK_LIMIT if clock == CLOCK_LIMIT else clock + 1
+                published.append(Published(message_id, clock, False))
+            else:
+                published.append(Published(message_id, original, True))
+        return published
+
+    # -- fetch and ack ---------------------------------------------------------------
+
+    async def fetch(self, subscriber: str, max: int = 100, wait: float = 0.0) -> FetchResult:
+        """Read ``subscriber``'s unacknowledged messages (at most ``max``); the cursor stays.
+
+        With ``wait`` > 0 and nothing to return, wait up to ``wait`` seconds for a publish and
+        fetch again: it returns soon after a publish, or empty after ``wait`` seconds;
+        cancelling it returns at once. Raises :class:`SubscriptionNotFound` when the cursor or
+        the clock is missing, :class:`CorruptStateError` when either is not an integer clock,
+        :class:`ChannelArgumentError` for a bad ``max`` or ``wait``.
+        """
+        if isinstance(max, bool) or not isinstance(max, int) or not 1 <= max <= MAX_FETCH:
+            raise ChannelArgumentError(f"max must be an int in 1..{MAX_FETCH}, not {max!r}")
+        if isinstance(wait, bool) or not isinstance(wait, int | float):
+            raise ChannelArgumentError(f"wait must be a number of seconds, not {wait!r}")
+        if not math.isfinite(wait) or wait < 0:
+            raise ChannelArgumentError(f"wait must be finite and >= 0, not {wait!r}")
+        cursor = self.keys.channel_cursor(self.name, subscriber)
+        if wait == 0:
+            return await self._fetch_now(subscriber, cursor, max)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            # Subscribe before fetching: a publish after this fetch always wakes us.
+            seen = await self._wakeups.arm()
+            result = await self._fetch_now(subscriber, cursor, max)
+            if result.messages or result.more:
+                return result
+            remaining = deadline - loop.time()
+            if remaining <= 0 or not await self._wakeups.wait(seen, remaining):
+                return result
+
+    async def _fetch_now(self, subscriber: str, cursor: str, limit: int) -> FetchResult:
+        """One fetch without waiting; continues past runs of expired clocks (bounded)."""
+        keys = [self._clock_key, cursor, self._bodies]
+        start = ""
+        last: int | None = None
+        messages: list[FetchedMessage] = []
+        more = False
+        for _ in range(MAX_SCAN_CALLS):
+            reply = await self._scripts.run(
+                "channel_fetch", keys, [limit, self.ttl, limit + SCAN_SLACK, start]
+            )
+            if reply[0]:
+                last = int(reply[1])
+            more = bool(reply[2])
+            for i in range(3, len(reply), 2):
+                message = _decode_body(int(reply[i]), reply[i + 1])
+                if message is not None:
+                    messages.append(message)
+            if messages or not more or last is None:
+                break
+            start = str(last)
+        handle = None if last is None else self._handle(subscriber, last)
+        return FetchResult(tuple(messages), handle, more)
+
+    async def ack(self, subscriber: str, handle: str) -> bool:
+        """Acknowledge everything a fetch returned: move the cursor to the handle's clock.
+
+        Returns True when the cursor moved, False for a stale handle (an ack at or behind the
+        cursor, or beyond the clock): a successful no-op that changes no value and no TTL.
+        Raises :class:`MalformedAckHandle` for a handle that is malformed or was issued for
+        another channel or subscriber (nothing changes), :class:`SubscriptionNotFound` when
+        the cursor or clock is missing, :class:`CorruptStateError` when either is corrupt.
+        """
+        clock = self._check_handle(subscriber, handle)
+        reply = await self._scripts.run(
+            "channel_ack",
+            [self._clock_key, self.keys.channel_cursor(self.name, subscriber)],
+            [str(clock), self.ttl],
+        )
+        return bool(reply)
+
+    # -- ack handles -----------------------------------------------------------------
+
+    def _digest(self, subscriber: str, clock: int) -> str:
+        """The checksum binding an ack position to this channel (and namespace) and subscriber."""
+        data = b"\0".join((self._base.encode(), subscriber.encode(), str(clock).encode("ascii")))
+        return hashlib.blake2b(data, digest_size=10, person=_HANDLE_PERSON).hexdigest()
+
+    def _handle(self, subscriber: str, clock: int) -> str:
+        return f"{clock}:{self._digest(subscriber, clock)}"
+
+    def _check_handle(self, subscriber: str, handle: object) -> int:
+        """The clock of a handle issued for this channel and subscriber, or MalformedAckHandle."""
+        check_id(subscriber, "subscriber id")
+        match = _HANDLE.fullmatch(handle) if isinstance(handle, str) else None
+        if match is None:
+            raise MalformedAckHandle(f"not an ack handle: {handle!r:.80}")
+        clock = int(match[1])
+        if not -CLOCK_LIMIT <= clock <= CLOCK_LIMIT or not hmac.compare_digest(
+            match[2], self._digest(subscriber, clock)
+        ):
+            raise MalformedAckHandle(
+                f"the ack handle was not issued for subscriber {subscriber!r:.80} "
+                f"of channel {self.name!r:.80}"
+            )
+        return clock
+
+
+def _decode_body(clock: int, body: bytes) -> FetchedMessage | None:
+    """The message in a stored body ("<id length>:<id><content>"), or None if malformed."""
+    digits, colon, rest = body.partition(b":")
+    if not colon or not digits.isdigit():
+        return None
+    size = int(digits)
+    if size > len(rest):
+        return None
+    try:
+        message_id = rest[:size].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return FetchedMessage(message_id, rest[size:], clock)
+
+
+class _WakeUps:
+    """The wake-up subscription shared by the long polls of one Channel.
+
+    ``arm()`` makes sure the subscription is confirmed by the server and returns the current
+    wake-up generation; ``wait(generation, timeout)`` returns True as soon as a wake-up
+    arrived after that generation, False on timeout. Reconnects are not hidden: when the
+    reader fails, every waiter is woken (a wake-up may have been lost, so they fetch again)
+    and the next ``arm()`` subscribes afresh.
+    """
+
+    def __init__(self, redis: RedisClient, channel: str) -> None:
+        self._redis = redis
+        self._channel = channel
+        self._generation = 0
+        self._event = asyncio.Event()
+        self._starting: asyncio.Task[None] | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._client: Redis | None = None
+        self._pubsub: PubSub | None = None
+
+    async def arm(self) -> int:
+        """Subscribe (once) and return the generation to pass to :meth:`wait`."""
+        starting = self._starting
+        if starting is None or (
+            starting.done() and (starting.cancelled() or starting.exception() is not None)
+        ):
+            starting = self._starting = asyncio.ensure_future(self._start())
+        # Shielded: a cancelled long poll must not cancel the subscription others wait for.
+        await asyncio.shield(starting)
+        return self._generation
+
+    async def wait(self, generation: int, timeout: float) -> bool:
+        """Wait until a wake-up newer than ``generation``; False when ``timeout`` ran out."""
+        if self._generation != generation:
+            return True
+        event = self._event
+        try:
+            async with asyncio.timeout(timeout):
+                await event.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def _wake(self) -> None:
+        self._generation += 1
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def _start(self) -> None:
+        if isinstance(self._redis, RedisCluster):
+            await self._redis.initialize()  # the slot map picks the listener's node
+        if self._client is None:
+            self._client = _listener(self._redis, self._channel)
+        pubsub = self._client.pubsub()
+        try:
+            await pubsub.subscribe(self._channel)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + SUBSCRIBE_TIMEOUT
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise RedisTimeoutError("no confirmation of the wake-up subscription")
+                reply = await pubsub.get_message(timeout=remaining)
+                if reply is not None and reply["type"] == "subscribe":
+                    break
+        except BaseException:
+            # Start over on a new client next time (on a cluster, the slot may have moved).
+            client, self._client = self._client, None
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await client.aclose()
+            raise
+        self._pubsub = pubsub
+        self._reader = asyncio.create_task(self._read(pubsub))
+
+    async def _read(self, pubsub: PubSub) -> None:
+        try:
+            pinged = False
+            while True:
+                reply = await pubsub.get_message(timeout=LISTEN_SLICE)
+                if reply is not None:
+                    pinged = False  # any reply shows the connection is alive
+                    if reply["type"] == "message":
+                        self._wake()
+                elif pinged:
+                    raise RedisConnectionError("the wake-up connection stopped answering")
+                else:
+                    await pubsub.ping()
+                    pinged = True
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The connection failed: forget it; waiters fetch again (a wake-up may have been
+            # lost) and the next arm() subscribes on a new client (on a cluster, possibly
+            # another node).
+            client = None
+            if self._pubsub is pubsub:
+                self._pubsub = None
+                self._starting = None
+                client, self._client = self._client, None
+            self._wake()
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                if client is not None:
+                    await client.aclose()
+
+    async def aclose(self) -> None:
+        """Stop the reader and close the listener connection (idempotent)."""
+        for task in (self._starting, self._reader):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            elif task is not None and not task.cancelled():
+                task.exception()  # retrieved: a failed start was already reported to a caller
+        self._starting = self._reader = None
+        if self._pubsub is not None:
+            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+            self._pubsub = None
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+def _listener(redis: RedisClient, channel: str) -> Redis:
+    """A client of its own for the wake-up subscription, on the server that serves ``channel``.
+
+    Same connection settings as ``redis`` (address, credentials, TLS, ...) except: no socket
+    timeout (a wait may be long; reads use explicit timeouts; the reader PINGs when quiet) and no
+    hidden retries (a reconnect could lose wake-ups silently; the reader reports it instead).
+    On a cluster, PUBLISH is broadcast to every node: any node would do, the channel's is used.
+    """
+    connection_class: Any
+    if isinstance(redis, RedisCluster):
+        node = redis.get_node_from_key(channel)
+        if node is None:
+            node = redis.get_default_node()
+        connection_class, source = node.connection_class, node.connection_kwargs
+    else:
+        pool = redis.connection_pool
+        connection_class, source = pool.connection_class, pool.connection_kwargs
+    kwargs = {
+        key: value
+        for key, value in source.items()
+        if key not in _POOL_INTERNALS and not key.startswith("orig_")
+    }
+    kwargs["socket_connect_timeout"] = (
+        source.get("socket_connect_timeout") or source.get("socket_timeout") or SUBSCRIBE_TIMEOUT
+    )
+    kwargs["socket_timeout"] = None
+    kwargs["retry"] = Retry(NoBackoff(), 0)
+    return Redis.from_pool(ConnectionPool(connection_class=connection_class, **kwargs))
+
+
+__all__ = [
+    "CLOCK_LIMIT",
+    "Channel",
+    "FetchResult",
+    "FetchedMessage",
+    "Message",
+    "Published",
+    "channel_ttl",
+    "next_clock",
+]

@@ -1,0 +1,377 @@
+"""A router node: local clients, the cluster's route mirror, and forwarding between nodes.
+
+Life of a node (one process, one *incarnation*):
+
+1. ``start``: register in the node registry, claim its route set (which drops the routes
+   of its own previous incarnation), open its inbox, load every live node's routes into
+   the mirror, announce itself, then heartbeat every ``heartbeat_interval``.
+2. Subscribe: the client's subscription goes to Redis (client state, atomic per client),
+   then into the local trie; when the node's count for the route goes 0 -> 1 (or a share
+   group's member count changes) the route change is written to the node's route set and
+   ``subscribe`` returns only once it is durable there. Every other node learns it from a
+   hint plus the node's change stream.
+3. Publish: match the mirror; deliver locally; send exactly one copy to each other
+   interested node's inbox (batched); ``publish`` returns when every copy is stored.
+   Each share group gets exactly one member cluster-wide: the mirror picks the node.
+4. ``stop``: remove its routes, deregister, announce; other nodes drop its routes.
+   A node that dies instead is purged by the others once its heartbeat expires; its inbox
+   keeps messages until the channel TTL, for a restart under the same node id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from router.errors import NodeNotRegisteredError, StaleIncarnationError
+from router.forwarding import Forwarder, InboxReader
+from router.guid import GuidGenerator, node_part_for
+from router.keys import Keys, check_id
+from router.messages import Delivery, Forward, Message
+from router.mirror import RouteMirror
+from router.nodes import NodeRegistry
+from router.options import make_options
+from router.routes import RouteChange, RouteStore
+from router.routewriter import RouteWriter
+from router.scripts import RedisClient
+from router.sessions import LocalSessions, Overflow
+from router.sharing import LocalFirstStrategy, ShareStrategy, strategy_by_name
+from router.subscriptions import Owner, SubscriptionStore
+from router.sync import MirrorSync
+from router.tasks import stop_task
+from router.topics import validate_filter, validate_topic
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """How one node behaves. Times are seconds."""
+
+    node_id: str
+    prefix: str = "rt"
+    heartbeat_interval: float = 1.0
+    heartbeat_ttl: float = 3.0
+    inbox_expire: float = 300.0
+    inbox_poll: float = 5.0
+    queue_limit: int = 10_000
+    overflow: Overflow = "drop_oldest"
+    share_strategy: str = "random"
+    stream_length: int = 10_000
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What a publish did: its message id, the nodes that got a copy (this node included
+    when it had an interested client), and the local copies queued and dropped."""
+
+    message_id: bytes
+    nodes: list[str]
+    local_deliveries: int
+    local_drops: int
+
+
+class RouterNode:
+    """One node of the router cluster, embedded in an asyncio program."""
+
+    def __init__(self, redis: RedisClient, config: NodeConfig) -> None:
+        self.config = config
+        self.node_id = check_id(config.node_id, "node id")
+        self.incarnation = uuid.uuid4().hex
+        self.keys = Keys(config.prefix)
+        self._redis = redis
+        self.routes = RouteStore(redis, self.keys, stream_length=config.stream_length)
+        self.registry = NodeRegistry(redis, self.keys, ttl=config.heartbeat_ttl, routes=self.routes)
+        self.subscriptions = SubscriptionStore(redis, self.keys)
+        self.sessions = LocalSessions(
+            self._strategy(), queue_limit=config.queue_limit, overflow=config.overflow
+        )
+        self.mirror = RouteMirror(self._strategy())
+        self._sync = MirrorSync(
+            redis,
+            self.keys,
+            self.routes,
+            self.registry,
+            self.mirror,
+            self.node_id,
+            config.heartbeat_interval,
+        )
+        self._writer = RouteWriter(
+            self.routes,
+            self.node_id,
+            self.incarnation,
+            self.sessions.routes,
+            self._on_routes_applied,
+            self._on_routes_claimed,
+        )
+        self._forwarder = Forwarder(redis, self.keys, config.inbox_expire)
+        self._inbox = InboxReader(
+            redis,
+            self.keys,
+            self.node_id,
+            config.inbox_expire,
+            self._dispatch,
+            poll=config.inbox_poll,
+        )
+        self._ids = GuidGenerator(node_part_for(self.node_id, self.incarnation))
+        self._owners: dict[str, Owner] = {}
+        self._generation: str | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._running = False
+        self.published = 0
+        self.local_deliveries = 0
+        self.redispatched = 0
+        self.undeliverable = 0
+
+    def _strategy(self) -> ShareStrategy:
+        if self.config.share_strategy == "local":
+            return LocalFirstStrategy(lambda member: member == self.node_id)
+        return strategy_by_name(self.config.share_strategy)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> RouterNode:
+        """Join the cluster (see the module docstring); returns the node."""
+        await self.registry.register(self.node_id, self.incarnation)
+        await self._claim()
+        await self._inbox.start()
+        await self._sync.start()
+        self._writer.start()
+        await self._sync.announce()
+        self._heartbeat = asyncio.create_task(self._beat(), name=f"heartbeat:{self.node_id}")
+        self._running = True
+        return self
+
+    async def _claim(self) -> None:
+        claim = await self.routes.claim(self.node_id, self.incarnation, self.sessions.routes())
+        self._generation = claim.generation
+        self.mirror.load(self.node_id, claim.generation, 0, self.sessions.routes())
+
+    async def stop(self) -> None:
+        """Leave gracefully: remove this node's routes, deregister, announce, close."""
+        if not self._running:
+            return
+        self._running = False
+        await stop_task(self._heartbeat)
+        await self._writer.stop()
+        await self._forwarder.stop()
+        await self._inbox.stop()
+        try:
+            await self.registry.purge(self.node_id, self.incarnation)
+            await self._sync.announce()
+        finally:
+            await self._sync.stop()
+            for client_id in self.sessions.clients():
+                self.sessions.disconnect(client_id)
+
+    async def __aenter__(self) -> RouterNode:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_interval)
+            try:
+                await self.registry.heartbeat(self.node_id, self.incarnation)
+            except NodeNotRegisteredError:
+                await self._rejoin()
+            except StaleIncarnationError:
+                log.error("node %s was taken over by another process; stopping", self.node_id)
+                self._running = False
+                return
+            except Exception:
+                log.warning("heartbeat of node %s failed", self.node_id, exc_info=True)
+
+    async def _rejoin(self) -> None:
+        """The others purged this node (it missed heartbeats): join again as a new incarnation."""
+        log.warning("node %s was purged as dead; registering again", self.node_id)
+        self.incarnation = uuid.uuid4().hex
+        self._writer.incarnation = self.incarnation
+        await self.registry.register(self.node_id, self.incarnation)
+        await self._claim()
+        await self._sync.announce()
+
+    def _on_routes_applied(self, changes: list[RouteChange]) -> None:
+        if not self.mirror.apply(self.node_id, self._generation, changes):
+            self.mirror.load(
+                self.node_id,
+                self._generation,
+                changes[-1].version if changes else 0,
+                self.sessions.routes(),
+            )
+
+    async def _on_routes_claimed(self, generation: str) -> None:
+        self._generation = generation
+        self.mirror.load(self.node_id, generation, 0, self.sessions.routes())
+
+    # -- clients ---------------------------------------------------------------------
+
+    async def connect(self, client_id: str) -> None:
+        """Attach a client to this node with a clean session (earlier state is dropped)."""
+        check_id(client_id, "client id")
+        if client_id in self._owners:
+            return
+        await self.subscriptions.remove_client(client_id)
+        self._owners[client_id] = await self.subscriptions.claim(client_id, self.node_id)
+        self.sessions.open(client_id)
+
+    async def subscribe(self, client_id: str, topic_filter: str, **options: Any) -> bool:
+        """Subscribe a client (connecting it if needed); True if the subscription is new.
+
+        Returns once the subscription is in Redis and, if the node's routes changed, the
+        route is durable: from then on a publish on any caught-up node reaches the client.
+        Raises :class:`InvalidTopicError` / :class:`InvalidOptionsError` and changes
+        nothing on bad input.
+        """
+        validate_filter(topic_filter)
+        opts = make_options(**options)
+        await self.connect(client_id)
+        await self.subscriptions.subscribe(
+            client_id, topic_filter, opts, owner=self._owners[client_id]
+        )
+        is_new, change = self.sessions.subscribe(client_id, topic_filter, **opts.as_dict())
+        if change is not None:
+            await self._write_route(*change)
+        return is_new
+
+    async def unsubscribe(self, client_id: str, topic_filter: str) -> bool:
+        """Remove one subscription; True if the client had it."""
+        validate_filter(topic_filter)
+        owner = self._owners.get(client_id)
+        if owner is None:
+            return False
+        await self.subscriptions.unsubscribe(client_id, topic_filter, owner=owner)
+        existed, change = self.sessions.unsubscribe(client_id, topic_filter)
+        if change is not None:
+            await self._write_route(*change)
+        return existed
+
+    async def disconnect(self, client_id: str) -> None:
+        """Detach the client: its subscriptions end, its queue closes, its state is removed."""
+        owner = self._owners.pop(client_id, None)
+        changes = self.sessions.disconnect(client_id)
+        waiters = [self._writer.submit(route, count) for route, count in changes]
+        if owner is not None:
+            await self.subscriptions.remove_client(client_id, owner=owner)
+        if waiters:
+            await asyncio.gather(*waiters)
+            await self._sync.announce()
+
+    async def _write_route(self, route: str, count: int) -> None:
+        await self._writer.submit(route, count)
+        await self._sync.announce()
+
+    def messages(self, client_id: str) -> AsyncIterator[Delivery]:
+        """The client's deliveries, in order, until it disconnects."""
+        return self.sessions.session(client_id).__aiter__()
+
+    # -- publishing ------------------------------------------------------------------
+
+    async def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        qos: int = 0,
+        retain: bool = False,
+        publisher: str | None = None,
+    ) -> PublishResult:
+        """Route a message to every interested client in the cluster.
+
+        Returns once every remote copy is stored in its node's inbox. Raises
+        :class:`InvalidTopicError` for an invalid topic and ``TypeError``/``ValueError``
+        for a payload that is not bytes or a QoS outside 0..2.
+        """
+        validate_topic(topic)
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        if qos not in (0, 1, 2):
+            raise ValueError(f"qos must be 0, 1 or 2, not {qos!r}")
+        message = Message(
+            self._ids.new_bytes(),
+            topic,
+            bytes(payload),
+            qos,
+            bool(retain),
+            publisher,
+            time.monotonic(),
+        )
+        self.published += 1
+        route = self.mirror.match(topic, publisher)
+        waiters = []
+        queued = dropped = 0
+        for node_id, groups in route.nodes.items():
+            if node_id == self.node_id:
+                queued, dropped = self.sessions.deliver(message, groups)
+                self.local_deliveries += queued
+            else:
+                waiters.append(self._forwarder.send(node_id, Forward(message, tuple(groups))))
+        if waiters:
+            await asyncio.gather(*waiters)
+        return PublishResult(message.id, list(route.nodes), queued, dropped)
+
+    async def _dispatch(self, forwards: list[Forward]) -> None:
+        """Deliver copies that arrived in the inbox; re-dispatch groups with no member here."""
+        waiters = []
+        for forward in forwards:
+            queued, _ = self.sessions.deliver(forward.message, forward.groups)
+            self.local_deliveries += queued
+            for share_filter in forward.groups:
+                if self.sessions.group_members(share_filter):
+                    continue
+                waiter = self._redispatch(forward, share_filter)
+                if waiter is not None:
+                    waiters.append(waiter)
+        if waiters:
+            await asyncio.gather(*waiters)
+
+    def _redispatch(self, forward: Forward, share_filter: str) -> asyncio.Future[None] | None:
+        tried = (*forward.tried, self.node_id)
+        candidates = {
+            node_id: count
+            for node_id, count in self.mirror.group_nodes(share_filter).items()
+            if node_id not in tried
+        }
+        if not candidates:
+            self.undeliverable += 1
+            log.warning(
+                "no member of %s left for message %s", share_filter, forward.message.id.hex()
+            )
+            return None
+        self.redispatched += 1
+        nodes = sorted(candidates)
+        chosen = random.choices(nodes, weights=[candidates[n] for n in nodes])[0]
+        return self._forwarder.send(chosen, Forward(forward.message, (share_filter,), tried))
+
+    # -- reading ---------------------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        """Counters of this node since it started."""
+        return {
+            "published": self.published,
+            "forwarded": self._forwarder.forwarded,
+            "forward_batches": self._forwarder.batches,
+            "received": self._inbox.received,
+            "duplicates_dropped": self._inbox.duplicates,
+            "local_deliveries": self.local_deliveries,
+            "queue_drops": self.sessions.dropped(),
+            "redispatched": self.redispatched,
+            "undeliverable": self.undeliverable,
+            "mirror_resyncs": self._sync.resyncs,
+            "nodes_purged": self._sync.purged,
+            "routes": len(self.sessions.routes()),
+        }

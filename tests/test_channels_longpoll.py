@@ -1,0 +1,311 @@
+"""Channel long polls: wake-ups, timeouts, cancellation and the socket-timeout trap.
+
+"Prompt" means within PROMPT seconds of the publish. The tests wait on conditions with
+deadlines (the wake-up subscription is visible in PUBSUB NUMSUB), never on fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from itertools import count
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from router.channels import Channel, FetchResult, _listener
+from router.errors import SubscriptionNotFound
+from router.keys import Keys
+from router.scripts import RedisClient
+from tests.redis_servers import RedisServer
+from tests.test_channels import EXPIRE, NAME, ids
+
+PROMPT = 0.5
+
+
+@pytest.fixture
+async def channel(redis_client: RedisClient, keys: Keys) -> AsyncIterator[Channel]:
+    ch = Channel(redis_client, NAME, expire=EXPIRE, keys=keys)
+    try:
+        yield ch
+    finally:
+        await ch.aclose()
+
+
+def now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+async def until(condition: Callable[[], Awaitable[bool]], what: str, timeout: float = 5) -> None:
+    deadline = now() + timeout
+    while not await condition():
+        assert now() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+async def listeners(redis: RedisClient, channel: Channel) -> int:
+    """How many connections are subscribed to the channel's wake-ups (on the listener's node)."""
+    wake = channel.keys.channel_wakeup(channel.name)
+    if isinstance(redis, RedisCluster):
+        node = redis.get_node_from_key(wake)
+        reply = await redis.execute_command("PUBSUB NUMSUB", wake, target_nodes=node)
+    else:
+        reply = await redis.execute_command("PUBSUB NUMSUB", wake)  # type: ignore[no-untyped-call]
+    counts: list[Any] = list(reply.items()) if isinstance(reply, dict) else list(reply)
+    flat: list[Any] = []
+    for item in counts:
+        flat.extend(item if isinstance(item, list | tuple) else [item])
+    return int(flat[1])
+
+
+def listening(redis: RedisClient, channel: Channel, expected: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return await listeners(redis, channel) == expected
+
+    return check
+
+
+async def armed(redis: RedisClient, channel: Channel) -> None:
+    await until(listening(redis, channel, 1), "the wake-up subscription")
+
+
+async def test_long_poll_returns_promptly_after_a_publish(
+    channel: Channel, redis_client: RedisClient
+) -> None:
+    await channel.add_subscriber("s")
+    poll = asyncio.create_task(channel.fetch("s", wait=5))
+    await armed(redis_client, channel)
+    assert not poll.done()
+    published_at = now()
+    await channel.publish([("m", b"x")])
+    result = await asyncio.wait_for(poll, 2)
+    assert now() - published_at < PROMPT
+    assert ids(result) == ["m"]
+
+
+async def test_long_poll_returns_at_once_when_messages_wait(channel: Channel) -> None:
+    await channel.add_subscriber("s")
+    await channel.publish([("m", b"x")])
+    started = now()
+    assert ids(await channel.fetch("s", wait=5)) == ["m"]
+    assert now() - started < PROMPT
+
+
+async def test_long_poll_returns_empty_after_the_wait(channel: Channel) -> None:
+    await channel.add_subscriber("s")
+    started = now()
+    result = await channel.fetch("s", wait=2)
+    elapsed = now() - started
+    assert result == FetchResult((), None, False)
+    assert 1.95 <= elapsed < 2 + PROMPT
+
+
+async def test_long_poll_of_a_missing_subscriber_fails_at_once(channel: Channel) -> None:
+    started = now()
+    with pytest.raises(SubscriptionNotFound):
+        await channel.fetch("nobody", wait=5)
+    assert now() - started < PROMPT
+
+
+async def test_cancelled_long_poll_returns_promptly(
+    channel: Channel, redis_client: RedisClient
+) -> None:
+    await channel.add_subscriber("s")
+    poll = asyncio.create_task(channel.fetch("s", wait=30))
+    await armed(redis_client, channel)
+    cancelled_at = now()
+    poll.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(poll, 2)
+    assert now() - cancelled_at < PROMPT
+    # The shared subscription survives a cancelled poll: the next one still wakes up.
+    poll = asyncio.create_task(channel.fetch("s", wait=5))
+    await asyncio.sleep(0)
+    published_at = now()
+    await channel.publish([("m", b"x")])
+    assert ids(await asyncio.wait_for(poll, 2)) == ["m"]
+    assert now() - published_at < PROMPT
+
+
+async def test_no_wake_up_is_lost_between_fetch_and_wait(
+    channel: Channel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message published right after the first (empty) fetch still wakes the poll."""
+    await channel.add_subscriber("s")
+    fetch_now = channel._fetch_now
+    calls = 0
+
+    async def fetch_then_publish(subscriber: str, cursor: str, limit: int) -> FetchResult:
+        nonlocal calls
+        calls += 1
+        result = await fetch_now(subscriber, cursor, limit)
+        if calls == 1:
+            assert result.messages == ()
+            await channel.publish([("racer", b"x")])
+        return result
+
+    monkeypatch.setattr(channel, "_fetch_now", fetch_then_publish)
+    started = now()
+    result = await channel.fetch("s", wait=10)
+    assert ids(result) == ["racer"] and calls == 2
+    assert now() - started < PROMPT
+
+
+async def test_concurrent_long_polls_share_one_subscription(
+    channel: Channel, redis_client: RedisClient
+) -> None:
+    await channel.add_subscriber("s")
+    await channel.add_subscriber("t")
+    polls = [asyncio.create_task(channel.fetch(sub, wait=5)) for sub in ("s", "t", "s")]
+    await armed(redis_client, channel)
+    assert await listeners(redis_client, channel) == 1
+    published_at = now()
+    await channel.publish([("m", b"x")])
+    results = await asyncio.wait_for(asyncio.gather(*polls), 2)
+    assert now() - published_at < PROMPT
+    assert [ids(result) for result in results] == [["m"], ["m"], ["m"]]
+
+
+async def test_a_wake_up_exactly_when_something_was_stored(
+    channel: Channel, redis_client: RedisClient
+) -> None:
+    listener = _listener(redis_client, channel.keys.channel_wakeup(NAME))
+    pubsub = listener.pubsub()
+    try:
+        await pubsub.subscribe(channel.keys.channel_wakeup(NAME))
+        first = await pubsub.get_message(timeout=5)
+        assert first is not None and first["type"] == "subscribe"
+
+        async def next_wake_up() -> bytes:
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5)
+            assert message is not None and message["type"] == "message"
+            data: bytes = message["data"]
+            return data
+
+        await channel.publish([("a", b"1"), ("b", b"2"), ("c", b"3")])
+        assert await next_wake_up() == b"3"  # one wake-up for the batch
+        await channel.publish([])
+        await channel.publish([("a", b"again"), ("b", b"again")])  # duplicates only
+        await channel.publish([("a", b"again"), ("d", b"4")])
+        assert await next_wake_up() == b"4"  # nothing came from the two calls before
+    finally:
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
+        await listener.aclose()
+
+
+@pytest.mark.parametrize("redis_backend", ["standalone"], indirect=True)
+async def test_long_poll_outlives_the_default_socket_timeout(
+    channel: Channel, redis_client: RedisClient
+) -> None:
+    """redis-py's default socket_timeout is 5 s; a wait=10 poll must neither fail nor stall."""
+    assert isinstance(redis_client, Redis)
+    connection = await redis_client.connection_pool.get_connection()  # type: ignore[no-untyped-call]
+    try:  # the client's connections have redis-py's default timeout: the trap is live
+        assert connection.socket_timeout == 5
+    finally:
+        await redis_client.connection_pool.release(connection)
+    await channel.add_subscriber("s")
+    poll = asyncio.create_task(channel.fetch("s", wait=10))
+    await armed(redis_client, channel)
+    pubsub = channel._wakeups._pubsub
+    assert pubsub is not None and pubsub.connection is not None
+    assert pubsub.connection.socket_timeout is None  # the listener's own: no socket timeout
+    with pytest.raises(TimeoutError):  # still waiting after more than 5 s of silence
+        await asyncio.wait_for(asyncio.shield(poll), 5.5)
+    published_at = now()
+    await channel.publish([("m", b"x")])
+    result = await asyncio.wait_for(poll, 2)
+    assert now() - published_at < PROMPT
+    assert ids(result) == ["m"] and result.ack_handle is not None
+    assert await channel.ack("s", result.ack_handle) is True
+    # Without a publish, a wait=10 poll returns empty after ~10 s.
+    started = now()
+    result = await channel.fetch("s", wait=10)
+    assert result == FetchResult((), None, False)
+    assert 9.95 <= now() - started < 10 + PROMPT
+
+
+@pytest.mark.parametrize("redis_backend", ["standalone"], indirect=True)
+async def test_long_poll_recovers_when_its_connection_is_killed(
+    channel: Channel, redis_client: RedisClient
+) -> None:
+    await channel.add_subscriber("s")
+    poll = asyncio.create_task(channel.fetch("s", wait=10))
+    await armed(redis_client, channel)
+    assert isinstance(redis_client, Redis)
+    (killed,) = [client["id"] for client in await redis_client.client_list(_type="pubsub")]
+    assert await redis_client.client_kill_filter(_type="pubsub") == 1
+
+    async def subscribed_again() -> bool:
+        clients = await redis_client.client_list(_type="pubsub")
+        return [c["id"] for c in clients if c["id"] != killed] != [] and await listening(
+            redis_client, channel, 1
+        )()
+
+    # The poll notices, subscribes again on a new connection and keeps waiting.
+    await until(subscribed_again, "a new subscription")
+    assert not poll.done()
+    published_at = now()
+    await channel.publish([("m", b"x")])
+    assert ids(await asyncio.wait_for(poll, 2)) == ["m"]
+    assert now() - published_at < PROMPT
+
+
+async def test_long_poll_fails_loudly_when_redis_goes_away_and_recovers(
+    redis_server_factory: Callable[[], RedisServer], keys: Keys
+) -> None:
+    server = redis_server_factory()
+    redis = Redis.from_url(server.url)
+    try:
+        async with Channel(redis, NAME, expire=EXPIRE, keys=keys) as channel:
+            await channel.add_subscriber("s")
+            poll = asyncio.create_task(channel.fetch("s", wait=10))
+            await armed(redis, channel)
+            server.kill()
+            killed_at = now()
+            with pytest.raises(RedisConnectionError):
+                await asyncio.wait_for(poll, 2)
+            assert now() - killed_at < PROMPT
+            server.start()  # same port, empty: no keys, no scripts
+
+            async def reconnected() -> bool:  # the test's own client drops its stale socket
+                with contextlib.suppress(RedisConnectionError):
+                    return bool(await redis.ping())
+                return False
+
+            await until(reconnected, "the client to reconnect")
+            assert await channel.add_subscriber("s") is True
+            poll = asyncio.create_task(channel.fetch("s", wait=5))
+            await armed(redis, channel)
+            published_at = now()
+            await channel.publish([("m", b"x")])
+            assert ids(await asyncio.wait_for(poll, 2)) == ["m"]
+            assert now() - published_at < PROMPT
+    finally:
+        await redis.aclose()
+
+
+@pytest.mark.parametrize("redis_backend", ["cluster"], indirect=True)
+async def test_long_polls_on_every_master(redis_client: RedisClient, keys: Keys) -> None:
+    assert isinstance(redis_client, RedisCluster)
+    by_node: dict[str, str] = {}
+    for i in count():
+        name = f"poll{i}"
+        node = redis_client.get_node_from_key(keys.channel(name))
+        assert node is not None
+        by_node.setdefault(node.name, name)
+        if len(by_node) == 3:
+            break
+    for name in by_node.values():
+        async with Channel(redis_client, name, expire=EXPIRE, keys=keys) as channel:
+            await channel.add_subscriber("s")
+            poll = asyncio.create_task(channel.fetch("s", wait=5))
+            await armed(redis_client, channel)
+            published_at = now()
+            await channel.publish([("m", b"x")])
+            assert ids(await asyncio.wait_for(poll, 2)) == ["m"]
+            assert now() - published_at < PROMPT

@@ -1,0 +1,140 @@
+"""Router nodes in one process, each with its own Redis client, on real Redis and a cluster."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from router import InvalidTopicError
+from router.keys import Keys
+from router.messages import Delivery
+from router.node import NodeConfig, RouterNode
+
+pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
+
+StartNode = Callable[..., Awaitable[RouterNode]]
+
+
+@pytest.fixture
+async def start_node(redis_connect: Any, keys: Keys) -> AsyncIterator[StartNode]:
+    nodes: list[RouterNode] = []
+
+    async def start(node_id: str, **config: Any) -> RouterNode:
+        config.setdefault("heartbeat_interval", 0.2)
+        config.setdefault("heartbeat_ttl", 1.0)
+        redis = await redis_connect()
+        node = RouterNode(redis, NodeConfig(node_id, prefix=keys.prefix, **config))
+        await node.start()
+        nodes.append(node)
+        return node
+
+    try:
+        yield start
+    finally:
+        for node in reversed(nodes):
+            await node.stop()
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+async def take(
+    node: RouterNode, client_id: str, count: int, timeout: float = 5.0
+) -> list[Delivery]:
+    session = node.sessions.session(client_id)
+    got = []
+    async with asyncio.timeout(timeout):
+        while len(got) < count:
+            delivery = await session.get()
+            assert delivery is not None
+            got.append(delivery)
+    return got
+
+
+async def test_publish_reaches_a_subscriber_on_another_node(start_node: StartNode) -> None:
+    a, b, c = await start_node("a"), await start_node("b"), await start_node("c")
+    await b.subscribe("phone", "home/+/temp", qos=1)
+    await eventually(lambda: "b" in a.mirror.match("home/kitchen/temp").nodes)
+    result = await a.publish("home/kitchen/temp", b"21.5", qos=1)
+    assert result.nodes == ["b"]
+    [delivery] = await take(b, "phone", 1)
+    assert (delivery.topic, delivery.payload, delivery.qos) == ("home/kitchen/temp", b"21.5", 1)
+    assert c.stats()["received"] == 0
+    assert a.stats()["forwarded"] == 1
+
+
+async def test_one_copy_per_node_whatever_the_subscribers(start_node: StartNode) -> None:
+    a, b = await start_node("a"), await start_node("b")
+    for index in range(5):
+        await b.subscribe(f"client-{index}", "t/#")
+    await eventually(lambda: "b" in a.mirror.match("t/x").nodes)
+    await a.publish("t/x", b"1")
+    for index in range(5):
+        await take(b, f"client-{index}", 1)
+    assert a.stats()["forwarded"] == 1
+    assert b.stats()["received"] == 1
+
+
+async def test_shared_group_across_nodes_gets_each_message_once(start_node: StartNode) -> None:
+    a, b = await start_node("a"), await start_node("b")
+    await a.subscribe("w1", "$share/workers/jobs/#")
+    await b.subscribe("w2", "$share/workers/jobs/#")
+    await eventually(lambda: a.mirror.group_nodes("$share/workers/jobs/#") == {"a": 1, "b": 1})
+    for index in range(40):
+        await a.publish(f"jobs/{index}", str(index).encode())
+    await eventually(lambda: a.local_deliveries + b.local_deliveries == 40)
+    got = [
+        d.payload
+        for node, c in ((a, "w1"), (b, "w2"))
+        for d in await take(node, c, node.local_deliveries)
+    ]
+    assert sorted(got) == sorted(str(i).encode() for i in range(40))
+    assert a.local_deliveries > 0 and b.local_deliveries > 0
+
+
+async def test_unsubscribe_stops_forwarding(start_node: StartNode) -> None:
+    a, b = await start_node("a"), await start_node("b")
+    await b.subscribe("c", "x")
+    await eventually(lambda: "b" in a.mirror.match("x").nodes)
+    assert await b.unsubscribe("c", "x") is True
+    assert await b.unsubscribe("c", "x") is False
+    await eventually(lambda: a.mirror.match("x").nodes == {})
+    result = await a.publish("x", b"")
+    assert result.nodes == []
+
+
+async def test_graceful_stop_removes_routes_everywhere(start_node: StartNode) -> None:
+    a, b = await start_node("a"), await start_node("b")
+    await b.subscribe("c", "#")
+    await eventually(lambda: "b" in a.mirror.nodes() and a.mirror.routes("b") == {"#": 1})
+    await b.stop()
+    await eventually(lambda: "b" not in a.mirror.nodes())
+    assert await a.routes.snapshot("b") == (await a.routes.snapshot("b"))._replace(routes={})
+
+
+async def test_local_subscriber_gets_local_publish(start_node: StartNode) -> None:
+    a = await start_node("a")
+    await a.subscribe("me", "self/#", no_local=True)
+    await a.subscribe("other", "self/#")
+    result = await a.publish("self/x", b"p", publisher="me")
+    assert result.local_deliveries == 1
+    [delivery] = await take(a, "other", 1)
+    assert delivery.publisher == "me"
+    assert a.sessions.session("me").pending() == 0
+
+
+async def test_bad_input_is_refused(start_node: StartNode) -> None:
+    a = await start_node("a")
+    with pytest.raises(InvalidTopicError):
+        await a.subscribe("c", "a/#/b")
+    with pytest.raises(InvalidTopicError):
+        await a.publish("a/+", b"")
+    assert a.sessions.routes() == {}

@@ -1,0 +1,187 @@
+"""Client state in Redis: subscriptions, session owner and epochs, removal, bad input.
+
+Every test runs on fakeredis, a real standalone Redis and a 3-master Redis Cluster.
+"""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from router.errors import (
+    CorruptStateError,
+    InvalidIdError,
+    InvalidOptionsError,
+    InvalidTopicError,
+    RouterError,
+    SessionOwnershipError,
+)
+from router.keys import Keys
+from router.options import DEFAULT_OPTIONS, SubscriptionOptions
+from router.scripts import RedisClient
+from router.subscriptions import Owner, SubscriptionStore, pack_options, unpack_options
+
+QOS1 = SubscriptionOptions(qos=1)
+FANCY = SubscriptionOptions(
+    qos=2, no_local=True, retain_as_published=True, retain_handling=2, subscription_identifier=7
+)
+
+
+@pytest.fixture
+def store(redis_client: RedisClient, keys: Keys) -> SubscriptionStore:
+    return SubscriptionStore(redis_client, keys)
+
+
+def test_options_survive_packing() -> None:
+    for options in (DEFAULT_OPTIONS, QOS1, FANCY):
+        assert unpack_options(pack_options(options)) == options
+
+
+async def test_subscribe_reports_new_then_replaced(store: SubscriptionStore) -> None:
+    assert await store.subscribe("c1", "a/+", QOS1) is True
+    assert await store.subscribe("c1", "a/+", FANCY) is False
+    assert await store.subscribe("c1", "$share/g/a/#") is True
+    assert await store.subscriptions("c1") == {"a/+": FANCY, "$share/g/a/#": DEFAULT_OPTIONS}
+    assert await store.subscriptions("c2") == {}
+
+
+async def test_a_batch_is_one_call_and_reports_each_item(store: SubscriptionStore) -> None:
+    await store.subscribe("c1", "old")
+    batch = [("old", QOS1), ("x/#", DEFAULT_OPTIONS), ("x/#", FANCY), ("ü/+/z", QOS1)]
+    assert await store.subscribe_many("c1", batch) == [False, True, False, True]
+    assert await store.subscriptions("c1") == {"old": QOS1, "x/#": FANCY, "ü/+/z": QOS1}
+    assert await store.subscribe_many("c1", []) == []
+
+
+async def test_unsubscribe(store: SubscriptionStore) -> None:
+    await store.subscribe_many("c1", [("a", QOS1), ("b", QOS1), ("c", QOS1)])
+    assert await store.unsubscribe("c1", "a") is True
+    assert await store.unsubscribe("c1", "a") is False
+    assert await store.unsubscribe_many("c1", ["b", "nope", "b"]) == [True, False, False]
+    assert await store.subscriptions("c1") == {"c": QOS1}
+    assert await store.unsubscribe_many("c1", []) == []
+
+
+async def test_claims_grow_the_epoch_and_change_the_owner(store: SubscriptionStore) -> None:
+    assert await store.owner("c1") is None
+    first = await store.claim("c1", "node-a")
+    assert first.node_id == "node-a"
+    assert await store.owner("c1") == first
+    second = await store.claim("c1", "node-b")
+    third = await store.claim("c1", "node-b")
+    assert first.epoch < second.epoch < third.epoch
+    assert await store.owner("c1") == third
+
+
+async def test_epochs_keep_growing_after_the_client_was_removed(store: SubscriptionStore) -> None:
+    before = await store.claim("c1", "node-a")
+    await store.remove_client("c1")
+    assert await store.owner("c1") is None
+    after = await store.claim("c1", "node-a")
+    assert after.epoch > before.epoch
+
+
+async def test_a_stale_owner_cannot_write(store: SubscriptionStore) -> None:
+    old = await store.claim("c1", "node-a")
+    await store.subscribe("c1", "keep", QOS1, owner=old)
+    new = await store.claim("c1", "node-b")
+    stale_same_node = Owner("node-b", old.epoch)
+    for stale in (old, stale_same_node, Owner("node-a", new.epoch)):
+        with pytest.raises(SessionOwnershipError):
+            await store.subscribe("c1", "lost", owner=stale)
+        with pytest.raises(SessionOwnershipError):
+            await store.unsubscribe("c1", "keep", owner=stale)
+        with pytest.raises(SessionOwnershipError):
+            await store.remove_client("c1", owner=stale)
+    assert await store.subscriptions("c1") == {"keep": QOS1}
+    assert await store.owner("c1") == new
+    assert await store.subscribe("c1", "won", owner=new) is True
+    assert await store.unsubscribe("c1", "keep", owner=new) is True
+    assert set(await store.subscriptions("c1")) == {"won"}
+
+
+async def test_an_owner_check_without_an_owner_fails(store: SubscriptionStore) -> None:
+    with pytest.raises(SessionOwnershipError):
+        await store.subscribe("c1", "a", owner=Owner("node-a", 1))
+    assert await store.subscriptions("c1") == {}
+
+
+async def test_remove_client_deletes_every_key_of_the_client(
+    store: SubscriptionStore, redis_client: RedisClient
+) -> None:
+    owner = await store.claim("c1", "node-a")
+    await store.subscribe_many("c1", [("a", QOS1), ("b", QOS1)], owner=owner)
+    await store.subscribe("c2", "a")
+    for key, field, value in (
+        (store.keys.client_aliases("c1", "client"), "1", "t"),
+        (store.keys.client_alias_topics("c1", "client"), "t", "1"),
+        (store.keys.client_aliases("c1", "server"), "2", "u"),
+        (store.keys.client_alias_topics("c1", "server"), "u", "2"),
+        (store.keys.client_alias_maximum("c1"), "client", "10"),
+    ):
+        await redis_client.hset(key, field, value)
+    removed = await store.remove_client("c1", owner=owner)
+    assert (removed.subscriptions, removed.aliases, removed.owner) == (2, 2, True)
+    for key in store.client_keys("c1"):
+        assert await redis_client.exists(key) == 0, key
+    assert await store.subscriptions("c2") == {"a": DEFAULT_OPTIONS}
+    again = await store.remove_client("c1")
+    assert tuple(again) == (0, 0, False)
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda s: s.subscribe("", "a"), InvalidIdError),
+        (lambda s: s.subscribe("c1", "a/#/b"), InvalidTopicError),
+        (lambda s: s.subscribe("c1", "x" * 65536), InvalidTopicError),
+        (lambda s: s.subscribe("c1", "ü" * 40000), InvalidTopicError),
+        (lambda s: s.subscribe("c1", ""), InvalidTopicError),
+        (lambda s: s.subscribe("c1", "$share/g"), InvalidTopicError),
+        (lambda s: s.subscribe("c1", "a", {"qos": 1}), InvalidOptionsError),
+        (lambda s: s.subscribe_many("c1", [("ok", QOS1), ("bad+", QOS1)]), InvalidTopicError),
+        (lambda s: s.unsubscribe_many("c1", ["ok", "#/x"]), InvalidTopicError),
+        (lambda s: s.claim("c1", ""), InvalidIdError),
+        (lambda s: s.claim("", "node-a"), InvalidIdError),
+        (lambda s: s.subscribe("c1", "a", owner=Owner("", 1)), InvalidIdError),
+        (lambda s: s.subscribe("c1", "a", owner=Owner("n", 0)), InvalidIdError),
+        (lambda s: s.remove_client(""), InvalidIdError),
+    ],
+)
+async def test_bad_input_raises_and_changes_nothing(
+    store: SubscriptionStore, call: object, error: type[RouterError]
+) -> None:
+    await store.subscribe("c1", "keep", QOS1)
+    owner = await store.claim("c1", "node-a")
+    with pytest.raises(error):
+        await call(store)  # type: ignore[operator]
+    assert await store.subscriptions("c1") == {"keep": QOS1}
+    assert await store.owner("c1") == owner
+
+
+async def test_garbage_options_in_redis_raise_corrupt_state(
+    store: SubscriptionStore, redis_client: RedisClient
+) -> None:
+    key = store.keys.client_subscriptions("c1")
+    for garbage in (b"\xc1", b"not msgpack at all", msgpack.packb([9, 0, 0, 0, None]), b"\x90"):
+        await redis_client.hset(key, "a", garbage)
+        with pytest.raises(CorruptStateError):
+            await store.subscriptions("c1")
+        assert await redis_client.hget(key, "a") == garbage
+
+
+async def test_a_garbage_epoch_in_redis_raises_corrupt_state(
+    store: SubscriptionStore, redis_client: RedisClient
+) -> None:
+    owner = await store.claim("c1", "node-a")
+    await store.subscribe("c1", "keep", owner=owner)
+    key = store.keys.client_owner("c1")
+    await redis_client.hset(key, "epoch", "twelve")
+    with pytest.raises(CorruptStateError):
+        await store.claim("c1", "node-b")
+    with pytest.raises(CorruptStateError):
+        await store.owner("c1")
+    with pytest.raises(CorruptStateError):
+        await store.subscribe("c1", "new", owner=owner)
+    assert await redis_client.hgetall(key) == {b"node": b"node-a", b"epoch": b"twelve"}
+    assert set(await store.subscriptions("c1")) == {"keep"}
