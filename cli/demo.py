@@ -1,30 +1,21 @@
-"""``router demo``: a local matching demo (the cluster demo arrives with the runtime)."""
+"""``router demo``: three nodes on one Redis, and who received what."""
 
 from __future__ import annotations
 
 import click
 
-from router import SubscriptionTrie
-
-DEMO_SUBSCRIPTIONS = [
-    ("thermostat-app", "home/+/temperature"),
-    ("logger", "home/#"),
-    ("kitchen-panel", "home/kitchen/+"),
-    ("ops", "$SYS/#"),
-    ("worker-1", "$share/workers/jobs/#"),
-    ("worker-2", "$share/workers/jobs/#"),
-]
-
-DEMO_TOPICS = ["home/kitchen/temperature", "home/garage/door", "jobs/resize/42", "$SYS/uptime"]
+from router.demo import run_demo
 
 
 @click.command()
-def demo() -> None:
-    """Subscribe a few clients and show who receives which publish."""
-    trie = SubscriptionTrie()
-    for client_id, topic_filter in DEMO_SUBSCRIPTIONS:
-        trie.subscribe(client_id, topic_filter)
-    click.echo("Subscriptions:")
-    click.echo(trie.dump())
-    for topic in DEMO_TOPICS:
-        click.echo(f"publish {topic!r:32} -> {', '.join(trie.match(topic)) or '(nobody)'}")
+@click.option(
+    "--redis",
+    "url",
+    envvar="ROUTER_REDIS_URL",
+    default=None,
+    help="Redis URL; without one an embedded Redis is started.",
+)
+def demo(url: str | None) -> None:
+    """Run three nodes, subscribe clients, publish, and show where messages went."""
+    for line in run_demo(url).lines():
+        click.echo(line)

@@ -15,7 +15,7 @@ from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from router.errors import RouterError
 from router.scripts import RedisClient
@@ -41,6 +41,11 @@ async def open_redis(url: str, **options: Any) -> RedisClient:
     probe = _plain(url, **options)
     try:
         info = await probe.info("cluster")
+    except ResponseError:
+        # A Redis-compatible server without INFO (fakeredis's TCP server) is no cluster.
+        # That server closes a connection after an error reply: reconnect and retry.
+        await probe.aclose()
+        return _plain(url, retry=Retry(NoBackoff(), 3), **options)
     except RedisError:
         await probe.aclose()
         raise

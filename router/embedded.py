@@ -127,6 +127,8 @@ def kind_of(url: str) -> str:
     client = redis.Redis.from_url(url)
     try:
         version = str(client.info("server").get("redis_version", "?"))
+    except redis.ResponseError:
+        return "fakeredis (no INFO command)"
     finally:
         client.close()
     return f"Redis {version}"

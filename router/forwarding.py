@@ -48,12 +48,12 @@ def batch_id(forwards: list[Forward]) -> str:
 
 
 class _Outbox:
-    __slots__ = ("channel", "pending", "task", "waiters")
+    __slots__ = ("channel", "pending", "task")
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
-        self.pending: list[Forward] = []
-        self.waiters: list[asyncio.Future[None]] = []
+        # Each send: its forwards and the future that resolves once they are stored.
+        self.pending: list[tuple[list[Forward], asyncio.Future[None]]] = []
         self.task: asyncio.Task[None] | None = None
 
 
@@ -71,26 +71,36 @@ class Forwarder:
         self.batches = 0
         self.forwarded = 0
 
-    def send(self, node_id: str, forward: Forward) -> asyncio.Future[None]:
-        """Queue one copy for ``node_id``; the future resolves once it is in the inbox."""
+    def send(self, node_id: str, forwards: list[Forward]) -> asyncio.Future[None]:
+        """Queue copies for ``node_id``; the future resolves once they are in its inbox."""
         outbox = self._outboxes.get(node_id)
         if outbox is None:
             channel = Channel(self._redis, self._keys.inbox(node_id), self._expire, self._keys)
             outbox = self._outboxes[node_id] = _Outbox(channel)
-        outbox.pending.append(forward)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        outbox.waiters.append(waiter)
+        outbox.pending.append((forwards, waiter))
         if outbox.task is None:
             outbox.task = asyncio.create_task(self._drain(outbox), name=f"forward:{node_id}")
         return waiter
 
+    def _take(self, outbox: _Outbox) -> tuple[list[Forward], list[asyncio.Future[None]]]:
+        """Whole sends from the queue, up to ``max_batch`` forwards (at least one send)."""
+        batch: list[Forward] = []
+        waiters: list[asyncio.Future[None]] = []
+        taken = 0
+        for forwards, waiter in outbox.pending:
+            if batch and len(batch) + len(forwards) > self._max_batch:
+                break
+            batch += forwards
+            waiters.append(waiter)
+            taken += 1
+        del outbox.pending[:taken]
+        return batch, waiters
+
     async def _drain(self, outbox: _Outbox) -> None:
         try:
             while outbox.pending:
-                batch = outbox.pending[: self._max_batch]
-                waiters = outbox.waiters[: self._max_batch]
-                del outbox.pending[: self._max_batch]
-                del outbox.waiters[: self._max_batch]
+                batch, waiters = self._take(outbox)
                 try:
                     await self._write(outbox.channel, batch)
                 except (RouterError, RedisError) as exc:

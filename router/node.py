@@ -25,7 +25,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -65,6 +65,27 @@ class NodeConfig:
     overflow: Overflow = "drop_oldest"
     share_strategy: str = "random"
     stream_length: int = 10_000
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One message for :meth:`RouterNode.publish_many`."""
+
+    topic: str
+    payload: bytes
+    qos: int = 0
+    retain: bool = False
+    publisher: str | None = None
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """What :meth:`RouterNode.reconcile` found (and whether it repaired it)."""
+
+    node_id: str
+    missing: dict[str, int]
+    stale: list[str]
+    repaired: bool
 
 
 @dataclass(frozen=True)
@@ -294,14 +315,47 @@ class RouterNode:
 
         Returns once every remote copy is stored in its node's inbox. Raises
         :class:`InvalidTopicError` for an invalid topic and ``TypeError``/``ValueError``
-        for a payload that is not bytes or a QoS outside 0..2.
+        for a payload that is not bytes or a QoS outside 0..2; nothing is sent then.
         """
+        message = self._message(topic, payload, qos, retain, publisher)
+        result, sends = self._route(message)
+        if len(sends) == 1:
+            [(node_id, forward)] = sends.items()
+            await self._forwarder.send(node_id, [forward])
+        elif sends:
+            await asyncio.gather(
+                *(self._forwarder.send(node_id, [f]) for node_id, f in sends.items())
+            )
+        return result
+
+    async def publish_many(self, items: Iterable[Outgoing]) -> list[PublishResult]:
+        """Publish a batch: like :meth:`publish` per item, with one inbox write per node.
+
+        Every item is validated before anything is sent. Returns one result per item.
+        """
+        messages = [self._message(o.topic, o.payload, o.qos, o.retain, o.publisher) for o in items]
+        results = []
+        per_node: dict[str, list[Forward]] = {}
+        for message in messages:
+            result, sends = self._route(message)
+            results.append(result)
+            for node_id, forward in sends.items():
+                per_node.setdefault(node_id, []).append(forward)
+        if per_node:
+            await asyncio.gather(
+                *(self._forwarder.send(node_id, forwards) for node_id, forwards in per_node.items())
+            )
+        return results
+
+    def _message(
+        self, topic: str, payload: bytes, qos: int, retain: bool, publisher: str | None
+    ) -> Message:
         validate_topic(topic)
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
         if qos not in (0, 1, 2):
             raise ValueError(f"qos must be 0, 1 or 2, not {qos!r}")
-        message = Message(
+        return Message(
             self._ids.new_bytes(),
             topic,
             bytes(payload),
@@ -310,19 +364,20 @@ class RouterNode:
             publisher,
             time.monotonic(),
         )
+
+    def _route(self, message: Message) -> tuple[PublishResult, dict[str, Forward]]:
+        """Deliver locally and say which nodes get a copy (and for which share groups)."""
         self.published += 1
-        route = self.mirror.match(topic, publisher)
-        waiters = []
+        route = self.mirror.match(message.topic, message.publisher)
+        sends: dict[str, Forward] = {}
         queued = dropped = 0
         for node_id, groups in route.nodes.items():
             if node_id == self.node_id:
                 queued, dropped = self.sessions.deliver(message, groups)
                 self.local_deliveries += queued
             else:
-                waiters.append(self._forwarder.send(node_id, Forward(message, tuple(groups))))
-        if waiters:
-            await asyncio.gather(*waiters)
-        return PublishResult(message.id, list(route.nodes), queued, dropped)
+                sends[node_id] = Forward(message, tuple(groups))
+        return PublishResult(message.id, list(route.nodes), queued, dropped), sends
 
     async def _dispatch(self, forwards: list[Forward]) -> None:
         """Deliver copies that arrived in the inbox; re-dispatch groups with no member here."""
@@ -355,7 +410,28 @@ class RouterNode:
         self.redispatched += 1
         nodes = sorted(candidates)
         chosen = random.choices(nodes, weights=[candidates[n] for n in nodes])[0]
-        return self._forwarder.send(chosen, Forward(forward.message, (share_filter,), tried))
+        return self._forwarder.send(chosen, [Forward(forward.message, (share_filter,), tried)])
+
+    # -- repair ----------------------------------------------------------------------
+
+    async def reconcile(self, repair: bool = True) -> Reconciliation:
+        """Compare the node's route set in Redis with what its local clients need.
+
+        ``missing``: routes the clients need that Redis lacks (or with another count);
+        ``stale``: routes in Redis that no local client needs. With ``repair`` and any
+        difference, the node claims its route set again with exactly what it needs
+        (readers resync from the new generation). Returns what was found.
+        """
+        wanted = self.sessions.routes()
+        stored = (await self.routes.snapshot(self.node_id)).routes
+        missing = {r: c for r, c in wanted.items() if stored.get(r) != c}
+        stale = sorted(r for r in stored if r not in wanted)
+        repaired = False
+        if repair and (missing or stale):
+            await self._writer.republish()
+            await self._sync.announce()
+            repaired = True
+        return Reconciliation(self.node_id, missing, stale, repaired)
 
     # -- reading ---------------------------------------------------------------------
 

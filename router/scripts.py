@@ -82,16 +82,23 @@ class Scripts:
         self._redis = redis
         self._scripts: dict[str, AsyncScript] = {}
 
-    def _script(self, name: str) -> AsyncScript:
+    async def _script(self, name: str) -> AsyncScript:
         script = self._scripts.get(name)
         if script is None:
-            script = self._scripts[name] = self._redis.register_script(script_source(name))
+            source = script_source(name)
+            # Loaded up front: saves the NOSCRIPT round trip of the first call, and
+            # fakeredis's TCP server (the embedded fallback) drops the connection on
+            # SCRIPT LOAD right after a NOSCRIPT reply. redis-py still reloads on NOSCRIPT
+            # later (after SCRIPT FLUSH or a restart).
+            await self._redis.script_load(source)
+            script = self._scripts[name] = self._redis.register_script(source)
         return script
 
     async def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """Run script ``name`` with KEYS and ARGV; coded error replies raise domain errors."""
         try:
-            return await self._script(name)(keys=keys, args=args)
+            script = self._scripts.get(name) or await self._script(name)
+            return await script(keys=keys, args=args)
         except ResponseError as exc:
             domain = translate_error(exc)
             if domain is None:

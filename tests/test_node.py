@@ -12,6 +12,7 @@ from router import InvalidTopicError
 from router.keys import Keys
 from router.messages import Delivery
 from router.node import NodeConfig, RouterNode
+from router.tasks import stop_task
 
 pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
 
@@ -138,3 +139,42 @@ async def test_bad_input_is_refused(start_node: StartNode) -> None:
     with pytest.raises(InvalidTopicError):
         await a.publish("a/+", b"")
     assert a.sessions.routes() == {}
+
+
+async def test_reconcile_finds_and_repairs_missing_and_stale_routes(
+    start_node: StartNode,
+) -> None:
+    a, b = await start_node("a"), await start_node("b")
+    await b.subscribe("c", "kept/#")
+    await eventually(lambda: a.mirror.routes("b") == {"kept/#": 1})
+    # Damage b's route set behind its back: drop a route it needs, plant one it does not.
+    await b.routes.apply("b", b.incarnation, [("kept/#", 0), ("planted", 1)])
+    found = await b.reconcile(repair=False)
+    assert (found.missing, found.stale, found.repaired) == ({"kept/#": 1}, ["planted"], False)
+    found = await b.reconcile()
+    assert found.repaired
+    assert (await b.routes.snapshot("b")).routes == {"kept/#": 1}
+    await eventually(lambda: a.mirror.routes("b") == {"kept/#": 1})
+    clean = await b.reconcile()
+    assert (clean.missing, clean.stale, clean.repaired) == ({}, [], False)
+
+
+async def test_a_restart_with_the_same_id_drops_the_old_incarnation(
+    start_node: StartNode, redis_connect: Any, keys: Keys
+) -> None:
+    a = await start_node("a")
+    redis = await redis_connect()
+    old = RouterNode(redis, NodeConfig("b", prefix=keys.prefix, heartbeat_interval=0.2))
+    await old.start()
+    await old.subscribe("c", "old/#")
+    await eventually(lambda: a.mirror.routes("b") == {"old/#": 1})
+    # The old process vanishes without stopping (no purge); a new one takes the id.
+    await stop_task(old._heartbeat)
+    await old._writer.stop()
+    await old._sync.stop()
+    await old._inbox.stop()
+    new = await start_node("b")
+    await eventually(lambda: a.mirror.routes("b") == {})
+    await new.subscribe("d", "new/#")
+    await eventually(lambda: a.mirror.routes("b") == {"new/#": 1})
+    assert new.incarnation != old.incarnation
