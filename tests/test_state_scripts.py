@@ -179,7 +179,7 @@ async def test_everything_survives_script_flush_between_calls(
     routes = RouteStore(redis_client, keys)
     await subs.subscribe("c", "before")
     await routes.claim("n", "inc")
-    sha = subs._scripts._script("client_subscribe").sha
+    sha = (await subs._scripts._script("client_subscribe")).sha
     assert await redis_client.script_exists(sha) == [True]
     assert await redis_client.script_flush() is True
     assert await redis_client.script_exists(sha) == [False]
