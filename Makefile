@@ -17,8 +17,8 @@ test: system-deps $(STAMP) check
 check: lint typecheck
 
 lint: $(STAMP)
-	$(BIN)/ruff check router cli tests
-	$(BIN)/ruff format --check router cli tests
+	$(BIN)/ruff check router cli tests examples
+	$(BIN)/ruff format --check router cli tests examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
