@@ -1,9 +1,11 @@
 """The ``router`` command line (click). Thin: parse options, call the library, print."""
 
-from . import bench, demo
+from . import bench, clients, demo, inspect, reconcile, run
 from .app import app, main
 
 app.add_command(bench.bench)
 app.add_command(demo.demo)
+for _command in (*inspect.COMMANDS, *clients.COMMANDS, run.node, reconcile.reconcile):
+    app.add_command(_command)
 
 __all__ = ["app", "main"]

@@ -87,6 +87,14 @@ class NodeNotRegisteredError(StateError, LookupError):
     """A heartbeat for a node that is not in the registry (never registered, or purged)."""
 
 
+class UnknownNodeError(StateError, LookupError):
+    """A node id that is neither registered nor has a route set (``node_id`` names it)."""
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        super().__init__(f"unknown node {node_id!r}: not registered and no route set in Redis")
+
+
 class RouteSetMissingError(StateError):
     """A node's route set is gone (purged as dead, or Redis lost its data).
 

@@ -62,6 +62,16 @@ def escape_id(value: str) -> str:
     return value.translate(_ESCAPES)
 
 
+def unescape_id(value: str) -> str:
+    """The id whose :func:`escape_id` form is ``value`` (for ids read back from key names)."""
+    return value.replace("%7B", "{").replace("%7D", "}").replace("%25", "%")
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with the SCAN MATCH glob characters (``* ? [ ] \\``) escaped."""
+    return "".join("\\" + char if char in "*?[]\\" else char for char in text)
+
+
 class Keys:
     """Key names under one namespace prefix (default ``rt``)."""
 
@@ -170,3 +180,49 @@ class Keys:
     def pattern(self) -> str:
         """A SCAN MATCH pattern for every key of this namespace."""
         return f"{self.prefix}:*"
+
+    # -- scanning (operator tools read state back from key names) ---------------------
+
+    def node_keys_pattern(self) -> str:
+        """A SCAN MATCH pattern for every key of every node's route set."""
+        return f"{glob_escape(self.prefix)}:{{n:*}}:*"
+
+    def client_owners_pattern(self) -> str:
+        """A SCAN MATCH pattern for every client's session-owner key."""
+        return f"{glob_escape(self.prefix)}:{{c:*}}:owner"
+
+    def channel_clocks_pattern(self) -> str:
+        """A SCAN MATCH pattern for every channel's clock key."""
+        return f"{glob_escape(self.prefix)}:{{ch:*}}:clock"
+
+    def channel_cursors_pattern(self, name: str) -> str:
+        """A SCAN MATCH pattern for the subscriber cursors of one channel."""
+        return glob_escape(self.channel(name) + ":sub:") + "*"
+
+    def _tagged_id(self, key: str, kind: str, suffixes: tuple[str, ...]) -> str | None:
+        head = f"{self.prefix}:{{{kind}:"
+        if not key.startswith(head):
+            return None
+        escaped, close, rest = key[len(head) :].partition("}")
+        if not close or not escaped or rest not in suffixes:
+            return None
+        return unescape_id(escaped)
+
+    def node_of_key(self, key: str) -> str | None:
+        """The node id of a route-set key (routes, stream or meta), or None for other keys."""
+        return self._tagged_id(key, "n", (":routes", ":stream", ":meta"))
+
+    def client_of_owner_key(self, key: str) -> str | None:
+        """The client id of a session-owner key, or None for other keys."""
+        return self._tagged_id(key, "c", (":owner",))
+
+    def channel_of_clock_key(self, key: str) -> str | None:
+        """The channel name of a channel clock key, or None for other keys."""
+        return self._tagged_id(key, "ch", (":clock",))
+
+    def subscriber_of_cursor_key(self, name: str, key: str) -> str | None:
+        """The subscriber id of one of channel ``name``'s cursor keys, or None."""
+        head = self.channel(name) + ":sub:"
+        if not key.startswith(head) or len(key) == len(head):
+            return None
+        return key[len(head) :]

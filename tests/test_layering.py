@@ -8,7 +8,20 @@ from pathlib import Path
 import pytest
 
 ROUTER = Path(__file__).resolve().parent.parent / "router"
-CORE = ["topics", "trie", "shapes", "aliases", "sharing", "options", "errors", "mirror", "guid"]
+CORE = [
+    "topics",
+    "trie",
+    "shapes",
+    "aliases",
+    "sharing",
+    "options",
+    "errors",
+    "mirror",
+    "guid",
+    "hooks",
+    "acl",
+    "cache",
+]
 FORBIDDEN = {"redis", "asyncio", "msgpack", "fakeredis", "pyspark", "click", "rich"}
 
 

@@ -1,0 +1,155 @@
+"""What the operator commands share: connection options, running, printing, signals.
+
+Every command that talks to Redis takes ``--redis URL`` (or ``$ROUTER_REDIS_URL``) and
+``--prefix`` (or ``$ROUTER_PREFIX``, default ``rt``), prints a table for people and JSON
+with ``--json``. Failures are library errors (:class:`RouterError`) or redis-py errors;
+the root group (``cli/app.py``) prints them as one line and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+import click
+from redis.exceptions import RedisClusterException
+from rich.console import Console
+from rich.table import Table
+
+from router.api import DEFAULT_URL, URL_VARIABLE
+from router.connection import open_redis
+from router.keys import DEFAULT_PREFIX, Keys
+from router.scripts import RedisClient
+
+T = TypeVar("T")
+
+PREFIX_VARIABLE: Final = "ROUTER_PREFIX"
+CONNECT_TIMEOUT: Final = 5.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a command works: a Redis URL and a key namespace prefix."""
+
+    url: str
+    prefix: str
+
+    @property
+    def keys(self) -> Keys:
+        """Key names under the prefix (:class:`InvalidIdError` for an unusable prefix)."""
+        return Keys(self.prefix)
+
+
+def target_options(func: Callable[..., T]) -> Callable[..., T]:
+    """Add ``--redis`` and ``--prefix``; the command receives them as ``target``."""
+
+    @click.option(
+        "--redis",
+        "redis_url",
+        envvar=URL_VARIABLE,
+        default=DEFAULT_URL,
+        show_default=True,
+        help=f"Redis URL, standalone or cluster (env {URL_VARIABLE}).",
+    )
+    @click.option(
+        "--prefix",
+        envvar=PREFIX_VARIABLE,
+        default=DEFAULT_PREFIX,
+        show_default=True,
+        help=f"Key namespace prefix (env {PREFIX_VARIABLE}).",
+    )
+    @functools.wraps(func)
+    def wrapper(redis_url: str, prefix: str, **kwargs: Any) -> T:
+        return func(Target(redis_url, prefix), **kwargs)
+
+    return wrapper
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run one command's coroutine on a fresh event loop."""
+    return asyncio.run(coroutine)
+
+
+@contextlib.asynccontextmanager
+async def redis_client(target: Target) -> AsyncIterator[RedisClient]:
+    """A client for the target's Redis (standalone or cluster), closed on exit."""
+    Keys(target.prefix)  # an unusable prefix fails before connecting
+    try:
+        redis = await open_redis(target.url, socket_connect_timeout=CONNECT_TIMEOUT)
+    except RedisClusterException as exc:  # not a RedisError: translate it here
+        raise click.ClickException(f"cannot use Redis Cluster at {target.url}: {exc}") from None
+    try:
+        yield redis
+    finally:
+        await redis.aclose()
+
+
+def echo_json(data: Any) -> None:
+    """Print one JSON document (one line)."""
+    click.echo(json.dumps(data, ensure_ascii=False, sort_keys=False))
+
+
+def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Print a title line and a table for people (rich); values are shown with ``str``."""
+    if title:
+        click.echo(title)
+    table = Table()
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*("" if value is None else str(value) for value in row))
+    Console().print(table)
+
+
+def note(message: str) -> None:
+    """A remark for people on stderr (kept out of JSON on stdout)."""
+    click.echo(message, err=True)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[asyncio.Event]:
+    """An event set by SIGINT or SIGTERM while the block runs (call inside a running loop).
+
+    Outside the main thread (no signal handlers there) the event is only set by hand.
+    """
+    loop = asyncio.get_running_loop()
+    event = asyncio.Event()
+    installed = []
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signum, event.set)
+                installed.append(signum)
+    try:
+        yield event
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+
+@contextlib.contextmanager
+def log_to_stderr(level: str) -> Iterator[logging.Logger]:
+    """Send the ``router`` loggers to stderr at ``level`` for the block; yield the CLI's."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("router")
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+    try:
+        yield logging.getLogger("router.cli")
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous)

@@ -1,0 +1,66 @@
+"""``router reconcile``: report route-table problems visible from Redis; repair stale ones.
+
+Only nodes write their own route sets, so ``--repair`` only purges what no live process
+owns (``stale_route_set``, ``dead_node``); every other problem names the node that must
+fix it. See :mod:`router.reconcile` for the kinds.
+
+JSON shape (``--json``): ``{"ok", "problems": [{"kind", "node_id", "detail", "repair"
+("purge" | "node"), "routes", "incarnation", "client_id", "route", "repaired" (null or
+"purged" | "absent" | "skipped")}], "checked": {"nodes", "route_sets", "clients",
+"clients_complete"}, "repaired"}``. The exit status is 0 whatever was found.
+"""
+
+from __future__ import annotations
+
+import click
+
+from router.reconcile import DEFAULT_MAX_CLIENTS
+from router.reconcile import reconcile as check
+
+from .common import Target, echo_json, json_option, print_table, redis_client, run
+from .common import target_options as target
+
+
+@click.command()
+@target
+@click.option("--repair", is_flag=True, help="Purge stale route sets and dead nodes.")
+@click.option(
+    "--max-clients",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_CLIENTS,
+    show_default=True,
+    help="Check at most this many clients' subscriptions against their node's routes.",
+)
+@json_option
+def reconcile(target: Target, repair: bool, max_clients: int, as_json: bool) -> None:
+    """Find stale, missing and inconsistent routes (purge the stale ones with --repair)."""
+
+    async def main() -> None:
+        async with redis_client(target) as redis:
+            report = await check(redis, target.keys, repair=repair, max_clients=max_clients)
+        if as_json:
+            echo_json(report.as_dict())
+            return
+        click.echo(
+            f"checked {report.nodes} registered nodes, {report.route_sets} route sets, "
+            f"{report.clients} clients" + ("" if report.clients_complete else " (bounded)")
+        )
+        if not report.problems:
+            click.echo("no problems found")
+            return
+        print_table(
+            "problems",
+            ["kind", "node", "detail", "fix", "repaired"],
+            [
+                (
+                    p.kind,
+                    p.node_id,
+                    p.detail,
+                    "reconcile --repair" if p.repair == "purge" else "the node itself",
+                    p.repaired or "-",
+                )
+                for p in report.problems
+            ],
+        )
+
+    run(main())

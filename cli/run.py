@@ -1,0 +1,110 @@
+"""``router node run``: a long-running router node, configured by options or environment.
+
+Every option has an environment variable (for docker-compose): ``ROUTER_REDIS_URL``,
+``ROUTER_PREFIX``, ``ROUTER_NODE_ID``, ``ROUTER_SHARE_STRATEGY``,
+``ROUTER_HEARTBEAT_INTERVAL``, ``ROUTER_HEARTBEAT_TTL``, ``ROUTER_QUEUE_LIMIT``,
+``ROUTER_LOG_LEVEL``. The node logs ``node ID ready`` once it has joined, serves its
+inbox until SIGINT or SIGTERM, then leaves gracefully (routes removed, deregistered)
+and logs ``node ID stopped`` with its counters.
+"""
+
+from __future__ import annotations
+
+import click
+
+from router.api import connect, default_node_id
+from router.node import NodeConfig
+from router.sharing import STRATEGY_NAMES
+
+from .common import Target, log_to_stderr, run, stop_on_signals
+from .common import target_options as target
+
+_DEFAULTS = NodeConfig("defaults")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@click.group()
+def node() -> None:
+    """Run a router node."""
+
+
+@node.command("run")
+@target
+@click.option(
+    "--node-id",
+    envvar="ROUTER_NODE_ID",
+    default=None,
+    help="Node id (env ROUTER_NODE_ID) [default: hostname-pid].",
+)
+@click.option(
+    "--share-strategy",
+    envvar="ROUTER_SHARE_STRATEGY",
+    type=click.Choice([*STRATEGY_NAMES, "local"]),
+    default=_DEFAULTS.share_strategy,
+    show_default=True,
+    help="How a share group's member is chosen.",
+)
+@click.option(
+    "--heartbeat-interval",
+    envvar="ROUTER_HEARTBEAT_INTERVAL",
+    type=click.FloatRange(min=0.001),
+    default=_DEFAULTS.heartbeat_interval,
+    show_default=True,
+    help="Seconds between heartbeats (and route-table refreshes).",
+)
+@click.option(
+    "--heartbeat-ttl",
+    envvar="ROUTER_HEARTBEAT_TTL",
+    type=click.FloatRange(min=0.001),
+    default=_DEFAULTS.heartbeat_ttl,
+    show_default=True,
+    help="Seconds without a heartbeat after which other nodes purge this one.",
+)
+@click.option(
+    "--queue-limit",
+    envvar="ROUTER_QUEUE_LIMIT",
+    type=click.IntRange(min=1),
+    default=_DEFAULTS.queue_limit,
+    show_default=True,
+    help="Deliveries queued per local client before the overflow policy drops one.",
+)
+@click.option(
+    "--log-level",
+    envvar="ROUTER_LOG_LEVEL",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="INFO",
+    show_default=True,
+)
+def node_run(
+    target: Target,
+    node_id: str | None,
+    share_strategy: str,
+    heartbeat_interval: float,
+    heartbeat_ttl: float,
+    queue_limit: int,
+    log_level: str,
+) -> None:
+    """Join the cluster as a node and serve until SIGINT or SIGTERM."""
+    if heartbeat_ttl <= heartbeat_interval:
+        raise click.BadParameter(
+            "must be longer than --heartbeat-interval", param_hint="--heartbeat-ttl"
+        )
+    node_id = node_id or default_node_id()
+
+    async def main() -> None:
+        with log_to_stderr(log_level.upper()) as log, stop_on_signals() as stop:
+            async with connect(
+                target.url,
+                node_id=node_id,
+                prefix=target.prefix,
+                share_strategy=share_strategy,
+                heartbeat_interval=heartbeat_interval,
+                heartbeat_ttl=heartbeat_ttl,
+                queue_limit=queue_limit,
+            ) as running:
+                log.info("node %s ready", running.node_id)
+                await stop.wait()
+                log.info("node %s stopping", running.node_id)
+            log.info("node %s stopped: %s", running.node_id, running.stats())
+
+    run(main())

@@ -1,0 +1,437 @@
+"""The built-in ACL: decisions, substitution, the file format, filter coverage, the hook."""
+
+from __future__ import annotations
+
+import itertools
+from functools import cache
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from router.acl import (
+    Acl,
+    AclAction,
+    AclRule,
+    Permission,
+    filter_covers,
+    filters_overlap,
+    parse_rules,
+)
+from router.errors import AclRuleError, DuplicateHookError, InvalidTopicError, RouterError
+from router.hooks import ClientInfo, Decision, HookPoint, HookRegistry, Ok, Stop
+from router.topics import filter_matches_levels, validate_filter
+
+ALLOW, DENY = Permission.ALLOW, Permission.DENY
+PUB, SUB = AclAction.PUBLISH, AclAction.SUBSCRIBE
+
+ALICE = ClientInfo("dev-1", "alice")
+BOB = ClientInfo("dev-2", "bob")
+ANON = ClientInfo("anon-7")
+
+ACL_TEXT = """\
+# sensors: each user publishes under its own name
+allow user alice publish sensors/%u/#
+allow all publish devices/%c/out
+
+  # dashboards read everything but secrets
+deny all subscribe secrets/#
+allow client dash-1 subscribe #
+allow all subscribe public/#
+allow all subscribe sensors/+/temp
+deny all all $SYS/#
+allow all all room/with space/+
+"""
+
+TABLE = [
+    # (client, action, topic or filter, allowed)
+    (ALICE, PUB, "sensors/alice", True),  # '#' takes the parent level
+    (ALICE, PUB, "sensors/alice/t", True),
+    (ALICE, PUB, "sensors/bob/t", False),
+    (BOB, PUB, "sensors/bob/t", False),  # the rule is alice's only
+    (BOB, PUB, "devices/dev-2/out", True),
+    (BOB, PUB, "devices/dev-1/out", False),
+    (ANON, PUB, "devices/anon-7/out", True),
+    (ALICE, SUB, "public/news", True),
+    (ALICE, SUB, "public/#", True),
+    (ALICE, SUB, "$share/g/public/+", True),  # checked on its filter part
+    (ALICE, SUB, "$share/g/secrets/x", False),
+    (ALICE, SUB, "public", True),  # public/# covers the topic "public"
+    (ALICE, SUB, "#", False),  # wider than every allow rule
+    (ALICE, SUB, "+/news", False),
+    (ALICE, SUB, "sensors/+/temp", True),
+    (ALICE, SUB, "sensors/alice/temp", True),
+    (ALICE, SUB, "sensors/+/+", False),
+    (ALICE, SUB, "sensors/#", False),
+    (ALICE, SUB, "secrets/x", False),
+    (ClientInfo("dash-1"), SUB, "#", False),  # '#' overlaps secrets/#, denied first
+    (ClientInfo("dash-1"), SUB, "site/+/x", True),
+    (ClientInfo("dash-1"), SUB, "$SYS/broker", False),  # '#' does not cover '$' topics
+    (ALICE, PUB, "$SYS/x", False),
+    (ALICE, SUB, "room/with space/+", True),
+    (ALICE, PUB, "room/with space/1", True),
+    (ALICE, PUB, "unlisted", False),  # the default
+]
+
+
+@pytest.fixture(scope="module")
+def acl() -> Acl:
+    return Acl.parse(ACL_TEXT, "acl.conf")
+
+
+@pytest.mark.parametrize(("client", "action", "topic", "allowed"), TABLE)
+def test_decisions(
+    acl: Acl, client: ClientInfo, action: AclAction, topic: str, allowed: bool
+) -> None:
+    decision = acl.check(client, action, topic)
+    assert decision.allowed is allowed, decision.reason
+    if action is PUB:
+        assert acl.check_publish(client, topic) == decision
+    else:
+        assert acl.check_subscribe(client, topic) == decision
+
+
+def test_reasons_name_the_rule_and_its_line(acl: Acl) -> None:
+    decision = acl.check_publish(ALICE, "sensors/alice/t")
+    assert decision == Decision(
+        True, "allowed by rule (acl.conf:2): allow user alice publish sensors/%u/#"
+    )
+    assert acl.check_subscribe(ALICE, "secrets/a").reason.startswith("denied by rule (acl.conf:6)")
+    assert acl.check_publish(ALICE, "unlisted").reason == "denied: no rule matched"
+    assert acl.first_match(ALICE, PUB, "unlisted") is None
+    assert acl.first_match(ALICE, PUB, "devices/dev-1/out") == acl.rules[1]
+
+
+def test_the_default_is_configurable() -> None:
+    rules = [AclRule(DENY, AclAction.ALL, "private/#")]
+    open_acl = Acl(rules, default=ALLOW)
+    assert open_acl.check_publish(ALICE, "anything").allowed
+    assert open_acl.check_subscribe(ALICE, "#").allowed is False  # overlaps private/#
+    assert open_acl.check_subscribe(ALICE, "public/#").allowed
+    assert Acl(rules).check_publish(ALICE, "anything").allowed is False
+    assert Acl().default is DENY
+
+
+def test_first_match_wins() -> None:
+    rules = parse_rules("deny all publish a/b\nallow all publish a/+\n")
+    assert Acl(rules).check_publish(ALICE, "a/b").allowed is False
+    assert Acl(rules).check_publish(ALICE, "a/c").allowed is True
+    assert Acl(reversed(rules)).check_publish(ALICE, "a/b").allowed is True
+
+
+def test_actions_of_a_rule() -> None:
+    acl = Acl(
+        [AclRule(ALLOW, PUB, "p/#"), AclRule(ALLOW, SUB, "s/#"), AclRule(ALLOW, AclAction.ALL, "b")]
+    )
+    assert acl.check_publish(ALICE, "p/1").allowed
+    assert not acl.check_subscribe(ALICE, "p/1").allowed
+    assert acl.check_subscribe(ALICE, "s/1").allowed
+    assert not acl.check_publish(ALICE, "s/1").allowed
+    assert acl.check_publish(ALICE, "b").allowed and acl.check_subscribe(ALICE, "b").allowed
+    with pytest.raises(AclRuleError):
+        acl.check(ALICE, AclAction.ALL, "b")
+
+
+# -- substitution -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("client", "topic", "allowed"),
+    [
+        (ClientInfo("c1", "u1"), "home/u1/c1/x", True),
+        (ClientInfo("c1", "u1"), "home/u1/c2/x", False),
+        (ClientInfo("c1", "u1"), "home/u2/c1/x", False),
+        (ClientInfo("c/1", "u1"), "home/u1/c/1/x", False),  # '/' would redirect the rule
+        (ClientInfo("+", "u1"), "home/u1/anything/x", False),  # '+' would widen it
+        (ClientInfo("#", "u1"), "home/u1/anything/x", False),
+        (ClientInfo("c1", "+"), "home/anyone/c1/x", False),
+        (ClientInfo("c1", "a/b"), "home/a/b/c1/x", False),
+        (ClientInfo("c1", "$SYS"), "home/$SYS/c1/x", False),  # a '$' value is unsafe too
+        (ClientInfo("c1"), "home/None/c1/x", False),  # no username: the rule cannot apply
+        (ClientInfo("%u", "u1"), "home/u1/%u/x", True),  # one pass: no second substitution
+        (ClientInfo("%u", "u1"), "home/u1/u1/x", False),
+    ],
+)
+def test_substitution(client: ClientInfo, topic: str, allowed: bool) -> None:
+    acl = Acl([AclRule(ALLOW, AclAction.ALL, "home/%u/%c/#")])
+    assert acl.check_publish(client, topic).allowed is allowed
+    assert acl.check_subscribe(client, topic).allowed is allowed
+
+
+def test_substitution_inside_a_level() -> None:
+    acl = Acl([AclRule(ALLOW, PUB, "dev-%c/x")])
+    assert acl.check_publish(ClientInfo("7"), "dev-7/x").allowed
+    assert not acl.check_publish(ClientInfo("7"), "dev-8/x").allowed
+
+
+def test_an_unsafe_substitution_in_a_deny_rule_fails_closed() -> None:
+    acl = Acl([AclRule(DENY, AclAction.ALL, "private/%c/#"), AclRule(ALLOW, AclAction.ALL, "#")])
+    assert acl.check_publish(ClientInfo("a"), "private/b/x").allowed
+    assert not acl.check_publish(ClientInfo("a"), "private/a/x").allowed
+    # A client named '+' cannot turn the deny into a no-op: it is denied at that rule.
+    sneaky = ClientInfo("+")
+    assert not acl.check_publish(sneaky, "private/b/x").allowed
+    assert not acl.check_publish(sneaky, "elsewhere").allowed
+    assert "private/%c/#" in acl.check_subscribe(sneaky, "x").reason
+
+
+def test_subject_rules() -> None:
+    acl = Acl(
+        [
+            AclRule(ALLOW, PUB, "u/#", username="alice"),
+            AclRule(ALLOW, PUB, "c/#", client_id="dev-2"),
+        ]
+    )
+    assert acl.check_publish(ALICE, "u/1").allowed
+    assert not acl.check_publish(BOB, "u/1").allowed
+    assert not acl.check_publish(ANON, "u/1").allowed
+    assert acl.check_publish(BOB, "c/1").allowed
+    assert not acl.check_publish(ALICE, "c/1").allowed
+
+
+def test_invalid_requests_raise(acl: Acl) -> None:
+    with pytest.raises(InvalidTopicError):
+        acl.check_publish(ALICE, "a/+")
+    with pytest.raises(InvalidTopicError):
+        acl.check_subscribe(ALICE, "a/#/b")
+
+
+# -- the file format ----------------------------------------------------------------------
+
+
+def test_file_round_trip_and_comments(tmp_path: Path) -> None:
+    path = tmp_path / "acl.conf"
+    path.write_text(ACL_TEXT, encoding="utf-8")
+    acl = Acl.from_file(path)
+    assert len(acl.rules) == 8
+    assert [str(rule) for rule in acl.rules] == [
+        line.strip()
+        for line in ACL_TEXT.splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    assert acl.rules[0] == AclRule(ALLOW, PUB, "sensors/%u/#", username="alice")
+    assert acl.rules[0].source == f"{path}:2"
+    assert acl.rules[-1].topic_filter == "room/with space/+"
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        ("allow", "expected"),
+        ("allow all", "expected"),
+        ("permit all publish a", "'allow' or 'deny'"),
+        ("allow everyone publish a", "subject"),
+        ("allow user publish a", "action and a topic filter"),
+        ("allow user alice publish", "action and a topic filter"),
+        ("allow all read a", "'publish', 'subscribe' or 'all'"),
+        ("allow all publish a/#/b", "bad topic filter"),
+        ("allow all publish a+", "bad topic filter"),
+        ("allow all subscribe $share/g/a", "$share"),
+        ("deny client c1", "needs a name"),
+    ],
+)
+def test_bad_lines_name_the_file_and_line(tmp_path: Path, line: str, fragment: str) -> None:
+    path = tmp_path / "acl.conf"
+    path.write_text(f"# header\n\nallow all publish ok/#\n{line}\n", encoding="utf-8")
+    with pytest.raises(AclRuleError) as caught:
+        Acl.from_file(path)
+    error = caught.value
+    assert isinstance(error, RouterError)
+    assert isinstance(error, ValueError)
+    assert (error.path, error.line) == (str(path), 4)
+    assert str(error).startswith(f"{path}:4: ")
+    assert fragment in error.reason
+
+
+def test_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(AclRuleError, match="cannot read"):
+        Acl.from_file(tmp_path / "missing.conf")
+    bad = tmp_path / "latin1.conf"
+    bad.write_bytes(b"allow all publish caf\xe9\n")
+    with pytest.raises(AclRuleError, match="cannot read"):
+        Acl.from_file(bad)
+
+
+def test_rules_built_in_code_check_themselves() -> None:
+    with pytest.raises(AclRuleError):
+        AclRule(ALLOW, PUB, "a", username="u", client_id="c")
+    with pytest.raises(AclRuleError):
+        AclRule("allow", PUB, "a")  # type: ignore[arg-type]
+    with pytest.raises(AclRuleError):
+        AclRule(ALLOW, AclAction(0), "a")
+    with pytest.raises(AclRuleError):
+        AclRule(ALLOW, PUB, "")
+    with pytest.raises(AclRuleError):
+        AclRule(ALLOW, PUB, "a", username="")
+    with pytest.raises(AclRuleError):
+        Acl(["allow all publish a"])  # type: ignore[list-item]
+    with pytest.raises(AclRuleError):
+        Acl([], default="allow")  # type: ignore[arg-type]
+
+
+# -- the hook ---------------------------------------------------------------------------
+
+
+def test_the_acl_as_a_check_acl_hook(acl: Acl) -> None:
+    registry = HookRegistry()
+    acl.register(registry, priority=10)
+    with pytest.raises(DuplicateHookError):
+        acl.register(registry)
+    point = HookPoint.CLIENT_CHECK_ACL
+    start = Decision.deny("nobody answered")
+    allowed = registry.run_fold(point, (ALICE, PUB, "sensors/alice/1"), start)
+    assert allowed.allowed and "acl.conf:2" in allowed.reason
+    denied = registry.run_fold(point, (ALICE, SUB, "#"), start)
+    assert not denied.allowed and "acl.conf:6" in denied.reason
+    assert registry.run_fold(point, (ALICE, PUB, "unlisted"), start) == Decision.deny(
+        "denied: no rule matched"
+    )
+    assert acl.hook(ALICE, PUB, "unlisted", start) == Ok(Decision.deny("denied: no rule matched"))
+    assert isinstance(acl.hook(ALICE, PUB, "sensors/alice", start), Stop)
+
+
+def test_a_lower_priority_hook_decides_when_no_rule_matches(acl: Acl) -> None:
+    registry = HookRegistry()
+    acl.register(registry, priority=10)
+    registry.register(
+        HookPoint.CLIENT_CHECK_ACL,
+        lambda client, action, topic, acc: Ok(Decision.allow("plugin")) if topic == "x" else None,
+    )
+    point = HookPoint.CLIENT_CHECK_ACL
+    start = Decision.deny("nobody answered")
+    assert registry.run_fold(point, (ALICE, PUB, "x"), start) == Decision.allow("plugin")
+    assert not registry.run_fold(point, (ALICE, PUB, "y"), start).allowed
+    # A matching rule stops the chain: the plugin is not asked.
+    assert not registry.run_fold(point, (ALICE, PUB, "$SYS/x"), start).allowed
+    assert acl.unregister(registry) is True
+    assert registry.run_fold(point, (ALICE, PUB, "x"), start) == Decision.allow("plugin")
+
+
+def test_an_invalid_topic_in_the_hook_keeps_the_initial_decision(acl: Acl) -> None:
+    registry = HookRegistry()
+    acl.register(registry)
+    start = Decision.deny("nobody answered")
+    assert registry.run_fold(HookPoint.CLIENT_CHECK_ACL, (ALICE, PUB, "a/#"), start) == start
+
+
+# -- coverage and overlap against brute force ------------------------------------------------
+
+FILTER_LEVELS = ["a", "", "$x", "+"]
+TOPIC_LEVELS = ["a", "", "$x", "c"]  # "c" stands for every literal the filters do not name
+MAX_TOPIC_LEVELS = 5
+
+
+def all_topics() -> list[list[str]]:
+    topics = []
+    for length in range(1, MAX_TOPIC_LEVELS + 1):
+        for levels in itertools.product(TOPIC_LEVELS, repeat=length):
+            if levels != ("",):  # the empty topic name does not exist
+                topics.append(list(levels))
+    return topics
+
+
+TOPICS = all_topics()
+
+
+def valid(text: str) -> bool:
+    try:
+        validate_filter(text)
+    except InvalidTopicError:
+        return False
+    return True
+
+
+def small_filters(max_prefix: int) -> list[str]:
+    found = []
+    for length in range(max_prefix + 1):
+        for levels in itertools.product(FILTER_LEVELS, repeat=length):
+            for tail in ([], ["#"]):
+                text = "/".join([*levels, *tail])
+                if text and valid(text):
+                    found.append(text)
+    return found
+
+
+@cache
+def topic_mask(topic_filter: str) -> int:
+    """Bit i is set if the filter matches TOPICS[i]."""
+    levels = topic_filter.split("/")
+    mask = 0
+    for index, topic in enumerate(TOPICS):
+        if filter_matches_levels(levels, topic):
+            mask |= 1 << index
+    return mask
+
+
+def brute_covers(general: str, specific: str) -> bool:
+    return topic_mask(specific) & ~topic_mask(general) == 0
+
+
+def brute_overlap(one: str, other: str) -> bool:
+    return topic_mask(one) & topic_mask(other) != 0
+
+
+def test_coverage_and_overlap_agree_with_brute_force_exhaustively() -> None:
+    filters = small_filters(3)
+    assert len(filters) > 150
+    for general in filters:
+        for specific in filters:
+            assert filter_covers(general, specific) is brute_covers(general, specific), (
+                general,
+                specific,
+            )
+            assert filters_overlap(general, specific) is brute_overlap(general, specific), (
+                general,
+                specific,
+            )
+
+
+@st.composite
+def filters(draw: st.DrawFn) -> str:
+    levels = draw(st.lists(st.sampled_from(FILTER_LEVELS), min_size=0, max_size=4))
+    if draw(st.booleans()) or not levels or levels == [""]:
+        levels.append("#")
+    return "/".join(levels)
+
+
+@settings(max_examples=250, deadline=None)
+@given(filters(), filters())
+def test_coverage_agrees_with_brute_force(general: str, specific: str) -> None:
+    assert filter_covers(general, specific) is brute_covers(general, specific)
+    assert filters_overlap(general, specific) is brute_overlap(general, specific)
+    assert filters_overlap(general, specific) is filters_overlap(specific, general)
+    if filter_covers(general, specific) and topic_mask(specific):
+        assert filters_overlap(general, specific)
+
+
+def test_a_shared_filter_is_compared_on_its_filter_part() -> None:
+    assert filter_covers("a/#", "$share/g/a/b")
+    assert not filter_covers("$share/g/a/b", "a/#")
+    assert filters_overlap("$share/g/#", "a")
+
+
+rules_strategy = st.lists(
+    st.tuples(st.sampled_from([ALLOW, DENY]), filters()), min_size=0, max_size=5
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rules_strategy, filters(), st.sampled_from([ALLOW, DENY]))
+def test_an_allowed_subscription_only_reaches_allowed_topics(
+    rules: list[tuple[Permission, str]], request_filter: str, default: Permission
+) -> None:
+    """Soundness across rules: every topic an allowed filter matches would be allowed
+    by the same rules evaluated topic by topic (first matching rule, else the default)."""
+    acl = Acl([AclRule(permission, SUB, text) for permission, text in rules], default)
+    if not acl.check_subscribe(ALICE, request_filter).allowed:
+        return
+    for index, topic in enumerate(TOPICS):
+        if not topic_mask(request_filter) >> index & 1:
+            continue
+        verdict = default
+        for permission, text in rules:
+            if filter_matches_levels(text.split("/"), topic):
+                verdict = permission
+                break
+        assert verdict is ALLOW, ("/".join(topic), rules, request_filter)

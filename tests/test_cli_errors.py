@@ -1,0 +1,110 @@
+"""Expected failures of the operator CLI: one line on stderr, a non-zero exit, no traceback."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner, Result
+
+from router.cli import app
+
+UNREACHABLE = "redis://127.0.0.1:1/0"
+
+# Every command that talks to Redis, with arguments that are fine in themselves.
+COMMANDS = [
+    ["nodes"],
+    ["routes"],
+    ["routes", "--node", "a"],
+    ["match", "a/b"],
+    ["subs", "c"],
+    ["aliases", "c"],
+    ["trie", "dump"],
+    ["channels", "list"],
+    ["channels", "show", "inbox:a"],
+    ["reconcile"],
+    ["reconcile", "--repair"],
+    ["publish", "a/b", "x"],
+    ["subscribe", "a/#", "--count", "1"],
+    ["node", "run"],
+]
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def assert_clean_failure(result: Result, expected: str) -> None:
+    """Exit 1 through click (no other exception escaped) with one line naming the problem."""
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("Error: ") and expected in lines[0], lines
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_unreachable_redis(command: list[str]) -> None:
+    assert_clean_failure(run(*command, "--redis", UNREACHABLE), "cannot reach Redis")
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+@pytest.mark.parametrize(
+    "url", ["not-a-url", "redis://127.0.0.1:notaport", "http://127.0.0.1:6379"]
+)
+def test_bad_url(command: list[str], url: str) -> None:
+    assert_clean_failure(run(*command, "--redis", url), "bad Redis URL")
+
+
+def test_the_url_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROUTER_REDIS_URL", UNREACHABLE)
+    assert_clean_failure(run("nodes"), "127.0.0.1:1")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["match", "a/+"],
+        ["match", "a/#"],
+        ["match", ""],
+        ["publish", "a/+/b", "x"],
+        ["subscribe", "a/#/b"],
+        ["subscribe", "$share/g"],
+        ["routes", "--filter", "a/b#"],
+    ],
+    ids=" ".join,
+)
+def test_invalid_topic_or_filter_fails_before_connecting(args: list[str]) -> None:
+    # The URL is unreachable: the input error must come first.
+    assert_clean_failure(run(*args, "--redis", UNREACHABLE), "invalid topic")
+
+
+def test_bad_prefix() -> None:
+    assert_clean_failure(run("nodes", "--prefix", "a{b", "--redis", UNREACHABLE), "prefix")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["routes", "--node", "ghost"], "unknown node 'ghost'"),
+        (["trie", "dump", "--node", "ghost"], "unknown node 'ghost'"),
+        (["channels", "show", "no-such-channel"], "does not exist"),
+        (["subs", ""], "client id"),
+    ],
+    ids=["routes", "trie", "channel", "empty-client"],
+)
+def test_unknown_things_on_a_real_redis(
+    args: list[str], expected: str, redis_standalone_url: str
+) -> None:
+    result = run(*args, "--redis", redis_standalone_url, "--prefix", "t-unknown")
+    assert_clean_failure(result, expected)
+
+
+def test_help_lists_the_operator_commands() -> None:
+    result = run("--help")
+    assert result.exit_code == 0
+    for name in (
+        "nodes", "routes", "match", "subs", "aliases", "publish", "subscribe",
+        "channels", "trie", "reconcile", "node",
+    ):  # fmt: skip
+        assert f"  {name}" in result.output, name
