@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from router import RouterError, __version__
@@ -26,6 +26,8 @@ class RouterGroup(click.Group):
             raise click.ClickException(str(exc)) from None
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise click.ClickException(f"cannot reach Redis: {exc}") from None
+        except RedisClusterException as exc:
+            raise click.ClickException(f"Redis Cluster error: {exc}") from None
         except RedisError as exc:
             raise click.ClickException(f"Redis error: {exc}") from None
 

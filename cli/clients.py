@@ -109,9 +109,7 @@ def subscribe(
 
     async def main() -> int:
         received = 0
-        async with ephemeral_node(
-            target.url, node_id=node_id, prefix=target.prefix, wait_mirror=False
-        ) as node:
+        async with ephemeral_node(target.url, node_id=node_id, prefix=target.prefix) as node:
             await node.subscribe(client, topic_filter, qos=qos)
             note(f"subscribed {client} to {topic_filter!r} on node {node.node_id}")
             try:

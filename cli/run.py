@@ -10,9 +10,12 @@ and logs ``node ID stopped`` with its counters.
 
 from __future__ import annotations
 
+import asyncio
+
 import click
 
 from router.api import connect, default_node_id
+from router.errors import StaleIncarnationError
 from router.node import NodeConfig
 from router.sharing import STRATEGY_NAMES
 
@@ -103,7 +106,15 @@ def node_run(
                 queue_limit=queue_limit,
             ) as running:
                 log.info("node %s ready", running.node_id)
-                await stop.wait()
+                signalled = asyncio.create_task(stop.wait())
+                taken_over = asyncio.create_task(running.wait_taken_over())
+                await asyncio.wait({signalled, taken_over}, return_when=asyncio.FIRST_COMPLETED)
+                for task in (signalled, taken_over):
+                    task.cancel()
+                if taken_over.done() and not taken_over.cancelled():
+                    raise StaleIncarnationError(
+                        f"node {running.node_id} was taken over by another process"
+                    )
                 log.info("node %s stopping", running.node_id)
             log.info("node %s stopped: %s", running.node_id, running.stats())
 

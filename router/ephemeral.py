@@ -9,7 +9,6 @@ miss them), and stops it on exit: its routes are removed and it is deregistered.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
@@ -19,7 +18,6 @@ from typing import Any, Final
 
 from router.api import connect
 from router.node import RouterNode
-from router.routes import RouteSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -32,50 +30,15 @@ def tool_node_id(kind: str = "cli") -> str:
     return f"{kind}-{socket.gethostname()}-{os.getpid()}"
 
 
-def _caught_up(node: RouterNode, snapshot: RouteSnapshot) -> bool:
-    position = node.mirror.position(snapshot.node_id)
-    if position is None:
-        return False
-    generation, version = position
-    return generation != snapshot.generation or version >= snapshot.version
-
-
-async def wait_for_mirror(node: RouterNode, timeout: float = MIRROR_TIMEOUT) -> bool:
-    """Wait until the node's mirror holds every live node's route set as of now.
-
-    Returns True when it does, False (and logs a warning) when ``timeout`` seconds
-    passed first: the mirror then lacks some nodes, which the node keeps loading.
-    """
-    expected = []
-    for info in await node.registry.live_nodes():
-        if info.node_id == node.node_id:
-            continue
-        snapshot = await node.routes.snapshot(info.node_id)
-        if snapshot.generation is not None:
-            expected.append(snapshot)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        missing = [s.node_id for s in expected if not _caught_up(node, s)]
-        if not missing:
-            return True
-        if loop.time() > deadline:
-            log.warning("route mirror still lacks nodes %s after %.1f s", missing, timeout)
-            return False
-        await asyncio.sleep(_POLL)
-
-
 @asynccontextmanager
 async def ephemeral_node(
-    url: str | None, *, node_id: str | None = None, wait_mirror: bool = True, **config: Any
+    url: str | None, *, node_id: str | None = None, **config: Any
 ) -> AsyncIterator[RouterNode]:
-    """A node that has joined the cluster (with a caught-up mirror unless ``wait_mirror``
-    is False: a node that only subscribes needs none); stopped gracefully on exit.
+    """A node that has joined the cluster (its mirror holds every live node's routes:
+    ``RouterNode.start`` loads them); stopped gracefully on exit.
 
     ``node_id`` defaults to :func:`tool_node_id`; ``config`` takes the fields of
     :class:`NodeConfig` (``prefix``, ``heartbeat_ttl``, ...).
     """
     async with connect(url, node_id=node_id or tool_node_id(), **config) as node:
-        if wait_mirror:
-            await wait_for_mirror(node)
         yield node

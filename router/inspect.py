@@ -21,7 +21,6 @@ A shared filter ``$share/g/F`` is compared through its filter part ``F``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +38,6 @@ from router.topics import (
     validate_filter,
     validate_topic,
 )
-from router.trie import SubscriptionTrie
 
 # -- filters ---------------------------------------------------------------------------
 
@@ -241,20 +239,11 @@ def explain_match(mirror: RouteMirror, topic: str) -> MatchReport:
     return MatchReport(topic, list(filters), filters, shared)
 
 
-def route_trie(table: Mapping[str, Mapping[str, int]]) -> SubscriptionTrie:
-    """The route table ``route -> {node: count}`` as a trie whose subscribers are nodes."""
-    trie = SubscriptionTrie()
-    for route, holders in table.items():
-        for node_id in holders:
-            trie.subscribe(node_id, route)
-    return trie
-
-
 def dump_routes(mirror: RouteMirror) -> str:
     """The route table drawn as a trie (:meth:`SubscriptionTrie.dump`), followed by the
     member count of each node in each share group (the trie shows the nodes only)."""
     table = mirror.table()
-    text = route_trie(table).dump()
+    text = mirror.dump()
     shares = [
         f"  {route}: " + ", ".join(f"{node} x{count}" for node, count in holders.items())
         for route, holders in table.items()

@@ -174,6 +174,10 @@ class RouteMirror:
             nodes.setdefault(chosen, []).append(share_filter)
         return RouteMatch(dict(sorted(nodes.items())), found.plain)
 
+    def dump(self) -> str:
+        """The cluster's routes as a tree (filters by level; node ids at the ends)."""
+        return self._trie.dump()
+
     def group_nodes(self, share_filter: str) -> dict[str, int]:
         """Nodes holding members of a share group: node -> member count."""
         return {

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from router.errors import NodeNotRegisteredError, StaleIncarnationError
+from router.errors import InvalidOptionsError, NodeNotRegisteredError, StaleIncarnationError
 from router.forwarding import Forwarder, InboxReader
 from router.guid import GuidGenerator, node_part_for
 from router.keys import Keys, check_id
@@ -46,7 +46,7 @@ from router.sharing import LocalFirstStrategy, ShareStrategy, strategy_by_name
 from router.subscriptions import Owner, SubscriptionStore
 from router.sync import MirrorSync
 from router.tasks import stop_task
-from router.topics import validate_filter, validate_topic
+from router.topics import parse_shared, validate_filter, validate_topic
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +146,7 @@ class RouterNode:
         self._generation: str | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._running = False
+        self._taken_over = asyncio.Event()
         self.published = 0
         self.local_deliveries = 0
         self.redispatched = 0
@@ -192,6 +193,15 @@ class RouterNode:
             for client_id in self.sessions.clients():
                 self.sessions.disconnect(client_id)
 
+    @property
+    def running(self) -> bool:
+        """True between a successful start and stop, unless another process took the id."""
+        return self._running and not self._taken_over.is_set()
+
+    async def wait_taken_over(self) -> None:
+        """Return when another process registered this node id (this one must end)."""
+        await self._taken_over.wait()
+
     async def __aenter__(self) -> RouterNode:
         return await self.start()
 
@@ -212,7 +222,7 @@ class RouterNode:
                 await self._rejoin()
             except StaleIncarnationError:
                 log.error("node %s was taken over by another process; stopping", self.node_id)
-                self._running = False
+                self._taken_over.set()
                 return
             except Exception:
                 log.warning("heartbeat of node %s failed", self.node_id, exc_info=True)
@@ -260,6 +270,8 @@ class RouterNode:
         """
         validate_filter(topic_filter)
         opts = make_options(**options)
+        if opts.no_local and parse_shared(topic_filter) is not None:
+            raise InvalidOptionsError("a shared subscription cannot set no_local (MQTT-3.8.3-4)")
         await self.connect(client_id)
         await self.subscriptions.subscribe(
             client_id, topic_filter, opts, owner=self._owners[client_id]

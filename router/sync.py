@@ -75,6 +75,8 @@ class MirrorSync:
         await self._pubsub.subscribe(self._keys.route_hints())
         self._tasks.append(asyncio.create_task(self._listen(), name="route-hints"))
         await self.refresh()
+        # Start returns with every live node loaded: a publish right after start is routed.
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
         self._tasks.append(asyncio.create_task(self._periodic(), name="route-refresh"))
 
     async def stop(self) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from router import InvalidTopicError
+from router import InvalidOptionsError, InvalidTopicError
 from router.keys import Keys
 from router.messages import Delivery
 from router.node import NodeConfig, RouterNode
@@ -178,3 +178,33 @@ async def test_a_restart_with_the_same_id_drops_the_old_incarnation(
     await new.subscribe("d", "new/#")
     await eventually(lambda: a.mirror.routes("b") == {"new/#": 1})
     assert new.incarnation != old.incarnation
+
+
+async def test_shared_no_local_is_refused_before_anything_is_written(
+    start_node: StartNode,
+) -> None:
+    a = await start_node("a")
+    with pytest.raises(InvalidOptionsError):
+        await a.subscribe("c", "$share/g/x", no_local=True)
+    assert await a.subscriptions.subscriptions("c") == {}
+    assert a.sessions.routes() == {}
+
+
+async def test_start_returns_with_every_live_node_loaded(start_node: StartNode) -> None:
+    a = await start_node("a")
+    await a.subscribe("c", "loaded/#")
+    b = await start_node("b")
+    assert b.mirror.routes("a") == {"loaded/#": 1}
+    assert (await b.publish("loaded/x", b"")).nodes == ["a"]
+
+
+async def test_a_node_knows_when_another_process_took_its_id(
+    start_node: StartNode, redis_connect: Any, keys: Keys
+) -> None:
+    a = await start_node("a")
+    assert a.running
+    usurper = RouterNode(await redis_connect(), NodeConfig("a", prefix=keys.prefix))
+    await usurper.registry.register("a", "another-incarnation")
+    async with asyncio.timeout(5):
+        await a.wait_taken_over()
+    assert not a.running
