@@ -34,12 +34,30 @@ node_id_option = click.option(
 )
 
 
+async def wait_for_interest(node: RouterNode, topic: str, seconds: float) -> bool:
+    """Wait until the node's route mirror sends ``topic`` somewhere (at most ``seconds``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not node.mirror.match(topic).nodes:
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
 @click.command()
 @target
 @click.argument("topic")
 @click.argument("payload")
 @click.option("--qos", type=click.IntRange(0, 2), default=0, show_default=True)
 @click.option("--retain", is_flag=True, help="Set the retain flag.")
+@click.option(
+    "--wait-for-subscribers",
+    "wait_for",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    help="Wait up to this many seconds until some node is interested in TOPIC.",
+)
 @node_id_option
 @json_option
 def publish(
@@ -48,6 +66,7 @@ def publish(
     payload: str,
     qos: int,
     retain: bool,
+    wait_for: float,
     node_id: str | None,
     as_json: bool,
 ) -> None:
@@ -57,6 +76,7 @@ def publish(
 
     async def main() -> None:
         async with ephemeral_node(target.url, node_id=node_id, prefix=target.prefix) as node:
+            await wait_for_interest(node, topic, wait_for)
             result = await node.publish(topic, data, qos=qos, retain=retain)
         if as_json:
             echo_json(
