@@ -41,3 +41,51 @@ def bench_match(subscriptions: int, topics: int, seed: int, rounds: int, as_json
         click.echo(json.dumps(result))
     else:
         _print_table("router bench match", result["workloads"])
+
+
+@bench.command("redis")
+@click.option("--redis", "url", default=None, help="Standalone Redis URL (default: start one).")
+@click.option("--subscriptions", default=5_000, show_default=True, help="Single subscribes.")
+@click.option("--batched-subscriptions", default=50_000, show_default=True, help="Batched ones.")
+@click.option("--subscribe-batch", default=100, show_default=True, help="Filters per call.")
+@click.option("--messages", default=50_000, show_default=True, help="Channel messages.")
+@click.option("--publish-batch", default=100, show_default=True, help="Messages per call.")
+@click.option("--fetch-max", default=100, show_default=True, help="Messages per fetch.")
+@click.option("--rounds", default=3, show_default=True, help="Timed rounds; the best counts.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_redis(url: str | None, rounds: int, as_json: bool, **sizes: int) -> None:
+    """Subscriptions and channel clocks in Redis beside raw pipelined PUBLISH."""
+    from router.bench import redis as redis_bench
+
+    config = redis_bench.RedisBenchConfig(rounds=rounds, **sizes)
+    result = redis_bench.run(url, config)
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        _print_table("router bench redis", {"value": result})
+
+
+@bench.command("cluster")
+@click.option("--redis", "url", default=None, help="Standalone Redis URL (default: start one).")
+@click.option("--messages", default=20_000, show_default=True, help="Throughput messages.")
+@click.option("--rate", default=5_000.0, show_default=True, help="Offered rate (msg/s).")
+@click.option("--seconds", default=3.0, show_default=True, help="Latency phase length.")
+@click.option("--convergence-rounds", default=200, show_default=True, help="Subscribes timed.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_cluster(
+    url: str | None,
+    messages: int,
+    rate: float,
+    seconds: float,
+    convergence_rounds: int,
+    as_json: bool,
+) -> None:
+    """Nodes in separate processes beside raw pipelined PUBLISH: throughput, latency,
+    route convergence and forwards per publish."""
+    from router.bench import cluster
+
+    result = cluster.run(url, messages, seconds, rate, convergence_rounds)
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        _print_table("router bench cluster", {"value": result})

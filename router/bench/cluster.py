@@ -20,6 +20,7 @@ Phases:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from router.embedded import embedded_redis
 from router.node import NodeConfig, Outgoing, RouterNode
 
 PAYLOAD = b"x" * 256
@@ -75,6 +77,9 @@ class Worker:
         except (OSError, subprocess.TimeoutExpired):
             self.process.kill()
             self.process.wait()
+        finally:
+            if self.process.stdout is not None:
+                self.process.stdout.close()
 
 
 async def raw_publish_rate(url: str, count: int, batch: int) -> float:
@@ -226,10 +231,14 @@ async def run_async(
 
 
 def run(
-    url: str,
+    url: str | None = None,
     messages: int = 20_000,
     latency_seconds: float = 3.0,
     rate: float = 5000.0,
     convergence_rounds: int = 200,
 ) -> dict[str, Any]:
-    return asyncio.run(run_async(url, messages, latency_seconds, rate, convergence_rounds))
+    """Run every phase on ``url``, or on a redis-server started for the run."""
+    with contextlib.ExitStack() as stack:
+        if url is None:
+            url = stack.enter_context(embedded_redis())
+        return asyncio.run(run_async(url, messages, latency_seconds, rate, convergence_rounds))
