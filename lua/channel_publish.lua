@@ -63,8 +63,10 @@ local tag = tag_of(KEYS[1])
 if not tag then
   return redis.error_reply('ROUTER_INVALID the clock key has no hash tag')
 end
+-- A key has the clock key's hash tag exactly when it starts with everything of the clock key
+-- up to the end of that tag (the tag is the first {...}): a prefix test, no substring made.
 for i = 2, #KEYS do
-  if tag_of(KEYS[i]) ~= tag then
+  if string.find(KEYS[i], tag, 1, true) ~= 1 then
     return redis.error_reply('ROUTER_INVALID a batch must not mix channels')
   end
 end
@@ -110,6 +112,7 @@ local before = clock
 local duplicates = {}
 local in_batch = {}
 local stored = 0
+local heads = {} -- "<id length>:" by id length: ids of a batch mostly share one length
 for i = 1, n do
   local dedup = KEYS[2 + i]
   local original = known[i] or in_batch[dedup]
@@ -123,7 +126,12 @@ for i = 1, n do
     end
     local text = string.format('%.0f', clock)
     local id = ARGV[1 + 2 * i]
-    redis.call('SET', KEYS[2] .. text, #id .. ':' .. id .. ARGV[2 + 2 * i], 'EX', ttl)
+    local head = heads[#id]
+    if not head then
+      head = #id .. ':'
+      heads[#id] = head
+    end
+    redis.call('SET', KEYS[2] .. text, head .. id .. ARGV[2 + 2 * i], 'EX', ttl)
     redis.call('SET', dedup, text, 'EX', ttl)
     in_batch[dedup] = clock
     stored = stored + 1

@@ -225,7 +225,7 @@ class Channel:
         is not an integer clock (nothing stored).
         """
         ids: list[str] = []
-        args: list[Any] = [self.ttl, self._wake]
+        contents: list[bytes] = []
         for message in messages:
             try:
                 message_id, content = message
@@ -240,11 +240,16 @@ class Channel:
                     )
                 content = bytes(content)
             ids.append(message_id)
-            args.append(message_id)
-            args.append(content)
+            contents.append(content)
         if not ids:
             return []
         keys = [self._clock_key, self._bodies, *self.keys.channel_dedup(self.name, ids)]
+        # Ids go out as bytes encoded here (channel_dedup has checked them): cheaper than
+        # redis-py's generic per-argument encoder, which tries several types first.
+        args: list[Any] = [self.ttl, self._wake]
+        for message_id, content in zip(ids, contents, strict=True):
+            args.append(message_id.encode())
+            args.append(content)
         before, duplicates = await self._scripts.run("channel_publish", keys, args)
         originals: dict[int, int] = {}
         if duplicates:

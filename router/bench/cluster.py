@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import struct
 import subprocess
 import sys
 import time
@@ -117,7 +118,7 @@ async def throughput(node: RouterNode, count: int, batch: int, in_flight: int) -
         try:
             await node.publish_many(
                 [
-                    Outgoing(f"tp/{i % 100}", PAYLOAD)
+                    Outgoing(f"tp/{i % 100}", stamped(time.monotonic()))
                     for i in range(offset, min(offset + batch, count))
                 ]
             )
@@ -133,18 +134,34 @@ async def throughput(node: RouterNode, count: int, batch: int, in_flight: int) -
     return start
 
 
+def stamped(due: float) -> bytes:
+    """A payload that carries its intended send time (``time.monotonic()``), padded."""
+    return struct.pack("!d", due) + PAYLOAD[8:]
+
+
 async def offered_load(node: RouterNode, rate: float, seconds: float) -> int:
-    """Publish at ``rate`` messages/s for ``seconds``; returns how many were published."""
+    """Offer ``rate`` messages/s for ``seconds``; returns how many were published.
+
+    Every millisecond, the messages that fell due are published together. Each payload
+    carries its *intended* send time and latency is measured from it, so a publisher
+    that falls behind shows up in the figures (no coordinated omission).
+    """
     loop = asyncio.get_running_loop()
-    start = loop.time()
+    start = time.monotonic()
     total = int(rate * seconds)
     tasks = []
-    for index in range(total):
-        due = start + index / rate
-        delay = due - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(node.publish(f"lat/{index % 100}", PAYLOAD)))
+    sent = 0
+    while sent < total:
+        now = time.monotonic()
+        due_count = min(total, int((now - start) * rate) + 1)
+        if due_count > sent:
+            batch = [
+                Outgoing(f"lat/{i % 100}", stamped(start + i / rate))
+                for i in range(sent, due_count)
+            ]
+            tasks.append(loop.create_task(node.publish_many(batch)))
+            sent = due_count
+        await asyncio.sleep(0.001)
     await asyncio.gather(*tasks)
     return total
 
