@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import struct
 import sys
 import time
 from typing import Any
@@ -23,6 +24,10 @@ from redis.asyncio import Redis
 
 from router.messages import Delivery
 from router.node import NodeConfig, RouterNode
+
+
+def _quantile(ordered: list[float], fraction: float) -> float:
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
 class Recorder:
@@ -36,22 +41,34 @@ class Recorder:
         prefix = delivery.topic.split("/", 1)[0]
         seen = self.prefixes.get(prefix)
         if seen is None:
-            seen = self.prefixes[prefix] = {"count": 0, "first": now, "latencies": []}
+            seen = self.prefixes[prefix] = {
+                "count": 0,
+                "first": now,
+                "latencies": [],
+                "from_schedule": [],
+            }
         seen["count"] += 1
         seen["last"] = now
+        # From the moment the router took the message (publish called) to the client...
         seen["latencies"].append(now - delivery.sent_at)
+        # ... and from the send time the load generator intended (stamped in the payload).
+        (due,) = struct.unpack_from("!d", delivery.payload)
+        seen["from_schedule"].append(now - due)
 
     def report(self) -> dict[str, Any]:
         result = {}
         for prefix, seen in self.prefixes.items():
             latencies = sorted(seen["latencies"])
+            scheduled = sorted(seen["from_schedule"])
             result[prefix] = {
                 "count": seen["count"],
                 "first": seen["first"],
                 "last": seen["last"],
-                "p50_ms": 1000 * latencies[len(latencies) // 2],
-                "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+                "p50_ms": 1000 * _quantile(latencies, 0.5),
+                "p99_ms": 1000 * _quantile(latencies, 0.99),
                 "max_ms": 1000 * latencies[-1],
+                "scheduled_p50_ms": 1000 * _quantile(scheduled, 0.5),
+                "scheduled_p99_ms": 1000 * _quantile(scheduled, 0.99),
             }
         return result
 
