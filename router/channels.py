@@ -52,14 +52,13 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, NamedTuple
 
-from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from router.connection import pubsub_client
 from router.errors import ChannelArgumentError, MalformedAckHandle
 from router.keys import Keys, check_id
 from router.scripts import RedisClient, Scripts
@@ -84,7 +83,6 @@ seconds means the connection is dead."""
 _HANDLE = re.compile(r"(0|-?[1-9][0-9]{0,15}):([0-9a-f]{20})")
 _HANDLE_PERSON: Final = b"router-ack-v1"
 # Connection-pool plumbing that must not be copied into the listener's own pool.
-_POOL_INTERNALS: Final = frozenset({"maint_notifications_pool_handler", "himport_registry"})
 
 
 class Message(NamedTuple):
@@ -434,7 +432,8 @@ class _WakeUps:
         if isinstance(self._redis, RedisCluster):
             await self._redis.initialize()  # the slot map picks the listener's node
         if self._client is None:
-            self._client = _listener(self._redis, self._channel)
+            # The node serving the channel's slot (any node sees a cluster PUBLISH).
+            self._client = pubsub_client(self._redis, self._channel)
         pubsub = self._client.pubsub()
         try:
             await pubsub.subscribe(self._channel)
@@ -504,36 +503,6 @@ class _WakeUps:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
-
-
-def _listener(redis: RedisClient, channel: str) -> Redis:
-    """A client of its own for the wake-up subscription, on the server that serves ``channel``.
-
-    Same connection settings as ``redis`` (address, credentials, TLS, ...) except: no socket
-    timeout (a wait may be long; reads use explicit timeouts; the reader PINGs when quiet) and no
-    hidden retries (a reconnect could lose wake-ups silently; the reader reports it instead).
-    On a cluster, PUBLISH is broadcast to every node: any node would do, the channel's is used.
-    """
-    connection_class: Any
-    if isinstance(redis, RedisCluster):
-        node = redis.get_node_from_key(channel)
-        if node is None:
-            node = redis.get_default_node()
-        connection_class, source = node.connection_class, node.connection_kwargs
-    else:
-        pool = redis.connection_pool
-        connection_class, source = pool.connection_class, pool.connection_kwargs
-    kwargs = {
-        key: value
-        for key, value in source.items()
-        if key not in _POOL_INTERNALS and not key.startswith("orig_")
-    }
-    kwargs["socket_connect_timeout"] = (
-        source.get("socket_connect_timeout") or source.get("socket_timeout") or SUBSCRIBE_TIMEOUT
-    )
-    kwargs["socket_timeout"] = None
-    kwargs["retry"] = Retry(NoBackoff(), 0)
-    return Redis.from_pool(ConnectionPool(connection_class=connection_class, **kwargs))
 
 
 __all__ = [

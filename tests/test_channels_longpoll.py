@@ -17,7 +17,8 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from router.channels import Channel, FetchResult, _listener
+from router.channels import Channel, FetchResult
+from router.connection import pubsub_client
 from router.errors import SubscriptionNotFound
 from router.keys import Keys
 from router.scripts import RedisClient
@@ -173,7 +174,7 @@ async def test_concurrent_long_polls_share_one_subscription(
 async def test_a_wake_up_exactly_when_something_was_stored(
     channel: Channel, redis_client: RedisClient
 ) -> None:
-    listener = _listener(redis_client, channel.keys.channel_wakeup(NAME))
+    listener = pubsub_client(redis_client, channel.keys.channel_wakeup(NAME))
     pubsub = listener.pubsub()
     try:
         await pubsub.subscribe(channel.keys.channel_wakeup(NAME))
