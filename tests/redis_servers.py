@@ -16,19 +16,18 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
 import pytest
 import redis
 
+from tests.waiting import wait_until
+
 START_TIMEOUT: Final = 10.0
 CLUSTER_TIMEOUT: Final = 30.0
 CLUSTER_SLOTS: Final = 16384
 BUS_PORT_OFFSET: Final = 10000
-POLL_INTERVAL: Final = 0.02
 
 
 def require_binary(name: str) -> str:
@@ -71,17 +70,6 @@ def _die_with_parent() -> list[str]:
     if it is killed (util-linux ``setpriv``; without it a killed run may leave servers)."""
     setpriv = shutil.which("setpriv")
     return [setpriv, "--pdeathsig", "TERM"] if setpriv else []
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``condition`` until it holds; raise TimeoutError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if condition():
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(POLL_INTERVAL)
 
 
 class RedisServer:

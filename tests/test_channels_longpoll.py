@@ -24,6 +24,7 @@ from router.keys import Keys
 from router.scripts import RedisClient
 from tests.redis_servers import RedisServer
 from tests.test_channels import EXPIRE, NAME, ids
+from tests.waiting import eventually
 
 PROMPT = 0.5
 
@@ -42,10 +43,7 @@ def now() -> float:
 
 
 async def until(condition: Callable[[], Awaitable[bool]], what: str, timeout: float = 5) -> None:
-    deadline = now() + timeout
-    while not await condition():
-        assert now() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
+    await eventually(condition, timeout, what)
 
 
 async def listeners(redis: RedisClient, channel: Channel) -> int:

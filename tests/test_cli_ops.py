@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +21,7 @@ from router.nodes import NodeRegistry
 from router.routes import RouteStore
 from router.subscriptions import SubscriptionStore
 from tests.cli_support import Cluster, delete_namespace, invoke, invoke_json, router_process
+from tests.waiting import wait_until
 
 SHARE = "$share/g/jobs/#"
 
@@ -340,14 +340,13 @@ def test_node_run_serves_until_a_signal_then_leaves(
 
 def wait_until_acked(url: str, prefix: str, node_id: str, timeout: float = 30.0) -> None:
     """Poll ``router channels show`` until the node acknowledged its inbox's one message."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def acked() -> bool:
         shown = invoke_json(url, prefix, "channels", "show", f"inbox:{node_id}")
         [cursor] = shown["subscribers"]
-        if shown["clock"] == 1 and cursor["cursor"] == 1 and cursor["pending"] == 0:
-            return
-        assert time.monotonic() < deadline, shown
-        time.sleep(0.05)
+        return bool(shown["clock"] == 1 and cursor["cursor"] == 1 and cursor["pending"] == 0)
+
+    wait_until(acked, timeout, f"node {node_id} to acknowledge its inbox", poll=0.05)
 
 
 def test_node_run_refuses_a_ttl_shorter_than_the_interval(redis_url: str, prefix: str) -> None:

@@ -15,6 +15,7 @@ from router.keys import Keys
 from router.node import NodeConfig, RouterNode
 from router.scripts import RedisClient
 from tests.conftest import delete_namespace
+from tests.waiting import eventually
 
 NODES = ("n1", "n2", "n3")
 FILTERS = ("a/#", "a/+", "a/b", "#", "$share/g/a/#", "$share/h/+", "x")
@@ -61,11 +62,11 @@ async def converge(url: str, keys: Keys, ops: list[tuple[str, str, str, str]]) -
             for route, count in truth[node_id].items():
                 expected.setdefault(route, {})[node_id] = count
         expected = dict(sorted(expected.items()))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 5
-        while any(node.mirror.table() != expected for node in nodes.values()):
-            assert loop.time() < deadline, {n: m.mirror.table() for n, m in nodes.items()}
-            await asyncio.sleep(0.01)
+        await eventually(
+            lambda: all(node.mirror.table() == expected for node in nodes.values()),
+            5,
+            lambda: {n: m.mirror.table() for n, m in nodes.items()},
+        )
     finally:
         for node in nodes.values():
             await node.stop()

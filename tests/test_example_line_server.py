@@ -9,6 +9,7 @@ from types import ModuleType
 
 import router
 from router.keys import Keys
+from tests.waiting import eventually
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "line_server.py"
 
@@ -42,9 +43,9 @@ async def test_clients_of_two_servers_talk(redis_standalone_url: str, keys: Keys
             sub_reader, sub_writer = await asyncio.open_connection("127.0.0.1", ports[0])
             pub_reader, pub_writer = await asyncio.open_connection("127.0.0.1", ports[1])
             assert await ask(sub_writer, sub_reader, "SUB chat/+") == "OK"
-            async with asyncio.timeout(5):
-                while "east" not in west.mirror.match("chat/lobby").nodes:
-                    await asyncio.sleep(0.01)
+            await eventually(
+                lambda: "east" in west.mirror.match("chat/lobby").nodes, 5, "east routed on west"
+            )
             assert await ask(pub_writer, pub_reader, "PUB chat/lobby hello there") == "OK"
             async with asyncio.timeout(5):
                 assert (await sub_reader.readline()).decode() == "MSG chat/lobby hello there\n"

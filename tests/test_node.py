@@ -13,6 +13,7 @@ from router.keys import Keys
 from router.messages import Delivery
 from router.node import NodeConfig, RouterNode
 from router.tasks import stop_task
+from tests import waiting
 
 pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
 
@@ -40,11 +41,7 @@ async def start_node(redis_connect: Any, keys: Keys) -> AsyncIterator[StartNode]
 
 
 async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
+    await waiting.eventually(check, timeout, "the cluster state the test waits for")
 
 
 async def take(

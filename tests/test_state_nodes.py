@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
 
 from router.errors import (
@@ -17,6 +14,7 @@ from router.keys import Keys
 from router.nodes import NodeInfo, NodeRegistry
 from router.routes import RouteStore
 from router.scripts import RedisClient, Scripts
+from tests.waiting import eventually
 
 DEADLINE = 5.0
 
@@ -33,13 +31,14 @@ async def server_ms(redis: RedisClient) -> int:
 
 async def wait_dead(registry: NodeRegistry, node_id: str) -> NodeInfo:
     """Poll the registry until ``node_id`` is dead, within a deadline."""
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        for node in await registry.dead_nodes():
-            if node.node_id == node_id:
-                return node
-        assert time.monotonic() < deadline, f"{node_id} never expired"
-        await asyncio.sleep(0.005)
+    found: list[NodeInfo] = []
+
+    async def dead() -> bool:
+        found[:] = [n for n in await registry.dead_nodes() if n.node_id == node_id]
+        return bool(found)
+
+    await eventually(dead, DEADLINE, f"{node_id} to expire", poll=0.005)
+    return found[0]
 
 
 async def test_register_lists_a_live_node_with_server_time(

@@ -9,13 +9,13 @@ from __future__ import annotations
 import ast
 import json
 import signal
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from router.keys import Keys
 from tests.cli_support import Cluster, invoke_json, router_process
+from tests.waiting import wait_until
 
 HEARTBEAT_TTL = 3.0  # the default of `router subscribe` nodes
 HEARTBEAT_INTERVAL = 1.0
@@ -39,17 +39,6 @@ def observer(url: str, keys: Keys) -> Iterator[Cluster]:
         yield cluster
     finally:
         cluster.close()
-
-
-def until(check: object, timeout: float, what: str) -> float:
-    """Poll ``check()`` until true; return the seconds it took."""
-    assert callable(check)
-    start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.02)
-    return time.monotonic() - start
 
 
 def stopped_stats(lines: list[str]) -> dict[str, int]:
@@ -81,7 +70,7 @@ def test_publish_crosses_once_and_bystanders_get_nothing(
             "30",
             env=env,
         ) as subscriber:
-            until(
+            wait_until(
                 lambda: (
                     {"filter": "sensors/#", "nodes": ["sub"]}
                     in invoke_json(url, keys.prefix, "routes")
@@ -131,7 +120,7 @@ def test_shared_group_across_processes_gets_each_message_once(
         for i in range(2)
     ]
     with members[0] as first, members[1] as second:
-        until(
+        wait_until(
             lambda: any(
                 r["filter"] == "$share/workers/jobs/#"
                 and sorted(r["nodes"]) == ["worker-0", "worker-1"]
@@ -157,19 +146,19 @@ def test_kill_9_routes_vanish_and_a_restart_drops_the_old_incarnation(
 ) -> None:
     watcher = observer.start("observer", heartbeat_interval=0.2, heartbeat_ttl=2.0)
     with router_process("subscribe", "victim/#", "--node-id", "victim", env=env) as victim:
-        until(lambda: watcher.mirror.routes("victim") == {"victim/#": 1}, 15, "route seen")
+        wait_until(lambda: watcher.mirror.routes("victim") == {"victim/#": 1}, 15, "route seen")
         victim.process.kill()  # SIGKILL: no goodbye
         victim.process.wait()
-        took = until(lambda: "victim" not in watcher.mirror.nodes(), 15, "routes dropped")
+        took = wait_until(lambda: "victim" not in watcher.mirror.nodes(), 15, "routes dropped")
     assert took <= HEARTBEAT_TTL + HEARTBEAT_INTERVAL + 1.0
 
     with router_process("subscribe", "old/#", "--node-id", "phoenix", env=env) as old:
-        until(lambda: watcher.mirror.routes("phoenix") == {"old/#": 1}, 15, "old route seen")
+        wait_until(lambda: watcher.mirror.routes("phoenix") == {"old/#": 1}, 15, "old route seen")
         old.process.kill()
         old.process.wait()
         # Restarted at once, long before the old incarnation's heartbeat expires.
         with router_process("subscribe", "new/#", "--node-id", "phoenix", env=env) as new:
-            took = until(
+            took = wait_until(
                 lambda: watcher.mirror.routes("phoenix") == {"new/#": 1}, 15, "new routes only"
             )
             assert took < HEARTBEAT_TTL
