@@ -7,11 +7,15 @@
 -- ARGV[1]   = TTL in seconds (a positive integer) of every key written: channel expiry plus a
 --             clock-drift margin, rounded up; it is also the dedup window
 -- ARGV[2]   = the pub/sub channel that announces new messages
--- ARGV[1+2i], ARGV[2+2i] = message i's id and content (bytes)
+-- ARGV[3]   = push budget in bytes (a non-negative integer): 0 announces only the new clock;
+--             otherwise the announcement carries the stored bodies too, while they fit
+-- ARGV[2+2i], ARGV[3+2i] = message i's id and content (bytes)
 -- Each message whose id is not in the dedup window (nor earlier in the batch) advances the
 -- clock (2^53-1 is followed by -(2^53-1)) and is stored at the new clock with its dedup key;
 -- the clock is written once, with the TTL. Duplicates store nothing and move no clock.
--- One wake-up (the last clock stored) is published exactly when at least one message was stored.
+-- One announcement is published exactly when at least one message was stored: the last clock
+-- stored ("<clock>"), or, with a push budget that the stored bodies fit in,
+-- "P<first clock>:" followed by "<body length>:<body>" for each stored message in clock order.
 -- returns {before, duplicates}: before = the clock before this call (0 for a new channel); the
 --         messages stored got the clocks after it, in batch order; duplicates = "" or a list
 --         "i:clock,i:clock,..." of the batch positions (1-based) of the duplicates with the
@@ -51,9 +55,9 @@ local function read(key)
 end
 
 local n = #KEYS - 2
-if n < 0 or #ARGV ~= 2 + 2 * n then
+if n < 0 or #ARGV ~= 3 + 2 * n then
   return redis.error_reply('ROUTER_INVALID channel_publish takes clock, body base, one dedup key '
-    .. 'per message; TTL, wake-up channel, id and content per message')
+    .. 'per message; TTL, wake-up channel, push budget, id and content per message')
 end
 local ttl = ARGV[1]
 if not string.match(ttl, '^[1-9]%d*$') or #ttl > 12 then
@@ -70,8 +74,13 @@ for i = 2, #KEYS do
     return redis.error_reply('ROUTER_INVALID a batch must not mix channels')
   end
 end
+local budget = ARGV[3]
+if not string.match(budget, '^%d+$') or #budget > 12 then
+  return redis.error_reply('ROUTER_INVALID the push budget must be a non-negative integer')
+end
+budget = tonumber(budget)
 for i = 1, n do
-  local id = ARGV[1 + 2 * i]
+  local id = ARGV[2 + 2 * i]
   if #id == 0 or #id > 65535 then
     return redis.error_reply('ROUTER_INVALID a message id must be 1..65535 bytes')
   end
@@ -113,6 +122,9 @@ local duplicates = {}
 local in_batch = {}
 local stored = 0
 local heads = {} -- "<id length>:" by id length: ids of a batch mostly share one length
+local first = nil
+local pushed = {}
+local pushed_bytes = 0
 for i = 1, n do
   local dedup = KEYS[2 + i]
   local original = known[i] or in_batch[dedup]
@@ -125,13 +137,21 @@ for i = 1, n do
       clock = clock + 1
     end
     local text = string.format('%.0f', clock)
-    local id = ARGV[1 + 2 * i]
+    local id = ARGV[2 + 2 * i]
     local head = heads[#id]
     if not head then
       head = #id .. ':'
       heads[#id] = head
     end
-    redis.call('SET', KEYS[2] .. text, head .. id .. ARGV[2 + 2 * i], 'EX', ttl)
+    local body = head .. id .. ARGV[3 + 2 * i]
+    redis.call('SET', KEYS[2] .. text, body, 'EX', ttl)
+    if not first then
+      first = text
+    end
+    pushed_bytes = pushed_bytes + #body
+    if pushed_bytes <= budget then
+      pushed[#pushed + 1] = #body .. ':' .. body
+    end
     redis.call('SET', dedup, text, 'EX', ttl)
     in_batch[dedup] = clock
     stored = stored + 1
@@ -140,6 +160,10 @@ end
 if stored > 0 then
   local text = string.format('%.0f', clock)
   redis.call('SET', KEYS[1], text, 'EX', ttl)
-  redis.call('PUBLISH', ARGV[2], text)
+  if pushed_bytes <= budget then
+    redis.call('PUBLISH', ARGV[2], 'P' .. first .. ':' .. table.concat(pushed))
+  else
+    redis.call('PUBLISH', ARGV[2], text)
+  end
 end
 return {before, table.concat(duplicates, ',')}

@@ -47,6 +47,7 @@ import hashlib
 import hmac
 import math
 import re
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
@@ -74,6 +75,12 @@ SCAN_SLACK: Final = 1_000
 MAX_SCAN_CALLS: Final = 16
 """A fetch that finds only expired clocks continues with at most this many script calls,
 then returns no messages, ``more=True`` and a handle that skips what it examined."""
+PUSH_LIMIT: Final = 1 << 20
+"""The most body bytes one pushing publish carries in its announcement; a larger batch is
+announced by its clock only (followers fetch it)."""
+ANNOUNCEMENT_BACKLOG: Final = 10_000
+"""Announcements kept for a follower that has not taken them; past that they are dropped
+and the follower catches up by fetching."""
 SUBSCRIBE_TIMEOUT: Final = 10.0
 """Seconds to wait for the confirmation of the wake-up subscription."""
 LISTEN_SLICE: Final = 15.0
@@ -81,6 +88,7 @@ LISTEN_SLICE: Final = 15.0
 seconds means the connection is dead."""
 
 _HANDLE = re.compile(r"(0|-?[1-9][0-9]{0,15}):([0-9a-f]{20})")
+_HANDLE_CLOCK = re.compile(rb"0|-?[1-9][0-9]{0,15}")
 _HANDLE_PERSON: Final = b"router-ack-v1"
 # Connection-pool plumbing that must not be copied into the listener's own pool.
 
@@ -170,7 +178,7 @@ class Channel:
         self._clock_key = self.keys.channel_clock(name)
         self._bodies = self.keys.channel_bodies(name)
         self._wake = self.keys.channel_wakeup(name)
-        self._wakeups = _WakeUps(redis, self._wake)
+        self.wakeups = WakeUps(redis, self._wake)
 
     def __repr__(self) -> str:
         return f"Channel({self.name!r}, expire={self.expire!r}, prefix={self.keys.prefix!r})"
@@ -188,7 +196,7 @@ class Channel:
 
     async def aclose(self) -> None:
         """Close the long-poll connection, if one was opened. The channel stays usable."""
-        await self._wakeups.aclose()
+        await self.wakeups.aclose()
 
     # -- subscribers -----------------------------------------------------------------
 
@@ -213,11 +221,15 @@ class Channel:
 
     # -- publish ---------------------------------------------------------------------
 
-    async def publish(self, messages: Iterable[Message | tuple[str, bytes]]) -> list[Published]:
+    async def publish(
+        self, messages: Iterable[Message | tuple[str, bytes]], *, push: bool = False
+    ) -> list[Published]:
         """Store a batch of messages atomically, in order, each id at most once per window.
 
         Returns one :class:`Published` per message, in order. An empty batch does nothing.
-        One wake-up is published when at least one message was stored. Raises
+        One wake-up is published when at least one message was stored; with ``push`` it
+        carries the stored messages themselves (up to :data:`PUSH_LIMIT` bytes), so a
+        :class:`~router.follower.ChannelFollower` dispatches them without a fetch. Raises
         :class:`InvalidIdError` for an unusable id, :class:`ChannelArgumentError` for content
         that is not bytes, :class:`CorruptStateError` if the clock or a dedup entry in Redis
         is not an integer clock (nothing stored).
@@ -244,7 +256,7 @@ class Channel:
         keys = [self._clock_key, self._bodies, *self.keys.channel_dedup(self.name, ids)]
         # Ids go out as bytes encoded here (channel_dedup has checked them): cheaper than
         # redis-py's generic per-argument encoder, which tries several types first.
-        args: list[Any] = [self.ttl, self._wake]
+        args: list[Any] = [self.ttl, self._wake, PUSH_LIMIT if push else 0]
         for message_id, content in zip(ids, contents, strict=True):
             args.append(message_id.encode())
             args.append(content)
@@ -284,32 +296,48 @@ class Channel:
             raise ChannelArgumentError(f"wait must be finite and >= 0, not {wait!r}")
         cursor = self.keys.channel_cursor(self.name, subscriber)
         if wait == 0:
-            return await self._fetch_now(subscriber, cursor, max)
+            return (await self._fetch_now(subscriber, cursor, max))[0]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         while True:
             # Subscribe before fetching: a publish after this fetch always wakes us.
-            seen = await self._wakeups.arm()
-            result = await self._fetch_now(subscriber, cursor, max)
+            seen = await self.wakeups.arm()
+            result, _ = await self._fetch_now(subscriber, cursor, max)
             if result.messages or result.more:
                 return result
             remaining = deadline - loop.time()
-            if remaining <= 0 or not await self._wakeups.wait(seen, remaining):
+            if remaining <= 0 or not await self.wakeups.wait(seen, remaining):
                 return result
 
-    async def _fetch_now(self, subscriber: str, cursor: str, limit: int) -> FetchResult:
+    async def read(
+        self, subscriber: str, max: int, after: int | None = None
+    ) -> tuple[FetchResult, int]:
+        """A fetch without waiting, optionally resuming ``after`` a clock, plus the position.
+
+        ``after`` is used when it is a valid ack position (ahead of the cursor, not beyond
+        the clock); otherwise the read starts at the cursor, as :meth:`fetch` does. The
+        position is the last clock examined: the channel clock when nothing is left. Raises
+        as :meth:`fetch` does.
+        """
+        cursor = self.keys.channel_cursor(self.name, subscriber)
+        return await self._fetch_now(subscriber, cursor, max, "" if after is None else str(after))
+
+    async def _fetch_now(
+        self, subscriber: str, cursor: str, limit: int, start: str = ""
+    ) -> tuple[FetchResult, int]:
         """One fetch without waiting; continues past runs of expired clocks (bounded)."""
         keys = [self._clock_key, cursor, self._bodies]
-        start = ""
         last: int | None = None
+        position = 0
         messages: list[FetchedMessage] = []
         more = False
         for _ in range(MAX_SCAN_CALLS):
             reply = await self._scripts.run(
                 "channel_fetch", keys, [limit, self.ttl, limit + SCAN_SLACK, start]
             )
+            position = int(reply[1])
             if reply[0]:
-                last = int(reply[1])
+                last = position
             more = bool(reply[2])
             for i in range(3, len(reply), 2):
                 message = _decode_body(int(reply[i]), reply[i + 1])
@@ -318,8 +346,8 @@ class Channel:
             if messages or not more or last is None:
                 break
             start = str(last)
-        handle = None if last is None else self._handle(subscriber, last)
-        return FetchResult(tuple(messages), handle, more)
+        handle = None if last is None else self.handle(subscriber, last)
+        return FetchResult(tuple(messages), handle, more), position
 
     async def ack(self, subscriber: str, handle: str) -> bool:
         """Acknowledge everything a fetch returned: move the cursor to the handle's clock.
@@ -345,7 +373,8 @@ class Channel:
         data = b"\0".join((self._base.encode(), subscriber.encode(), str(clock).encode("ascii")))
         return hashlib.blake2b(data, digest_size=10, person=_HANDLE_PERSON).hexdigest()
 
-    def _handle(self, subscriber: str, clock: int) -> str:
+    def handle(self, subscriber: str, clock: int) -> str:
+        """The ack handle that acknowledges ``subscriber``'s messages up to ``clock``."""
         return f"{clock}:{self._digest(subscriber, clock)}"
 
     def _check_handle(self, subscriber: str, handle: object) -> int:
@@ -380,7 +409,49 @@ def _decode_body(clock: int, body: bytes) -> FetchedMessage | None:
     return FetchedMessage(message_id, rest[size:], clock)
 
 
-class _WakeUps:
+class Announcement(NamedTuple):
+    """What a publish announced: the clocks it stored, ``first`` to ``last``, and the
+    messages themselves when the publisher pushed them (empty when it announced only
+    ``last``, or when every pushed body was malformed)."""
+
+    first: int
+    last: int
+    messages: tuple[FetchedMessage, ...]
+    pushed: bool
+
+
+def parse_announcement(data: bytes) -> Announcement | None:
+    """The announcement in a wake-up message (see ``lua/channel_publish.lua``), or None."""
+    if not data.startswith(b"P"):
+        if _HANDLE_CLOCK.fullmatch(data) is None:
+            return None
+        return Announcement(int(data), int(data), (), False)
+    head, colon, _ = data.partition(b":")
+    first = _HANDLE_CLOCK.fullmatch(head, 1)
+    if not colon or first is None:
+        return None
+    first_clock = int(head[1:])
+    clock: int | None = None
+    position = len(head) + 1
+    messages = []
+    while position < len(data):
+        colon_at = data.find(b":", position, position + 12)
+        if colon_at < 0 or not data[position:colon_at].isdigit():
+            return None
+        end = colon_at + 1 + int(data[position:colon_at])
+        if end > len(data):
+            return None
+        clock = first_clock if clock is None else next_clock(clock)
+        message = _decode_body(clock, data[colon_at + 1 : end])
+        if message is not None:
+            messages.append(message)
+        position = end
+    if clock is None:
+        return None
+    return Announcement(first_clock, clock, tuple(messages), True)
+
+
+class WakeUps:
     """The wake-up subscription shared by the long polls of one Channel.
 
     ``arm()`` makes sure the subscription is confirmed by the server and returns the current
@@ -388,11 +459,19 @@ class _WakeUps:
     arrived after that generation, False on timeout. Reconnects are not hidden: when the
     reader fails, every waiter is woken (a wake-up may have been lost, so they fetch again)
     and the next ``arm()`` subscribes afresh.
+
+    With ``keep`` set (one follower of the channel sets it), every announcement's data is
+    also kept, in arrival order, in ``announcements``; ``lost`` becomes True when some may
+    be missing (the reader failed, or more than :data:`ANNOUNCEMENT_BACKLOG` piled up and
+    were dropped). The follower clears ``lost`` when it has caught up by other means.
     """
 
     def __init__(self, redis: RedisClient, channel: str) -> None:
         self._redis = redis
         self._channel = channel
+        self.keep = False
+        self.announcements: deque[bytes] = deque()
+        self.lost = False
         self._generation = 0
         self._event = asyncio.Event()
         self._starting: asyncio.Task[None] | None = None
@@ -422,6 +501,12 @@ class _WakeUps:
         except TimeoutError:
             return False
         return True
+
+    def _keep(self, data: bytes) -> None:
+        if len(self.announcements) >= ANNOUNCEMENT_BACKLOG:
+            self.announcements.clear()
+            self.lost = True
+        self.announcements.append(data)
 
     def _wake(self) -> None:
         self._generation += 1
@@ -464,6 +549,8 @@ class _WakeUps:
                 if reply is not None:
                     pinged = False  # any reply shows the connection is alive
                     if reply["type"] == "message":
+                        if self.keep:
+                            self._keep(reply["data"])
                         self._wake()
                 elif pinged:
                     raise RedisConnectionError("the wake-up connection stopped answering")
@@ -476,6 +563,7 @@ class _WakeUps:
             # The connection failed: forget it; waiters fetch again (a wake-up may have been
             # lost) and the next arm() subscribes on a new client (on a cluster, possibly
             # another node).
+            self.lost = True
             client = None
             if self._pubsub is pubsub:
                 self._pubsub = None

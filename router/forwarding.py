@@ -9,7 +9,11 @@ node is in flight and go out together as one channel message (group commit), so 
 cost is paid per batch, not per message. A batch's channel id is a digest of its message
 ids: a retried batch is recognised by the channel's dedup window and stored once.
 
-Inbound (:class:`InboxReader`): a long poll on the node's own inbox; each batch is
+Publishers *push* (``Channel.publish(..., push=True)``): the inbox's wake-up announcement
+carries the batch itself, so the receiving node dispatches it without reading Redis.
+
+Inbound (:class:`InboxReader`): a :class:`~router.follower.ChannelFollower` of the node's
+own inbox hands on each batch as it is announced (reading Redis only to catch up); it is
 dispatched to local clients, then acknowledged, so a node that dies before acking gets
 the batch again (at-least-once between nodes). The node drops message ids it already
 dispatched, so a client never receives a redelivered copy twice.
@@ -28,7 +32,8 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from router.channels import Channel
-from router.errors import RouterError
+from router.errors import RouterError, SubscriptionNotFound
+from router.follower import ChannelFollower
 from router.keys import Keys
 from router.messages import Forward, MalformedMessageError, pack_batch, unpack_batch
 from router.scripts import RedisClient
@@ -120,7 +125,7 @@ class Forwarder:
         record = (batch_id(batch), pack_batch(batch))
         for delay in (*RETRY_DELAYS, None):
             try:
-                await channel.publish([record])
+                await channel.publish([record], push=True)
                 return
             except (RedisConnectionError, RedisTimeoutError):
                 if delay is None:
@@ -173,14 +178,14 @@ class InboxReader:
     ) -> None:
         self._node_id = node_id
         self._channel = Channel(redis, keys.inbox(node_id), expire, keys)
+        self._follower = ChannelFollower(self._channel, node_id, max_fetch=max_fetch, poll=poll)
         self._dispatch = dispatch
-        self._poll = poll
-        self._max_fetch = max_fetch
         self._seen = _SeenIds(remember)
         self._task: asyncio.Task[None] | None = None
         self.received = 0
         self.duplicates = 0
         self.malformed = 0
+        self.restarts = 0
 
     async def start(self) -> None:
         """Make sure the inbox cursor exists (a restart keeps it), then start reading."""
@@ -190,21 +195,30 @@ class InboxReader:
     async def stop(self) -> None:
         await stop_task(self._task)
         self._task = None
+        await self._follower.close()
         await self._channel.aclose()
 
     async def _run(self) -> None:
         while True:
             try:
-                await self.read_once(self._poll)
+                await self.read_once()
             except (RedisConnectionError, RedisTimeoutError):
                 log.warning("inbox of node %s unreachable; retrying", self._node_id, exc_info=True)
                 await asyncio.sleep(0.5)
+            except SubscriptionNotFound:
+                log.error(
+                    "inbox of node %s vanished from Redis (flushed?); starting it anew, "
+                    "copies stored since then may be lost",
+                    self._node_id,
+                )
+                await self._channel.add_subscriber(self._node_id)
+                self._follower.forget()
+                self.restarts += 1
 
-    async def read_once(self, wait: float) -> int:
-        """Fetch, dispatch and acknowledge one round; return the copies dispatched."""
-        result = await self._channel.fetch(self._node_id, max=self._max_fetch, wait=wait)
+    async def read_once(self) -> int:
+        """Dispatch one batch of the inbox and acknowledge it; return the copies dispatched."""
         dispatched = 0
-        for stored in result.messages:
+        for stored in await self._follower.next():
             try:
                 forwards = unpack_batch(stored.content)
             except MalformedMessageError:
@@ -223,6 +237,7 @@ class InboxReader:
             if fresh:
                 await self._dispatch(fresh)
                 dispatched += len(fresh)
-        if result.ack_handle is not None:
-            await self._channel.ack(self._node_id, result.ack_handle)
+        self._follower.done()
+        # Announced batches need no I/O: let the clients' consumers (and heartbeats) run.
+        await asyncio.sleep(0)
         return dispatched

@@ -79,7 +79,7 @@ async def test_ack_rules(
     clock_key, cursor_key = keys.channel_clock(NAME), keys.channel_cursor(NAME, "s")
     await redis_client.set(clock_key, str(clock), px=30_000)
     await redis_client.set(cursor_key, str(cursor), px=30_000)
-    assert await channel.ack("s", channel._handle("s", ack)) is valid
+    assert await channel.ack("s", channel.handle("s", ack)) is valid
     assert await get_int(redis_client, clock_key) == clock
     if valid:
         assert await get_int(redis_client, cursor_key) == ack
@@ -130,9 +130,9 @@ async def test_tampered_and_foreign_handles_are_refused(
         f" {handle}",
         handle + ":",
         handle[:-1],
-        channel._handle("t", 2),
-        other_channel._handle("s", 2),
-        other_namespace._handle("s", 2),
+        channel.handle("t", 2),
+        other_channel.handle("s", 2),
+        other_namespace.handle("s", 2),
         f"{MAX + 1}:{digest}",
         "",
         "2",
@@ -227,7 +227,7 @@ async def test_corrupt_clock_is_reported_and_changes_nothing(
     with pytest.raises(CorruptStateError):
         await channel.fetch("s")
     with pytest.raises(CorruptStateError):
-        await channel.ack("s", channel._handle("s", 4))
+        await channel.ack("s", channel.handle("s", 4))
     assert await snapshot(redis_client, keys) == before
 
 
@@ -244,7 +244,7 @@ async def test_corrupt_cursor_is_reported_and_changes_nothing(
     with pytest.raises(CorruptStateError):
         await channel.fetch("s")
     with pytest.raises(CorruptStateError):
-        await channel.ack("s", channel._handle("s", 1))
+        await channel.ack("s", channel.handle("s", 1))
     assert await snapshot(redis_client, keys) == before
 
 
@@ -302,7 +302,7 @@ async def test_publish_script_refuses_a_batch_mixing_channels(
                 *keys.channel_dedup(NAME, ["a"]),
                 *keys.channel_dedup(other, ["b"]),
             ],
-            [channel.ttl, keys.channel_wakeup(NAME), "a", b"1", "b", b"2"],
+            [channel.ttl, keys.channel_wakeup(NAME), 0, "a", b"1", "b", b"2"],
         )
     assert await snapshot(redis_client, keys) == {}
     assert await snapshot(redis_client, keys, other) == {}
@@ -325,7 +325,14 @@ BAD_SCRIPT_CALLS: dict[str, tuple[list[str], list[list[str]]]] = {
     ),
     "channel_publish": (
         ["clock", "bodies", "dedup"],
-        [["61", "wake", "m"], ["61", "wake", "m", "x", "y"], ["0", "wake", "m", "x"], ["61"]],
+        [
+            ["61", "wake", "0", "m"],
+            ["61", "wake", "0", "m", "x", "y"],
+            ["61", "wake", "-1", "m", "x"],
+            ["61", "wake", "m", "x"],
+            ["0", "wake", "0", "m", "x"],
+            ["61"],
+        ],
     ),
 }
 

@@ -138,14 +138,16 @@ async def test_no_wake_up_is_lost_between_fetch_and_wait(
     fetch_now = channel._fetch_now
     calls = 0
 
-    async def fetch_then_publish(subscriber: str, cursor: str, limit: int) -> FetchResult:
+    async def fetch_then_publish(
+        subscriber: str, cursor: str, limit: int
+    ) -> tuple[FetchResult, int]:
         nonlocal calls
         calls += 1
-        result = await fetch_now(subscriber, cursor, limit)
+        result, position = await fetch_now(subscriber, cursor, limit)
         if calls == 1:
             assert result.messages == ()
             await channel.publish([("racer", b"x")])
-        return result
+        return result, position
 
     monkeypatch.setattr(channel, "_fetch_now", fetch_then_publish)
     started = now()
@@ -210,7 +212,7 @@ async def test_long_poll_outlives_the_default_socket_timeout(
     await channel.add_subscriber("s")
     poll = asyncio.create_task(channel.fetch("s", wait=10))
     await armed(redis_client, channel)
-    pubsub = channel._wakeups._pubsub
+    pubsub = channel.wakeups._pubsub
     assert pubsub is not None and pubsub.connection is not None
     assert pubsub.connection.socket_timeout is None  # the listener's own: no socket timeout
     with pytest.raises(TimeoutError):  # still waiting after more than 5 s of silence

@@ -85,7 +85,7 @@ async def test_channel_matches_the_model(redis_client: RedisClient, keys: Keys, 
                 assert list(result.messages) == messages, step
                 assert result.more is more, step
                 assert result.ack_handle == (
-                    None if last is None else channel._handle(subscriber, last)
+                    None if last is None else channel.handle(subscriber, last)
                 )
                 if result.ack_handle is not None:
                     handles[subscriber].append(result.ack_handle)

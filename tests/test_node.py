@@ -205,3 +205,17 @@ async def test_a_node_knows_when_another_process_took_its_id(
     async with asyncio.timeout(5):
         await a.wait_taken_over()
     assert not a.running
+
+
+async def test_a_vanished_inbox_is_started_anew(start_node: StartNode, keys: Keys) -> None:
+    a, b = await start_node("a"), await start_node("b", inbox_poll=0.2)
+    await b.subscribe("phone", "t")
+    await eventually(lambda: "b" in a.mirror.match("t").nodes)
+    await a.publish("t", b"1")
+    await take(b, "phone", 1)
+    redis = b._redis
+    await redis.delete(keys.channel_cursor(keys.inbox("b"), "b"))
+    await eventually(lambda: b._inbox.restarts == 1)
+    await a.publish("t", b"2")
+    [delivery] = await take(b, "phone", 1)
+    assert delivery.payload == b"2"
