@@ -18,6 +18,12 @@ Layout (``rt`` is the default namespace prefix; ``ID`` is an escaped id, see bel
     rt:{ch:ID}:m:CLOCK        string the message stored at CLOCK (id + content)   (channel)
     rt:{ch:ID}:id:MSGID       string the clock MSGID was stored at (dedup window) (channel)
     rt:{ch:ID}:wake           pub/sub channel (not a key): new-message wake-ups   (channel)
+    rt:{r:LEVEL}:topics       zset   topics of one first level, lexicographic  (retained shard)
+    rt:{r:LEVEL}:messages     hash   topic -> packed retained message          (retained shard)
+    rt:{r:LEVEL}:expiry       zset   topic -> expiry time, server ms           (retained shard)
+    rt:{retained}:shards      zset   first levels that hold retained topics    (retained registry)
+    rt:{retained}:counts      hash   first level -> topics stored (or reserved) (retained registry)
+    rt:{retained}:total       string topics stored (or reserved) in all shards  (retained registry)
 
 Every key carries the hash tag of the entity it belongs to, so all keys of one client,
 one node or one channel live in one Redis Cluster slot and one Lua script may touch them
@@ -25,7 +31,7 @@ together. Ids come from users (MQTT client ids can hold any text), so inside a t
 escaped: ``%`` ``{`` ``}`` become ``%25`` ``%7B`` ``%7D``. The escaped id holds no ``}``,
 so no id can end its tag early or move its keys to another slot, and the escaping is
 one-to-one, so two ids never share a key. Entity kinds have distinct tag prefixes
-(``c:``, ``n:``, ``ch:``), so a client never shares a key with a node or a channel.
+(``c:``, ``n:``, ``ch:``, ``r:``), so a client never shares a key with a node or a channel.
 """
 
 from __future__ import annotations
@@ -167,6 +173,23 @@ class Keys:
         base = self.channel(name) + ":id:"
         return [base + check_id(message_id, "message id") for message_id in message_ids]
 
+    # -- retained messages -------------------------------------------------------------
+
+    def retained_shard(self, first_level: str) -> str:
+        """The base of one retained shard's keys (``rt:{r:LEVEL}``): the topics whose first
+        level is ``first_level`` (which may be empty: topic ``/a`` has the first level '')."""
+        return f"{self.prefix}:{{r:{escape_id(first_level)}}}"
+
+    def retained_shard_keys(self, first_level: str) -> list[str]:
+        """A shard's topics zset, messages hash and expiry zset, in the scripts' KEYS order."""
+        base = self.retained_shard(first_level)
+        return [base + ":topics", base + ":messages", base + ":expiry"]
+
+    def retained_registry_keys(self) -> list[str]:
+        """The shard registry: shards zset, counts hash and total, in the scripts' KEYS order."""
+        base = f"{self.prefix}:{{retained}}"
+        return [base + ":shards", base + ":counts", base + ":total"]
+
     # -- cluster -----------------------------------------------------------------------
 
     def route_hints(self) -> str:
@@ -190,6 +213,10 @@ class Keys:
     def client_owners_pattern(self) -> str:
         """A SCAN MATCH pattern for every client's session-owner key."""
         return f"{glob_escape(self.prefix)}:{{c:*}}:owner"
+
+    def client_subscriptions_pattern(self) -> str:
+        """A SCAN MATCH pattern for every client's subscriptions hash."""
+        return f"{glob_escape(self.prefix)}:{{c:*}}:subs"
 
     def channel_clocks_pattern(self) -> str:
         """A SCAN MATCH pattern for every channel's clock key."""
@@ -215,6 +242,10 @@ class Keys:
     def client_of_owner_key(self, key: str) -> str | None:
         """The client id of a session-owner key, or None for other keys."""
         return self._tagged_id(key, "c", (":owner",))
+
+    def client_of_subscriptions_key(self, key: str) -> str | None:
+        """The client id of a subscriptions hash key, or None for other keys."""
+        return self._tagged_id(key, "c", (":subs",))
 
     def channel_of_clock_key(self, key: str) -> str | None:
         """The channel name of a channel clock key, or None for other keys."""

@@ -41,7 +41,8 @@ class Delivery:
     ``qos`` is min(message QoS, the best matching subscription's QoS); ``retain`` is the
     message's flag only where a matching subscription asked for retain-as-published (or
     the copy comes from the retained store); ``subscription_ids`` lists the MQTT 5
-    subscription identifiers of the matching subscriptions.
+    subscription identifiers of the matching subscriptions; ``expiry_interval`` is the
+    seconds the message has left (set on copies from the retained store), None for never.
     """
 
     topic: str
@@ -52,6 +53,7 @@ class Delivery:
     publisher: str | None = None
     subscription_ids: tuple[int, ...] = ()
     sent_at: float = 0.0
+    expiry_interval: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

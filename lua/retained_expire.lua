@@ -1,0 +1,21 @@
+-- Delete up to a limit of a shard's expired retained messages (Redis server time).
+-- KEYS[1] = the shard's topics sorted set
+-- KEYS[2] = the shard's messages hash
+-- KEYS[3] = the shard's expiry sorted set (topic -> expiry time, server ms)
+-- ARGV[1] = the most messages to delete (>= 1)
+-- returns the number of messages deleted
+-- errors: ROUTER_INVALID (malformed ARGV)
+local limit = tonumber(ARGV[1])
+if #ARGV ~= 1 or not limit or limit < 1 then
+  return redis.error_reply('ROUTER_INVALID retained_expire takes a positive limit')
+end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, limit)
+local deleted = 0
+for _, topic in ipairs(expired) do
+  deleted = deleted + redis.call('HDEL', KEYS[2], topic)
+  redis.call('ZREM', KEYS[1], topic)
+  redis.call('ZREM', KEYS[3], topic)
+end
+return deleted

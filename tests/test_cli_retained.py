@@ -1,0 +1,124 @@
+"""``router retained list|get|delete|count`` against real Redis (standalone and a 3-master
+cluster), in the style of tests/test_cli_ops.py."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+
+import pytest
+
+from router.keys import Keys
+from router.retained import RetainedStore
+from tests.cli_support import Cluster, delete_namespace, invoke, invoke_json
+from tests.test_cli_errors import UNREACHABLE, assert_clean_failure
+
+
+@pytest.fixture(params=["standalone", "cluster"])
+def redis_url(request: pytest.FixtureRequest) -> str:
+    url: str = request.getfixturevalue(f"redis_{request.param}_url")
+    return url
+
+
+@pytest.fixture
+def prefix(redis_url: str, keys: Keys) -> Iterator[str]:
+    try:
+        yield keys.prefix
+    finally:
+        delete_namespace(redis_url, keys)
+
+
+@pytest.fixture
+def stored(redis_url: str, prefix: str) -> Iterator[Cluster]:
+    """Retained messages written through the library: text, binary, expiring, '$SYS'."""
+    cluster = Cluster(redis_url, Keys(prefix))
+    try:
+        store = RetainedStore(cluster.client(), cluster.keys)
+        cluster.call(store.store("home/temp", b"21.5", qos=1, message_id=b"\x01" * 16))
+        cluster.call(store.store("home/raw", b"\xff\x00", publisher="p"))
+        cluster.call(store.store("office/temp", b"19", expiry_interval=600))
+        cluster.call(store.store("$SYS/up", b"1"))
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def test_count_list_and_get(stored: Cluster) -> None:
+    url, prefix = stored.url, stored.keys.prefix
+    assert invoke_json(url, prefix, "retained", "count") == {"count": 4}
+    listed = invoke_json(url, prefix, "retained", "list")
+    assert [m["topic"] for m in listed] == ["$SYS/up", "home/raw", "home/temp", "office/temp"]
+    raw = listed[1]
+    assert raw == {
+        "topic": "home/raw",
+        "payload": base64.b64encode(b"\xff\x00").decode(),
+        "encoding": "base64",
+        "qos": 0,
+        "expiry_interval": None,
+        "message_id": "",
+        "publisher": "p",
+    }
+    assert listed[2]["payload"] == "21.5" and listed[2]["encoding"] == "utf-8"
+    assert listed[2]["message_id"] == "01" * 16
+    assert 599 <= listed[3]["expiry_interval"] <= 600
+    filtered = invoke_json(url, prefix, "retained", "list", "--filter", "+/temp")
+    assert [m["topic"] for m in filtered] == ["home/temp", "office/temp"]
+    limited = invoke_json(url, prefix, "retained", "list", "--limit", "2")
+    assert [m["topic"] for m in limited] == ["$SYS/up", "home/raw"]
+    assert invoke_json(url, prefix, "retained", "get", "home/temp")["payload"] == "21.5"
+    for args in (("list",), ("get", "home/raw"), ("count",)):
+        table = invoke(url, prefix, "retained", *args)
+        assert table.exit_code == 0, table.output
+    assert "home/raw  base64:/wA=  (qos 0)" in invoke(url, prefix, "retained", "list").output
+
+
+def test_list_pages_the_whole_store(stored: Cluster) -> None:
+    url, prefix = stored.url, stored.keys.prefix
+    first = invoke(url, prefix, "retained", "list", "--page", "1", "--limit", "3", "--json")
+    assert first.exit_code == 0, first.output
+    assert "more on page 2" in first.stderr
+    second = invoke_json(url, prefix, "retained", "list", "--page", "2", "--limit", "3")
+    assert [m["topic"] for m in second] == ["office/temp"]
+
+
+def test_delete_a_topic_or_every_match(stored: Cluster) -> None:
+    url, prefix = stored.url, stored.keys.prefix
+    assert invoke_json(url, prefix, "retained", "delete", "home/raw") == {"deleted": 1}
+    assert invoke_json(url, prefix, "retained", "delete", "home/raw") == {"deleted": 0}
+    assert invoke_json(url, prefix, "retained", "delete", "#") == {"deleted": 2}
+    assert invoke_json(url, prefix, "retained", "list") == [
+        invoke_json(url, prefix, "retained", "get", "$SYS/up")
+    ]
+    text = invoke(url, prefix, "retained", "delete", "$SYS/#")
+    assert text.exit_code == 0 and "deleted 1 retained message" in text.output
+    assert invoke_json(url, prefix, "retained", "count") == {"count": 0}
+    assert invoke(url, prefix, "retained", "list").output.strip() == "no retained messages"
+
+
+def test_a_retain_publish_from_the_cli_is_listed(redis_url: str, prefix: str) -> None:
+    published = invoke(redis_url, prefix, "publish", "cli/t", "hello", "--retain")
+    assert published.exit_code == 0, published.output
+    assert invoke_json(redis_url, prefix, "retained", "get", "cli/t")["payload"] == "hello"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("get", "no/such"), "no retained message on 'no/such'"),
+        (("get", "a/+"), "invalid topic"),
+        (("delete", "a/#/b"), "invalid topic"),
+        (("delete", "$share/g/a"), "plain filters"),
+        (("list", "--filter", "a+"), "invalid topic"),
+        (("list", "--filter", "a", "--page", "1"), "does not take --filter"),
+    ],
+)
+def test_bad_input_is_one_line(
+    redis_url: str, prefix: str, args: tuple[str, ...], expected: str
+) -> None:
+    assert_clean_failure(invoke(redis_url, prefix, "retained", *args), expected)
+
+
+@pytest.mark.parametrize("args", [("count",), ("list",), ("get", "a"), ("delete", "a/#")])
+def test_unreachable_redis_is_one_line(args: tuple[str, ...]) -> None:
+    result = invoke(UNREACHABLE, "rt", "retained", *args)
+    assert_clean_failure(result, "cannot reach Redis")
