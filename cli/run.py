@@ -3,9 +3,12 @@
 Every option has an environment variable (for docker-compose): ``ROUTER_REDIS_URL``,
 ``ROUTER_PREFIX``, ``ROUTER_NODE_ID``, ``ROUTER_SHARE_STRATEGY``,
 ``ROUTER_HEARTBEAT_INTERVAL``, ``ROUTER_HEARTBEAT_TTL``, ``ROUTER_QUEUE_LIMIT``,
-``ROUTER_LOG_LEVEL``. The node logs ``node ID ready`` once it has joined, serves its
-inbox until SIGINT or SIGTERM, then leaves gracefully (routes removed, deregistered)
-and logs ``node ID stopped`` with its counters.
+``ROUTER_ACL``, ``ROUTER_ACL_DEFAULT``, ``ROUTER_TRAFFIC_DIR``, ``ROUTER_TRAFFIC_SAMPLE``,
+``ROUTER_LOG_LEVEL``. An ACL file is read before
+the node connects; a bad one is one error line naming the file and line. The node logs
+``node ID ready`` once it has joined, serves its inbox until SIGINT or SIGTERM, then
+leaves gracefully (routes removed, deregistered) and logs ``node ID stopped`` with its
+counters.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import click
 from router.api import connect, default_node_id
 from router.errors import StaleIncarnationError
 from router.node import NodeConfig
+from router.policy import load_acl
 from router.sharing import STRATEGY_NAMES
 
 from .common import Target, log_to_stderr, run, stop_on_signals
@@ -72,6 +76,36 @@ def node() -> None:
     help="Deliveries queued per local client before the overflow policy drops one.",
 )
 @click.option(
+    "--acl",
+    "acl_file",
+    envvar="ROUTER_ACL",
+    default=None,
+    metavar="FILE",
+    help="ACL file: allow/deny rules for publish and subscribe (see README).",
+)
+@click.option(
+    "--acl-default",
+    envvar="ROUTER_ACL_DEFAULT",
+    type=click.Choice(["allow", "deny"]),
+    default=None,
+    help="What the ACL decides when no rule matches [default: deny].",
+)
+@click.option(
+    "--traffic-dir",
+    envvar="ROUTER_TRAFFIC_DIR",
+    default=None,
+    metavar="DIR",
+    help="Write a traffic log (JSON lines, for `router pipeline report`) into DIR.",
+)
+@click.option(
+    "--traffic-sample",
+    envvar="ROUTER_TRAFFIC_SAMPLE",
+    type=click.FloatRange(min=0.0, max=1.0, min_open=True),
+    default=_DEFAULTS.traffic_sample,
+    show_default=True,
+    help="Fraction of publishes the traffic log keeps (with --traffic-dir).",
+)
+@click.option(
     "--log-level",
     envvar="ROUTER_LOG_LEVEL",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
@@ -85,6 +119,10 @@ def node_run(
     heartbeat_interval: float,
     heartbeat_ttl: float,
     queue_limit: int,
+    acl_file: str | None,
+    acl_default: str | None,
+    traffic_dir: str | None,
+    traffic_sample: float,
     log_level: str,
 ) -> None:
     """Join the cluster as a node and serve until SIGINT or SIGTERM."""
@@ -93,6 +131,7 @@ def node_run(
             "must be longer than --heartbeat-interval", param_hint="--heartbeat-ttl"
         )
     node_id = node_id or default_node_id()
+    acl = load_acl(acl_file, acl_default)
 
     async def main() -> None:
         with log_to_stderr(log_level.upper()) as log, stop_on_signals() as stop:
@@ -104,7 +143,13 @@ def node_run(
                 heartbeat_interval=heartbeat_interval,
                 heartbeat_ttl=heartbeat_ttl,
                 queue_limit=queue_limit,
+                acl=acl,
+                traffic_dir=traffic_dir,
+                traffic_sample=traffic_sample,
             ) as running:
+                if acl is not None:
+                    rules, default = len(acl.rules), acl.default.value
+                    log.info("ACL %s: %d rules, default %s", acl_file, rules, default)
                 log.info("node %s ready", running.node_id)
                 signalled = asyncio.create_task(stop.wait())
                 taken_over = asyncio.create_task(running.wait_taken_over())

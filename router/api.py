@@ -6,10 +6,13 @@ import os
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+from router.acl import Acl, Permission
 from router.connection import open_redis
 from router.node import NodeConfig, RouterNode
+from router.policy import load_acl
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 URL_VARIABLE = "ROUTER_REDIS_URL"
@@ -22,16 +25,27 @@ def default_node_id() -> str:
 
 @asynccontextmanager
 async def connect(
-    url: str | None = None, *, node_id: str | None = None, **config: Any
+    url: str | None = None,
+    *,
+    node_id: str | None = None,
+    acl: Acl | str | Path | None = None,
+    acl_default: str | Permission | None = None,
+    **config: Any,
 ) -> AsyncIterator[RouterNode]:
     """Start a router node on Redis at ``url`` and stop it (gracefully) on exit.
 
     ``url`` defaults to ``$ROUTER_REDIS_URL`` or the local Redis; a Redis Cluster is
-    recognised by itself. ``config`` takes the fields of :class:`NodeConfig`.
+    recognised by itself. ``acl`` is an :class:`Acl` or an ACL file's path and
+    ``acl_default`` (``"allow"``/``"deny"``, default deny) what no rule matches; a bad
+    file raises :class:`AclRuleError` before anything connects. ``config`` takes the
+    other fields of :class:`NodeConfig`.
     """
+    checked_acl = load_acl(acl, acl_default)
     redis = await open_redis(url or os.environ.get(URL_VARIABLE, DEFAULT_URL))
     try:
-        node = RouterNode(redis, NodeConfig(node_id or default_node_id(), **config))
+        node = RouterNode(
+            redis, NodeConfig(node_id or default_node_id(), acl=checked_acl, **config)
+        )
         async with node:
             yield node
     finally:

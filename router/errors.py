@@ -146,3 +146,20 @@ class AclRuleError(RouterError, ValueError):
 
 class InvalidSettingError(RouterError, ValueError):
     """A tuning setting outside its allowed range (cache sizes, thresholds, periods)."""
+
+
+class NotAuthorizedError(RouterError):
+    """Authentication or the ACL (or a hook) refused what a client asked; nothing changed.
+
+    ``client_id`` names the client, ``action`` is ``"connect"``, ``"publish"`` or
+    ``"subscribe"``, ``topic`` the topic or filter (None for connect) and ``reason`` the
+    decision's reason.
+    """
+
+    def __init__(self, client_id: str, action: str, topic: str | None, reason: str) -> None:
+        self.client_id = client_id
+        self.action = action
+        self.topic = topic
+        self.reason = reason
+        what = action if topic is None else f"{action} {topic!r}"
+        super().__init__(f"client {client_id!r} may not {what}: {reason}")

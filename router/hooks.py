@@ -23,6 +23,13 @@ Rules:
   ``Exception`` (cancellation, KeyboardInterrupt) is not swallowed.
 * A chain runs over the callbacks registered when it started: registering or removing
   callbacks from inside a callback takes effect at the next run.
+* A fold may be given a ``check``: each ``Ok(new)``/``Stop(new)`` value goes through it
+  before it is used (it returns the value to use or raises). A value it refuses is
+  logged and that callback is skipped like one that raised, so one bad callback cannot
+  undo what the others did, nor push a value the caller cannot use.
+* Listeners (:meth:`HookRegistry.add_listener`) are called after every change of the
+  callbacks, so a caller can keep cheap "is anything registered here?" flags instead of
+  asking on every message.
 * Synchronous and asynchronous callbacks: :meth:`~HookRegistry.run` and
   :meth:`~HookRegistry.run_fold` are plain calls for plain callbacks. An authentication
   or ACL backend that asks a server must not block the node's event loop, so
@@ -40,17 +47,21 @@ point                        args                               fold accumulator
 ``client.check_acl``         ``(client, action, topic)``        :class:`Decision`
 ``client.connected``         ``(client,)``                      (notification)
 ``client.disconnected``      ``(client, reason)``               (notification)
-``client.subscribe``         ``(client,)``                      list of (filter, options)
-``client.unsubscribe``       ``(client,)``                      list of filters
-``message.publish``          ``(client,)``                      the message
-``message.delivered``        ``(client, message)``              (notification)
-``message.acked``            ``(client, message)``              (notification)
-``message.dropped``          ``(message, reason)``              (notification)
+``client.subscribe``         ``(client,)``                      (filter, options) or None
+``client.unsubscribe``       ``(client,)``                      filter or None
+``message.publish``          ``(client,)``                      the message or None
+``message.delivered``        ``(client, delivery)``             (notification)
+``message.acked``            ``(client, delivery)``             (notification)
+``message.dropped``          ``(message, reason, client)``      (notification)
 ===========================  =================================  ==========================
 
-``client`` is a :class:`ClientInfo`; ``action`` an :class:`router.acl.AclAction`; for
-``client.check_acl`` ``topic`` is the topic name of a publish or the filter of a subscribe;
-``reason`` of ``message.dropped`` is a :class:`DropReason`.
+``client`` is a :class:`ClientInfo` (for ``message.publish`` the publisher, None for a
+message the embedding program publishes itself; for ``message.dropped`` the subscriber
+whose copy was dropped, else the publisher or None); ``action`` an
+:class:`router.acl.AclAction`; for ``client.check_acl`` ``topic`` is the topic name of a
+publish or the filter of a subscribe; ``reason`` of ``message.dropped`` is a
+:class:`DropReason`. How the node folds each point (what None means, which rewrites it
+accepts) is written in :mod:`router.policy`.
 """
 
 from __future__ import annotations
@@ -89,6 +100,7 @@ class DropReason(enum.StrEnum):
 
     NO_SUBSCRIBERS = "no_subscribers"
     DENIED = "denied"
+    STOPPED = "stopped"  # a message.publish hook stopped it
     QUEUE_FULL = "queue_full"
     EXPIRED = "expired"
     TOO_LARGE = "too_large"
@@ -122,6 +134,8 @@ class Stop(Generic[T]):
 #: What a callback may return (None counts as OK).
 HookResult = Flow | Ok[Any] | Stop[Any] | None
 Callback = Callable[..., Any]
+#: Vets a fold value: returns the value to use, or raises to skip the callback.
+Check = Callable[[T], T]
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +208,7 @@ class HookRegistry:
     def __init__(self, points: Iterable[str] = HookPoint) -> None:
         self._chains: dict[str, tuple[HookEntry, ...]] = {}
         self._registered = 0
+        self._listeners: list[Callable[[], None]] = []
         for point in points:
             self.declare(point)
 
@@ -205,6 +220,18 @@ class HookRegistry:
         if not isinstance(point, str) or not point:
             raise HookError(f"a hook point must be a non-empty str, not {point!r}")
         self._chains.setdefault(str(point), ())
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after every later :meth:`register` and :meth:`unregister`."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            listener()
+
+    def active(self, point: str) -> bool:
+        """True if ``point`` has at least one callback (False for an unknown point)."""
+        return bool(self._chains.get(point))
 
     def points(self) -> list[str]:
         """Every hook point this registry accepts, sorted."""
@@ -235,6 +262,7 @@ class HookRegistry:
         self._chains[str(point)] = tuple(
             sorted((*chain, entry), key=lambda e: (-e.priority, e.order))
         )
+        self._changed()
 
     def unregister(self, point: str, callback: Callback) -> bool:
         """Remove ``callback`` from ``point``; True if it was there.
@@ -244,6 +272,7 @@ class HookRegistry:
         chain = self._chain(point)
         kept = tuple(entry for entry in chain if entry.callback != callback)
         self._chains[str(point)] = kept
+        self._changed()
         return len(kept) != len(chain)
 
     def entries(self, point: str) -> list[HookEntry]:
@@ -272,11 +301,12 @@ class HookRegistry:
                 return False
         return True
 
-    def run_fold(self, point: str, args: Sequence[Any], acc: T) -> T:
+    def run_fold(self, point: str, args: Sequence[Any], acc: T, check: Check[T] | None = None) -> T:
         """Fold ``acc`` through the callbacks of ``point`` (each gets ``*args, acc``).
 
         Returns the accumulator after the last callback or the one a callback stopped
-        with (see the module rules). Raises :class:`HookError` for an unknown point.
+        with (see the module rules; ``check`` vets each new value). Raises
+        :class:`HookError` for an unknown point.
         """
         for entry in self._chain(point):
             try:
@@ -287,7 +317,7 @@ class HookRegistry:
             if inspect.isawaitable(result):
                 self._refuse_awaitable(point, entry, result)
                 continue
-            stop, acc = self._step(point, entry, result, acc)
+            stop, acc = self._step(point, entry, result, acc, check)
             if stop:
                 break
         return acc
@@ -306,7 +336,9 @@ class HookRegistry:
                 return False
         return True
 
-    async def arun_fold(self, point: str, args: Sequence[Any], acc: T) -> T:
+    async def arun_fold(
+        self, point: str, args: Sequence[Any], acc: T, check: Check[T] | None = None
+    ) -> T:
         """Like :meth:`run_fold`, awaiting callbacks that return an awaitable."""
         for entry in self._chain(point):
             try:
@@ -316,22 +348,31 @@ class HookRegistry:
             except Exception:
                 logger.exception("hook %s: %s raised; skipped", point, entry.name)
                 continue
-            stop, acc = self._step(point, entry, result, acc)
+            stop, acc = self._step(point, entry, result, acc, check)
             if stop:
                 break
         return acc
 
     @staticmethod
-    def _step(point: str, entry: HookEntry, result: Any, acc: T) -> tuple[bool, T]:
+    def _step(
+        point: str, entry: HookEntry, result: Any, acc: T, check: Check[T] | None
+    ) -> tuple[bool, T]:
         """Apply one fold result: (whether to stop, the accumulator from now on)."""
         if result is None or result is OK:
             return False, acc
-        if isinstance(result, Ok):
-            return False, result.value
         if result is STOP:
             return True, acc
-        if isinstance(result, Stop):
-            return True, result.value
+        if isinstance(result, Ok | Stop):
+            value = result.value
+            if check is not None:
+                try:
+                    value = check(value)
+                except Exception as error:
+                    logger.error(
+                        "hook %s: %s returned %r: %s; skipped", point, entry.name, value, error
+                    )
+                    return False, acc
+            return isinstance(result, Stop), value
         logger.error(
             "hook %s: %s returned %r, not OK, Ok(new), STOP, Stop(new) or None; ignored",
             point,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from typing import Any, Literal
 
 from router.errors import RouterError
@@ -49,17 +49,21 @@ class ClientSession:
 
     def put(self, delivery: Delivery) -> bool:
         """Queue one delivery; False when the overflow policy dropped a message."""
-        dropped = False
+        return self.offer(delivery) is None
+
+    def offer(self, delivery: Delivery) -> Delivery | None:
+        """Queue one delivery; returns what the overflow policy dropped (the oldest queued
+        delivery, or ``delivery`` itself with drop_newest), None when nothing was."""
+        lost = None
         if len(self._queue) >= self.limit:
             self.dropped += 1
-            dropped = True
             if self.overflow == "drop_newest":
-                return False
-            self._queue.popleft()
+                return delivery
+            lost = self._queue.popleft()
         self._queue.append(delivery)
         self.delivered += 1
         self._ready.set()
-        return not dropped
+        return lost
 
     def pending(self) -> int:
         return len(self._queue)
@@ -86,6 +90,8 @@ class ClientSession:
 
 
 RouteChange = tuple[str, int]  # (route, new count); count 0 removes the route
+#: Told of each local copy: (client id, the copy, what its queue dropped for it or None).
+DeliveryObserver = Callable[[str, Delivery, Delivery | None], None]
 
 
 class LocalSessions:
@@ -178,12 +184,18 @@ class LocalSessions:
 
     # -- delivery --------------------------------------------------------------------
 
-    def deliver(self, message: Message, only_groups: Collection[str] | None) -> tuple[int, int]:
+    def deliver(
+        self,
+        message: Message,
+        only_groups: Collection[str] | None,
+        observer: DeliveryObserver | None = None,
+    ) -> tuple[int, int]:
         """Queue the message for every matching local client; returns (queued, dropped).
 
         ``only_groups`` limits the share groups this node serves for this message (the
         publisher's route match chose the node for them). ``no_local`` subscriptions of
-        the publisher itself are skipped.
+        the publisher itself are skipped. ``observer`` (the node's hooks) is told of
+        every copy and of what the overflow policy dropped for it.
         """
         matched = self.trie.match_subscriptions(
             message.topic, message.publisher, only_groups=only_groups
@@ -217,10 +229,13 @@ class LocalSessions:
                 ids,
                 message.sent_at,
             )
-            if session.put(delivery):
+            lost = session.offer(delivery)
+            if lost is None:
                 queued += 1
             else:
                 dropped += 1
+            if observer is not None:
+                observer(client_id, delivery, lost)
         return queued, dropped
 
     def group_members(self, share_filter: str) -> int:

@@ -307,3 +307,44 @@ def test_client_info_and_decision_values() -> None:
         ClientInfo("c1", 5)  # type: ignore[arg-type]
     assert Decision.allow("ok") == Decision(True, "ok")
     assert Decision.deny("no") == Decision(False, "no")
+
+
+def only_lists(value: Any) -> list[str]:
+    """A fold check that accepts lists of str only."""
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise HookError(f"not a list of str: {value!r}")
+    return value
+
+
+@pytest.mark.parametrize("bad", [Ok(42), Stop("nope")])
+async def test_a_check_skips_a_value_it_refuses(
+    caplog: pytest.LogCaptureFixture, bad: HookResult
+) -> None:
+    registry = HookRegistry()
+    registry.register(POINT, appender("first"), priority=2)
+    registry.register(POINT, lambda acc: bad, priority=1)
+    registry.register(POINT, appender("last"))
+    with caplog.at_level(logging.ERROR, logger="router.hooks"):
+        # Skipped like a crash: a refused Stop does not stop, a refused Ok changes nothing.
+        assert registry.run_fold(POINT, (), [], only_lists) == ["first", "last"]
+        assert await registry.arun_fold(POINT, (), [], only_lists) == ["first", "last"]
+    assert len(caplog.records) == 2
+    assert "not a list of str" in caplog.records[0].getMessage()
+
+
+def test_listeners_hear_every_change_and_active_says_what_has_callbacks() -> None:
+    registry = HookRegistry()
+    changes = []
+    registry.add_listener(lambda: changes.append(registry.active(POINT)))
+    assert registry.active(POINT) is False
+    assert registry.active("no.such.point") is False
+    callback = appender("x")
+    registry.register(POINT, callback)
+    assert registry.active(POINT) is True
+    registry.unregister(POINT, callback)
+    assert changes == [True, False]
+    again = appender("y")
+    registry.register(POINT, again)
+    with pytest.raises(DuplicateHookError):
+        registry.register(POINT, again)
+    assert changes == [True, False, True]  # a refused registration changes nothing
