@@ -24,12 +24,15 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # Debian packages the tests use for real: redis-server (standalone and cluster),
-# redis-tools (redis-cli --cluster create), libmosquitto1 (the reference matcher).
+# redis-tools (redis-cli --cluster create), libmosquitto1 (the reference matcher),
+# a Java 17+ runtime for the Spark pipeline when `java` is missing or older.
 system-deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
 	ldconfig -p | grep -q 'libmosquitto\.so\.1' || missing="$$missing libmosquitto1"; \
+	java=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1); \
+	[ "$${java:-0}" -ge 17 ] 2>/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -38,7 +41,7 @@ system-deps:
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,bench]'
+	$(BIN)/pip install -q -e '.[test,bench,spark]'
 	touch $(STAMP)
 
 clean:

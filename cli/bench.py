@@ -71,6 +71,9 @@ def bench_redis(url: str | None, rounds: int, as_json: bool, **sizes: int) -> No
 @click.option("--rate", default=5_000.0, show_default=True, help="Offered rate (msg/s).")
 @click.option("--seconds", default=3.0, show_default=True, help="Latency phase length.")
 @click.option("--convergence-rounds", default=200, show_default=True, help="Subscribes timed.")
+@click.option(
+    "--traffic-dir", default=None, metavar="DIR", help="Publishing node writes a traffic log here."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_cluster(
     url: str | None,
@@ -78,14 +81,37 @@ def bench_cluster(
     rate: float,
     seconds: float,
     convergence_rounds: int,
+    traffic_dir: str | None,
     as_json: bool,
 ) -> None:
     """Nodes in separate processes beside raw pipelined PUBLISH: throughput, latency,
     route convergence and forwards per publish."""
     from router.bench import cluster
 
-    result = cluster.run(url, messages, seconds, rate, convergence_rounds)
+    result = cluster.run(url, messages, seconds, rate, convergence_rounds, traffic_dir=traffic_dir)
     if as_json:
         click.echo(json.dumps(result))
     else:
         _print_table("router bench cluster", {"value": result})
+
+
+@bench.command("pipeline")
+@click.option("--redis", "url", default=None, help="Standalone Redis URL (default: start one).")
+@click.option("--publishes", default=2_000_000, show_default=True, help="Traffic-log records.")
+@click.option("--subscriptions", default=100_000, show_default=True, help="Subscriptions.")
+@click.option("--topics", default=200_000, show_default=True, help="Distinct topics drawn.")
+@click.option("--nodes", default=4, show_default=True, help="Nodes in the traffic log.")
+@click.option("--seed", default=7, show_default=True, help="Workload seed.")
+@click.option("--rounds", default=2, show_default=True, help="Timed rounds; the best counts.")
+@click.option("--master", default="local[2]", show_default=True, help="Spark master.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_pipeline(url: str | None, as_json: bool, **sizes: Any) -> None:
+    """The Spark report job beside the same computation in one Python process, and the
+    Spark import into Redis (needs router[spark] and Java 17+)."""
+    from router.bench import pipeline
+
+    result = pipeline.run(pipeline.PipelineBenchConfig(**sizes), url)
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        _print_table("router bench pipeline", {"value": result})

@@ -41,6 +41,9 @@ Connect = Callable[..., Awaitable[RedisClient]]
 
 BACKENDS = ("fake", "standalone", "cluster")
 
+# The session-scoped ``spark`` fixture of the pipeline tests.
+pytest_plugins = ("tests.spark_support",)
+
 
 @pytest.fixture(scope="session")
 def redis_standalone_server() -> Iterator[RedisServer]:

@@ -201,15 +201,21 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 async def run_async(
-    url: str, messages: int, latency_seconds: float, rate: float, convergence_rounds: int
+    url: str,
+    messages: int,
+    latency_seconds: float,
+    rate: float,
+    convergence_rounds: int,
+    traffic_dir: str | None = None,
 ) -> dict[str, Any]:
-    """Every phase on the Redis at ``url``; the object ``--json`` prints."""
+    """Every phase on the Redis at ``url``; the object ``--json`` prints. With
+    ``traffic_dir``, node A writes a traffic log there (every publish)."""
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     raw = max([await raw_publish_rate(url, messages, BATCH) for _ in range(2)])
     interested = Worker(url, prefix, "bench-b", "#")
     idle = Worker(url, prefix, "bench-c", None)
     redis = Redis.from_url(url)
-    node = RouterNode(redis, NodeConfig("bench-a", prefix=prefix))
+    node = RouterNode(redis, NodeConfig("bench-a", prefix=prefix, traffic_dir=traffic_dir))
     try:
         await asyncio.to_thread(interested.ask, "ready")
         await asyncio.to_thread(idle.ask, "ready")
@@ -250,6 +256,9 @@ async def run_async(
         "forwards_per_publish": round(forwarded / published, 3),
         "forward_batches": node.stats()["forward_batches"],
         "uninterested_forwards": idle_report["stats"]["received"],
+        "traffic_log": traffic_dir is not None,
+        "traffic_records": node.stats().get("traffic_records", 0),
+        "traffic_dropped": node.stats().get("traffic_dropped", 0),
     }
 
 
@@ -259,9 +268,13 @@ def run(
     latency_seconds: float = 3.0,
     rate: float = 5000.0,
     convergence_rounds: int = 200,
+    *,
+    traffic_dir: str | None = None,
 ) -> dict[str, Any]:
     """Run every phase on ``url``, or on a redis-server started for the run."""
     with contextlib.ExitStack() as stack:
         if url is None:
             url = stack.enter_context(embedded_redis())
-        return asyncio.run(run_async(url, messages, latency_seconds, rate, convergence_rounds))
+        return asyncio.run(
+            run_async(url, messages, latency_seconds, rate, convergence_rounds, traffic_dir)
+        )

@@ -1,0 +1,87 @@
+"""Spark schemas of what the pipeline reads and writes."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+TRAFFIC: Final = StructType(
+    [
+        StructField("time", DoubleType()),
+        StructField("node", StringType()),
+        StructField("topic", StringType()),
+        StructField("payload_bytes", LongType()),
+        StructField("qos", IntegerType()),
+        StructField("retain", BooleanType()),
+        StructField("forwarded", ArrayType(StringType())),
+        StructField("local_deliveries", LongType()),
+    ]
+)
+"""One traffic-log record (:mod:`router.traffic` writes them, fields in this order)."""
+
+MATCHED_FILTER: Final = StructType(
+    [
+        StructField("filter", StringType()),
+        StructField("subscribers", LongType()),
+        StructField("deliveries", LongType()),
+    ]
+)
+
+TOPIC_TRAFFIC: Final = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("messages", LongType()),
+        StructField("bytes", LongType()),
+        StructField("subscribers", LongType()),
+        StructField("filters", ArrayType(MATCHED_FILTER)),
+    ]
+)
+"""A distinct topic, its publishes and bytes, its fan-out and the filters it matched
+(matched in the executors)."""
+
+SUBSCRIPTION: Final = StructType(
+    [
+        StructField("client_id", StringType(), False),
+        StructField("filter", StringType(), False),
+        StructField("qos", IntegerType(), False),
+        StructField("no_local", BooleanType(), False),
+        StructField("retain_as_published", BooleanType(), False),
+        StructField("retain_handling", IntegerType(), False),
+        StructField("subscription_identifier", LongType(), True),
+    ]
+)
+"""One stored subscription, as exported (and accepted by import)."""
+
+ROUTE: Final = StructType(
+    [
+        StructField("node_id", StringType(), False),
+        StructField("route", StringType(), False),
+        StructField("members", LongType(), False),
+        StructField("generation", StringType(), True),
+        StructField("version", LongType(), False),
+    ]
+)
+"""One route of a node's route set, with the set's generation and version."""
+
+RETAINED: Final = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("payload", BinaryType(), False),
+        StructField("qos", IntegerType(), False),
+        StructField("message_id", BinaryType(), True),
+        StructField("publisher", StringType(), True),
+        StructField("expiry_interval", LongType(), True),
+    ]
+)
+"""One retained message (``expiry_interval``: seconds left, null when it never expires)."""
