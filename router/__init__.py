@@ -3,6 +3,7 @@
 The names below are the public API; see README.md for how they fit together.
 """
 
+from router.acl import Acl
 from router.alias_store import RedisAliasTable
 from router.aliases import AliasTable
 from router.api import connect
@@ -16,6 +17,7 @@ from router.errors import (
     InvalidTopicError,
     MalformedAckHandle,
     NodeNotRegisteredError,
+    NotAuthorizedError,
     ResyncRequired,
     RouterError,
     RouteSetMissingError,
@@ -30,6 +32,13 @@ from router.messages import Delivery
 from router.node import NodeConfig, PublishResult, RouterNode
 from router.nodes import NodeInfo, NodeRegistry
 from router.options import SubscriptionOptions
+from router.retained import (
+    RetainedConfig,
+    RetainedMessage,
+    RetainedPayloadTooLargeError,
+    RetainedStore,
+    RetainedStoreFullError,
+)
 from router.routes import RouteChange, RouteSnapshot, RouteStore
 from router.sharing import (
     HashClientStrategy,
@@ -47,6 +56,7 @@ from router.trie import MatchedSubscription, SubscriptionTrie
 __version__ = "0.1.0"
 
 __all__ = [
+    "Acl",
     "AliasTable",
     "Channel",
     "ChannelArgumentError",
@@ -67,12 +77,18 @@ __all__ = [
     "NodeInfo",
     "NodeNotRegisteredError",
     "NodeRegistry",
+    "NotAuthorizedError",
     "Owner",
     "PublishResult",
     "Published",
     "RandomStrategy",
     "RedisAliasTable",
     "ResyncRequired",
+    "RetainedConfig",
+    "RetainedMessage",
+    "RetainedPayloadTooLargeError",
+    "RetainedStore",
+    "RetainedStoreFullError",
     "RoundRobinStrategy",
     "RouteChange",
     "RouteSetMissingError",

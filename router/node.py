@@ -25,19 +25,24 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from router.acl import Acl
 from router.errors import InvalidOptionsError, NodeNotRegisteredError, StaleIncarnationError
 from router.forwarding import Forwarder, InboxReader
 from router.guid import GuidGenerator, node_part_for
+from router.hooks import HookRegistry
 from router.keys import Keys, check_id
 from router.messages import Delivery, Forward, Message
 from router.mirror import RouteMirror
 from router.nodes import NodeRegistry
 from router.options import make_options
+from router.policy import Policy
+from router.retained import DEFAULT_RETAINED, RetainedConfig, RetainedStore
+from router.retainer import Retainer
 from router.routes import RouteChange, RouteStore
 from router.routewriter import RouteWriter
 from router.scripts import RedisClient
@@ -47,6 +52,7 @@ from router.subscriptions import Owner, SubscriptionStore
 from router.sync import MirrorSync
 from router.tasks import stop_task
 from router.topics import parse_shared, validate_filter, validate_topic
+from router.traffic import TrafficLog
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +71,10 @@ class NodeConfig:
     overflow: Overflow = "drop_oldest"
     share_strategy: str = "random"
     stream_length: int = 10_000
+    acl: Acl | None = None  # registered at client.check_acl of the node's hooks
+    retained: RetainedConfig = DEFAULT_RETAINED  # limits of the shared retained store
+    traffic_dir: str | None = None  # the traffic log's directory (None: no log)
+    traffic_sample: float = 1.0  # the fraction of publishes the traffic log keeps
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,7 @@ class Outgoing:
     qos: int = 0
     retain: bool = False
     publisher: str | None = None
+    expiry_interval: int | None = None  # seconds; kept with a retained message
 
 
 @dataclass(frozen=True)
@@ -114,6 +125,8 @@ class RouterNode:
         self.sessions = LocalSessions(
             self._strategy(), queue_limit=config.queue_limit, overflow=config.overflow
         )
+        self.hooks = HookRegistry()  # see router.policy for what the node runs where
+        self._policy = Policy(self.hooks, config.acl)
         self.mirror = RouteMirror(self._strategy())
         self._sync = MirrorSync(
             redis,
@@ -142,6 +155,8 @@ class RouterNode:
             poll=config.inbox_poll,
         )
         self._ids = GuidGenerator(node_part_for(self.node_id, self.incarnation))
+        self.retained = RetainedStore(redis, self.keys, config.retained)
+        self._retainer = Retainer(self.retained, self.sessions)
         self._owners: dict[str, Owner] = {}
         self._generation: str | None = None
         self._heartbeat: asyncio.Task[None] | None = None
@@ -151,6 +166,11 @@ class RouterNode:
         self.local_deliveries = 0
         self.redispatched = 0
         self.undeliverable = 0
+        self._traffic = (
+            TrafficLog(config.traffic_dir, self.node_id, sample=config.traffic_sample)
+            if config.traffic_dir
+            else None
+        )
 
     def _strategy(self) -> ShareStrategy:
         if self.config.share_strategy == "local":
@@ -166,8 +186,11 @@ class RouterNode:
         await self._inbox.start()
         await self._sync.start()
         self._writer.start()
+        self._retainer.start()
         await self._sync.announce()
         self._heartbeat = asyncio.create_task(self._beat(), name=f"heartbeat:{self.node_id}")
+        if self._traffic is not None:
+            self._traffic.start()
         self._running = True
         return self
 
@@ -183,6 +206,7 @@ class RouterNode:
         self._running = False
         await stop_task(self._heartbeat)
         await self._writer.stop()
+        await self._retainer.stop()
         await self._forwarder.stop()
         await self._inbox.stop()
         try:
@@ -192,6 +216,9 @@ class RouterNode:
             await self._sync.stop()
             for client_id in self.sessions.clients():
                 self.sessions.disconnect(client_id)
+                await self._policy.detached(client_id, "node_stopped")
+            if self._traffic is not None:
+                await asyncio.to_thread(self._traffic.close)
 
     @property
     def running(self) -> bool:
@@ -251,14 +278,24 @@ class RouterNode:
 
     # -- clients ---------------------------------------------------------------------
 
-    async def connect(self, client_id: str) -> None:
-        """Attach a client to this node with a clean session (earlier state is dropped)."""
+    async def connect(
+        self, client_id: str, username: str | None = None, password: str | bytes | None = None
+    ) -> None:
+        """Attach a client to this node with a clean session (earlier state is dropped).
+
+        ``client.authenticate`` hooks judge the credentials (none registered: everyone is
+        accepted); a refusal raises :class:`NotAuthorizedError` and changes nothing. An
+        attached client that connects again is authenticated again and keeps its session.
+        """
         check_id(client_id, "client id")
+        client = await self._policy.authenticate(client_id, username, password)
         if client_id in self._owners:
+            await self._policy.attached(client, new=False)
             return
         await self.subscriptions.remove_client(client_id)
         self._owners[client_id] = await self.subscriptions.claim(client_id, self.node_id)
         self.sessions.open(client_id)
+        await self._policy.attached(client, new=True)
 
     async def subscribe(self, client_id: str, topic_filter: str, **options: Any) -> bool:
         """Subscribe a client (connecting it if needed); True if the subscription is new.
@@ -266,19 +303,26 @@ class RouterNode:
         Returns once the subscription is in Redis and, if the node's routes changed, the
         route is durable: from then on a publish on any caught-up node reaches the client.
         Raises :class:`InvalidTopicError` / :class:`InvalidOptionsError` and changes
-        nothing on bad input.
+        nothing on bad input, and :class:`NotAuthorizedError` (nothing changed either) if
+        a ``client.subscribe`` hook or the ACL refuses it (see :mod:`router.policy`).
+        Matching retained messages are queued for the client before it returns (retain
+        handling 0/1/2; none for a shared subscription; see :mod:`router.retainer`).
         """
         validate_filter(topic_filter)
         opts = make_options(**options)
+        if self._policy.guards_subscribe:
+            topic_filter, opts = await self._policy.admit_subscribe(client_id, topic_filter, opts)
         if opts.no_local and parse_shared(topic_filter) is not None:
             raise InvalidOptionsError("a shared subscription cannot set no_local (MQTT-3.8.3-4)")
-        await self.connect(client_id)
+        if client_id not in self._owners:
+            await self.connect(client_id)
         await self.subscriptions.subscribe(
             client_id, topic_filter, opts, owner=self._owners[client_id]
         )
         is_new, change = self.sessions.subscribe(client_id, topic_filter, **opts.as_dict())
         if change is not None:
             await self._write_route(*change)
+        await self._retainer.on_subscribe(client_id, topic_filter, opts, is_new)
         return is_new
 
     async def unsubscribe(self, client_id: str, topic_filter: str) -> bool:
@@ -287,6 +331,10 @@ class RouterNode:
         owner = self._owners.get(client_id)
         if owner is None:
             return False
+        kept = await self._policy.admit_unsubscribe(client_id, topic_filter)
+        if kept is None:
+            return False
+        topic_filter = kept
         await self.subscriptions.unsubscribe(client_id, topic_filter, owner=owner)
         existed, change = self.sessions.unsubscribe(client_id, topic_filter)
         if change is not None:
@@ -303,6 +351,7 @@ class RouterNode:
         if waiters:
             await asyncio.gather(*waiters)
             await self._sync.announce()
+        await self._policy.detached(client_id, "normal")
 
     async def _write_route(self, route: str, count: int) -> None:
         await self._writer.submit(route, count)
@@ -322,14 +371,27 @@ class RouterNode:
         qos: int = 0,
         retain: bool = False,
         publisher: str | None = None,
+        expiry_interval: int | None = None,
     ) -> PublishResult:
         """Route a message to every interested client in the cluster.
 
         Returns once every remote copy is stored in its node's inbox. Raises
         :class:`InvalidTopicError` for an invalid topic and ``TypeError``/``ValueError``
-        for a payload that is not bytes or a QoS outside 0..2; nothing is sent then.
+        for a payload that is not bytes or a QoS outside 0..2, and
+        :class:`NotAuthorizedError` if the ACL denies the ``publisher``; nothing is sent
+        then. A ``message.publish`` hook may rewrite or stop the message (stopped: a
+        result with no nodes); see :mod:`router.policy`. With ``retain`` the message also
+        becomes the topic's retained message (an empty payload deletes it), kept for
+        ``expiry_interval`` seconds (None: no expiry); see :mod:`router.retainer`.
         """
         message = self._message(topic, payload, qos, retain, publisher)
+        if self._policy.guards_publish:
+            [admitted] = await self._policy.admit_publish([message])
+            if admitted is None:
+                return PublishResult(message.id, [], 0, 0)
+            message = admitted
+        if message.retain:
+            await self._retainer.retain([(message, expiry_interval)])
         result, sends = self._route(message)
         if len(sends) == 1:
             [(node_id, forward)] = sends.items()
@@ -343,12 +405,25 @@ class RouterNode:
     async def publish_many(self, items: Iterable[Outgoing]) -> list[PublishResult]:
         """Publish a batch: like :meth:`publish` per item, with one inbox write per node.
 
-        Every item is validated before anything is sent. Returns one result per item.
+        Every item is validated (and checked by the ACL) before anything is sent. Returns
+        one result per item.
         """
+        items = list(items)
         messages = [self._message(o.topic, o.payload, o.qos, o.retain, o.publisher) for o in items]
+        admitted: Sequence[Message | None] = messages
+        if self._policy.guards_publish:
+            admitted = await self._policy.admit_publish(messages)
+        retains = [
+            (m, o.expiry_interval) for m, o in zip(admitted, items, strict=True) if m and m.retain
+        ]
+        if retains:
+            await self._retainer.retain(retains)
         results = []
         per_node: dict[str, list[Forward]] = {}
-        for message in messages:
+        for original, message in zip(messages, admitted, strict=True):
+            if message is None:
+                results.append(PublishResult(original.id, [], 0, 0))
+                continue
             result, sends = self._route(message)
             results.append(result)
             for node_id, forward in sends.items():
@@ -381,21 +456,29 @@ class RouterNode:
         """Deliver locally and say which nodes get a copy (and for which share groups)."""
         self.published += 1
         route = self.mirror.match(message.topic, message.publisher)
+        if not route.nodes and self._policy.reports_drops:
+            self._policy.unrouted(message)
         sends: dict[str, Forward] = {}
         queued = dropped = 0
         for node_id, groups in route.nodes.items():
             if node_id == self.node_id:
-                queued, dropped = self.sessions.deliver(message, groups)
+                queued, dropped = self.sessions.deliver(
+                    message, groups, self._policy.delivery_observer
+                )
                 self.local_deliveries += queued
             else:
                 sends[node_id] = Forward(message, tuple(groups))
+        if self._traffic is not None:
+            self._traffic.record(message, sends, queued)
         return PublishResult(message.id, list(route.nodes), queued, dropped), sends
 
     async def _dispatch(self, forwards: list[Forward]) -> None:
         """Deliver copies that arrived in the inbox; re-dispatch groups with no member here."""
         waiters = []
         for forward in forwards:
-            queued, _ = self.sessions.deliver(forward.message, forward.groups)
+            queued, _ = self.sessions.deliver(
+                forward.message, forward.groups, self._policy.delivery_observer
+            )
             self.local_deliveries += queued
             for share_filter in forward.groups:
                 if self.sessions.group_members(share_filter):
@@ -455,6 +538,7 @@ class RouterNode:
             "forward_batches": self._forwarder.batches,
             "received": self._inbox.received,
             "duplicates_dropped": self._inbox.duplicates,
+            "inbox_restarts": self._inbox.restarts,
             "local_deliveries": self.local_deliveries,
             "queue_drops": self.sessions.dropped(),
             "redispatched": self.redispatched,
@@ -462,4 +546,6 @@ class RouterNode:
             "mirror_resyncs": self._sync.resyncs,
             "nodes_purged": self._sync.purged,
             "routes": len(self.sessions.routes()),
+            **self._retainer.stats(),
+            **(self._traffic.stats() if self._traffic is not None else {}),
         }
