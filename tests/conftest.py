@@ -41,8 +41,8 @@ Connect = Callable[..., Awaitable[RedisClient]]
 
 BACKENDS = ("fake", "standalone", "cluster")
 
-# The session-scoped ``spark`` fixture of the pipeline tests.
-pytest_plugins = ("tests.spark_support",)
+# ``start_node`` (tests/nodes.py) and the session-scoped ``spark`` fixture (pipeline tests).
+pytest_plugins = ("tests.nodes", "tests.spark_support")
 
 
 @pytest.fixture(scope="session")

@@ -3,58 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from router import InvalidOptionsError, InvalidTopicError
 from router.keys import Keys
-from router.messages import Delivery
 from router.node import NodeConfig, RouterNode
 from router.tasks import stop_task
 from tests import waiting
+from tests.nodes import StartNode, take
 
 pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
-
-StartNode = Callable[..., Awaitable[RouterNode]]
-
-
-@pytest.fixture
-async def start_node(redis_connect: Any, keys: Keys) -> AsyncIterator[StartNode]:
-    nodes: list[RouterNode] = []
-
-    async def start(node_id: str, **config: Any) -> RouterNode:
-        config.setdefault("heartbeat_interval", 0.2)
-        config.setdefault("heartbeat_ttl", 1.0)
-        redis = await redis_connect()
-        node = RouterNode(redis, NodeConfig(node_id, prefix=keys.prefix, **config))
-        await node.start()
-        nodes.append(node)
-        return node
-
-    try:
-        yield start
-    finally:
-        for node in reversed(nodes):
-            await node.stop()
 
 
 async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
     await waiting.eventually(check, timeout, "the cluster state the test waits for")
-
-
-async def take(
-    node: RouterNode, client_id: str, count: int, timeout: float = 5.0
-) -> list[Delivery]:
-    session = node.sessions.session(client_id)
-    got = []
-    async with asyncio.timeout(timeout):
-        while len(got) < count:
-            delivery = await session.get()
-            assert delivery is not None
-            got.append(delivery)
-    return got
 
 
 async def test_publish_reaches_a_subscriber_on_another_node(start_node: StartNode) -> None:

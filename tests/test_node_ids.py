@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -12,31 +11,12 @@ import pytest
 from router import guid
 from router.forwarding import Forwarder
 from router.keys import Keys
-from router.messages import Delivery, Forward, Message
-from router.node import NodeConfig, Outgoing, RouterNode
+from router.messages import Forward, Message
+from router.node import Outgoing, RouterNode
 from tests import waiting
+from tests.nodes import StartNode, take
 
 pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
-
-StartNode = Callable[..., Awaitable[RouterNode]]
-
-
-@pytest.fixture
-async def start_node(redis_connect: Any, keys: Keys) -> AsyncIterator[StartNode]:
-    nodes: list[RouterNode] = []
-
-    async def start(node_id: str) -> RouterNode:
-        config = NodeConfig(node_id, prefix=keys.prefix, heartbeat_interval=0.2, heartbeat_ttl=1)
-        node = RouterNode(await redis_connect(), config)
-        await node.start()
-        nodes.append(node)
-        return node
-
-    try:
-        yield start
-    finally:
-        for node in reversed(nodes):
-            await node.stop()
 
 
 async def publish_ids(node: RouterNode, count: int) -> list[bytes]:
@@ -63,17 +43,6 @@ async def test_two_nodes_and_a_restart_never_share_ids(start_node: StartNode) ->
     nodes = {guid.parse(ids[0]).node for ids in (from_a, from_b, from_again)}
     assert len(nodes) == 3
     assert not set(from_again) & (set(from_a) | set(from_b))
-
-
-async def take(node: RouterNode, client_id: str, count: int) -> list[Delivery]:
-    session = node.sessions.session(client_id)
-    got: list[Delivery] = []
-    async with asyncio.timeout(5.0):
-        while len(got) < count:
-            delivery = await session.get()
-            assert delivery is not None
-            got.append(delivery)
-    return got
 
 
 async def test_forwarding_deduplicates_on_the_message_id(

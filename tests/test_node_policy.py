@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,50 +15,19 @@ from router.acl import Acl, AclAction
 from router.errors import AclRuleError
 from router.hooks import STOP, ClientInfo, Decision, DropReason, HookPoint, Ok, Stop
 from router.keys import Keys
-from router.messages import Delivery, Message
-from router.node import NodeConfig, RouterNode
+from router.messages import Message
+from router.node import RouterNode
 from router.options import SubscriptionOptions
 from router.policy import load_acl
 from tests import waiting
+from tests.nodes import StartNode, take
 
 pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
-
-StartNode = Callable[..., Awaitable[RouterNode]]
 
 PUBLIC_ONLY = """
 allow all subscribe public/#
 allow all publish public/#
 """
-
-
-@pytest.fixture
-async def start_node(redis_connect: Any, keys: Keys) -> AsyncIterator[StartNode]:
-    nodes: list[RouterNode] = []
-
-    async def start(node_id: str, **config: Any) -> RouterNode:
-        config.setdefault("heartbeat_interval", 0.2)
-        config.setdefault("heartbeat_ttl", 1.0)
-        node = RouterNode(await redis_connect(), NodeConfig(node_id, prefix=keys.prefix, **config))
-        await node.start()
-        nodes.append(node)
-        return node
-
-    try:
-        yield start
-    finally:
-        for node in reversed(nodes):
-            await node.stop()
-
-
-async def take(node: RouterNode, client_id: str, count: int) -> list[Delivery]:
-    session = node.sessions.session(client_id)
-    got: list[Delivery] = []
-    async with asyncio.timeout(5.0):
-        while len(got) < count:
-            delivery = await session.get()
-            assert delivery is not None
-            got.append(delivery)
-    return got
 
 
 async def routed(node: RouterNode, topic: str, node_id: str) -> None:

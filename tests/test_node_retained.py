@@ -3,50 +3,14 @@ retain publishes store and delete, subscribes deliver with retain handling 0/1/2
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
-
 import pytest
 
-from router.keys import Keys
-from router.messages import Delivery
-from router.node import NodeConfig, Outgoing, RouterNode
+from router.node import Outgoing, RouterNode
 from router.retained import RetainedArgumentError, RetainedConfig
 from tests import waiting
+from tests.nodes import StartNode, take
 
 pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
-
-StartNode = Callable[..., Awaitable[RouterNode]]
-
-
-@pytest.fixture
-async def start_node(redis_connect: Any, keys: Keys) -> AsyncIterator[StartNode]:
-    nodes: list[RouterNode] = []
-
-    async def start(node_id: str, **config: Any) -> RouterNode:
-        config.setdefault("heartbeat_interval", 0.2)
-        config.setdefault("heartbeat_ttl", 1.0)
-        node = RouterNode(await redis_connect(), NodeConfig(node_id, prefix=keys.prefix, **config))
-        nodes.append(await node.start())
-        return node
-
-    try:
-        yield start
-    finally:
-        for node in reversed(nodes):
-            await node.stop()
-
-
-async def take(node: RouterNode, client_id: str, count: int) -> list[Delivery]:
-    session = node.sessions.session(client_id)
-    got = []
-    async with asyncio.timeout(5.0):
-        while len(got) < count:
-            delivery = await session.get()
-            assert delivery is not None
-            got.append(delivery)
-    return got
 
 
 def queued(node: RouterNode, client_id: str) -> int:
@@ -182,8 +146,8 @@ async def test_a_node_clears_expired_messages_in_the_background(start_node: Star
     assert await a.retained.size() == 2
 
     async def cleared() -> bool:
-        return await a.retained.size() == 1
+        return a.stats()["retained_cleared"] == 1
 
-    await waiting.eventually(cleared, 5.0, "the expired message to be cleared")
-    assert a.stats()["retained_cleared"] == 1
+    await waiting.eventually(cleared, 5.0, "the node to clear the expired message")
+    assert await a.retained.size() == 1
     assert [m.topic async for m in a.retained.iter_match("e/#")] == ["e/stays"]

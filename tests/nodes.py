@@ -1,0 +1,55 @@
+"""Router nodes for tests: the ``start_node`` fixture and reading what a client got.
+
+``start_node(node_id, **config)`` starts a :class:`RouterNode` on its own Redis client
+of the test's backend (``redis_connect``) and namespace (``keys``), with a fast heartbeat
+(0.2 s, TTL 1 s) unless the test sets its own; every node it started is stopped at the
+end of the test, last started first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from router.keys import Keys
+from router.messages import Delivery
+from router.node import NodeConfig, RouterNode
+
+StartNode = Callable[..., Awaitable[RouterNode]]
+
+
+@pytest.fixture
+async def start_node(redis_connect: Any, keys: Keys) -> AsyncIterator[StartNode]:
+    nodes: list[RouterNode] = []
+
+    async def start(node_id: str, **config: Any) -> RouterNode:
+        config.setdefault("heartbeat_interval", 0.2)
+        config.setdefault("heartbeat_ttl", 1.0)
+        node = RouterNode(await redis_connect(), NodeConfig(node_id, prefix=keys.prefix, **config))
+        await node.start()
+        nodes.append(node)
+        return node
+
+    try:
+        yield start
+    finally:
+        for node in reversed(nodes):
+            await node.stop()
+
+
+async def take(
+    node: RouterNode, client_id: str, count: int, timeout: float = 5.0
+) -> list[Delivery]:
+    """The next ``count`` deliveries queued for ``client_id``; TimeoutError after
+    ``timeout`` seconds without them."""
+    session = node.sessions.session(client_id)
+    got: list[Delivery] = []
+    async with asyncio.timeout(timeout):
+        while len(got) < count:
+            delivery = await session.get()
+            assert delivery is not None
+            got.append(delivery)
+    return got
