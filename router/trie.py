@@ -416,9 +416,19 @@ class SubscriptionTrie:
         filters (a node serves the groups the cluster chose it for).
         """
         validate_topic(topic)
+        return self._subscriptions_at(self._terminals(topic), topic, publisher, only_groups)
+
+    def _subscriptions_at(
+        self,
+        found: list[_Node],
+        topic: str,
+        publisher: str | None,
+        only_groups: Collection[str] | None,
+    ) -> dict[str, list[MatchedSubscription]]:
+        """:meth:`match_subscriptions` over the terminals ``found`` for ``topic``."""
         result: dict[str, list[MatchedSubscription]] = {}
         choose = self._strategy.choose
-        for node in self._terminals(topic):
+        for node in found:
             if node.subs is not None:
                 assert node.filter is not None
                 for client_id, opts in node.subs.items():
@@ -432,6 +442,18 @@ class SubscriptionTrie:
                         MatchedSubscription(share_filter, group.options[member])
                     )
         return {client_id: result[client_id] for client_id in sorted(result)}
+
+    def _plain_and_groups(self, found: list[_Node]) -> tuple[list[str], list[ShareGroup]]:
+        """The sorted plain subscribers of the terminals ``found``, and their live share
+        groups in match order (what :meth:`match` chooses from, in the order it does)."""
+        clients: set[str] = set()
+        groups: list[ShareGroup] = []
+        for node in found:
+            if node.subs is not None:
+                clients.update(node.subs)
+            if node.groups is not None:
+                groups.extend(node.groups.values())
+        return sorted(clients), groups
 
     def candidates(self, topic: str) -> Candidates:
         """Everything that matches ``topic``, without choosing share-group members.
