@@ -15,6 +15,11 @@ Matching a publish: plain routes give the set of interested nodes; each matching
 group gives its member nodes weighted by member count, and exactly one *slot* (one member,
 wherever it is) is chosen per group, so every member gets an equal share of the messages
 whichever node it is attached to.
+
+Hot topics are answered from a :class:`~router.cache.HotTopics` cache of what the trie
+matched (see :mod:`router.cache`): every route change of filter ``F`` drops the answers of
+exactly the cached topics ``F`` matches, and a node's load or drop those of all its routes
+(every answer, when they are many). Share-group slots are still chosen at every publish.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from router.cache import DEFAULT_CACHE, CacheSettings, CacheStats, HotTopics
 from router.sharing import RandomStrategy, ShareGroup, ShareStrategy
 from router.topics import parse_shared
-from router.trie import SubscriptionTrie
+from router.trie import Candidates, SubscriptionTrie
 
 
 @dataclass
@@ -44,18 +50,33 @@ class RouteMatch:
     filters: dict[str, list[str]]
 
 
+#: A cached route answer: the whole match when no share group matches, else what to
+#: choose the group slots from.
+_RouteAnswer = RouteMatch | Candidates
+
+
 class RouteMirror:
     """Route sets of every known node, matched together in one trie.
 
     ``strategy`` chooses the member slot of each share group (members are node ids,
-    repeated once per member they hold).
+    repeated once per member they hold). ``cache``: the settings of the
+    :class:`HotTopics` cache that answers hot topics; None matches every publish in the
+    trie.
     """
 
-    def __init__(self, strategy: ShareStrategy | None = None) -> None:
+    def __init__(
+        self,
+        strategy: ShareStrategy | None = None,
+        *,
+        cache: CacheSettings | None = DEFAULT_CACHE,
+    ) -> None:
         self._trie = SubscriptionTrie()
         self._nodes: dict[str, _NodeRoutes] = {}
         self._slots: dict[str, ShareGroup] = {}
         self._strategy: ShareStrategy = strategy if strategy is not None else RandomStrategy()
+        self._hot: HotTopics[_RouteAnswer] | None = (
+            HotTopics(self._answer, **cache.as_kwargs()) if cache is not None else None
+        )
         #: Grows by one on every change of the table (for caches of match results).
         self.version = 0
 
@@ -65,11 +86,12 @@ class RouteMirror:
         self, node_id: str, generation: str | None, version: int, routes: Mapping[str, int]
     ) -> None:
         """Replace the node's routes with a snapshot taken at ``version``."""
-        self._clear(node_id)
+        changed = self._clear(node_id)
         self._nodes[node_id] = _NodeRoutes(generation, version)
         for route, count in routes.items():
-            self._set(node_id, route, count)
+            self._set(node_id, route, count, invalidate=False)
         self.version += 1
+        self._invalidate_many(changed | routes.keys())
 
     def apply(
         self, node_id: str, generation: str | None, changes: Iterable[tuple[int, str, int]]
@@ -97,18 +119,31 @@ class RouteMirror:
         """Forget a node and all its routes; True if it was known."""
         if node_id not in self._nodes:
             return False
-        self._clear(node_id)
+        self._invalidate_many(self._clear(node_id))
         self.version += 1
         return True
 
-    def _clear(self, node_id: str) -> None:
+    def _clear(self, node_id: str) -> set[str]:
+        """Remove the node's routes (without invalidating); the routes it had."""
         state = self._nodes.pop(node_id, None)
         if state is None:
-            return
-        for route in list(state.routes):
-            self._set(node_id, route, 0, state)
+            return set()
+        routes = set(state.routes)
+        for route in routes:
+            self._set(node_id, route, 0, state, invalidate=False)
+        return routes
 
-    def _set(self, node_id: str, route: str, count: int, state: _NodeRoutes | None = None) -> None:
+    def _set(
+        self,
+        node_id: str,
+        route: str,
+        count: int,
+        state: _NodeRoutes | None = None,
+        *,
+        invalidate: bool = True,
+    ) -> None:
+        """Set one route of a node; ``invalidate``: drop the cached answers it touches
+        (else the caller invalidates every route it set)."""
         state = state if state is not None else self._nodes[node_id]
         if count <= 0:
             if state.routes.pop(route, None) is not None:
@@ -118,6 +153,12 @@ class RouteMirror:
             self._trie.subscribe(node_id, route)
         if parse_shared(route) is not None:
             self._rebuild_slots(route)
+        if invalidate and self._hot is not None:
+            self._hot.invalidate(route)
+
+    def _invalidate_many(self, routes: set[str]) -> None:
+        if self._hot is not None:
+            self._hot.invalidate_many(routes)
 
     def _rebuild_slots(self, share_filter: str) -> None:
         slots = sorted(
@@ -161,9 +202,32 @@ class RouteMirror:
     def match(self, topic: str, publisher: str | None = None) -> RouteMatch:
         """The nodes a publish to ``topic`` goes to (see :class:`RouteMatch`).
 
-        Raises :class:`InvalidTopicError` for an invalid topic.
+        The result may be shared with the cache (the same object for the next publish to
+        a hot topic without share groups): read it, never change it. Raises
+        :class:`InvalidTopicError` for an invalid topic.
         """
+        hot = self._hot
+        if hot is None:
+            return self._choose(self._trie.candidates(topic), topic, publisher)
+        answer = hot.get(topic)
+        if answer is None:
+            result = self._choose(self._trie.candidates(topic), topic, publisher)
+            hot.miss(topic)
+            return result
+        if type(answer) is RouteMatch:
+            return answer
+        assert type(answer) is Candidates
+        return self._choose(answer, topic, publisher)
+
+    def _answer(self, topic: str) -> _RouteAnswer:
+        """What the cache keeps for ``topic``: the match itself when no group matches."""
         found = self._trie.candidates(topic)
+        if found.groups:
+            return found
+        return self._choose(found, topic, None)
+
+    def _choose(self, found: Candidates, topic: str, publisher: str | None) -> RouteMatch:
+        """The route match of ``found``: one slot chosen for each share group."""
         nodes: dict[str, list[str]] = {node_id: [] for node_id in found.plain}
         choose = self._strategy.choose
         for share_filter in found.groups:
@@ -173,6 +237,10 @@ class RouteMirror:
             chosen = choose(slots, topic, publisher)
             nodes.setdefault(chosen, []).append(share_filter)
         return RouteMatch(dict(sorted(nodes.items())), found.plain)
+
+    def cache_stats(self) -> CacheStats | None:
+        """The match cache's counters, or None without a cache."""
+        return self._hot.stats() if self._hot is not None else None
 
     def dump(self) -> str:
         """The cluster's routes as a tree (filters by level; node ids at the ends)."""

@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from router.acl import Acl
+from router.cache import DEFAULT_CACHE, CacheSettings, cache_counters
 from router.errors import InvalidOptionsError, NodeNotRegisteredError, StaleIncarnationError
 from router.forwarding import Forwarder, InboxReader
 from router.guid import GuidGenerator, node_part_for
@@ -75,6 +76,7 @@ class NodeConfig:
     retained: RetainedConfig = DEFAULT_RETAINED  # limits of the shared retained store
     traffic_dir: str | None = None  # the traffic log's directory (None: no log)
     traffic_sample: float = 1.0  # the fraction of publishes the traffic log keeps
+    match_cache: CacheSettings | None = DEFAULT_CACHE  # hot-topic match caches (None: off)
 
 
 @dataclass(frozen=True)
@@ -123,11 +125,14 @@ class RouterNode:
         self.registry = NodeRegistry(redis, self.keys, ttl=config.heartbeat_ttl, routes=self.routes)
         self.subscriptions = SubscriptionStore(redis, self.keys)
         self.sessions = LocalSessions(
-            self._strategy(), queue_limit=config.queue_limit, overflow=config.overflow
+            self._strategy(),
+            queue_limit=config.queue_limit,
+            overflow=config.overflow,
+            match_cache=config.match_cache,
         )
         self.hooks = HookRegistry()  # see router.policy for what the node runs where
         self._policy = Policy(self.hooks, config.acl)
-        self.mirror = RouteMirror(self._strategy())
+        self.mirror = RouteMirror(self._strategy(), cache=config.match_cache)
         self._sync = MirrorSync(
             redis,
             self.keys,
@@ -548,4 +553,6 @@ class RouterNode:
             "routes": len(self.sessions.routes()),
             **self._retainer.stats(),
             **(self._traffic.stats() if self._traffic is not None else {}),
+            **cache_counters("route_cache", self.mirror.cache_stats()),
+            **cache_counters("local_cache", self.sessions.cache_stats()),
         }

@@ -20,6 +20,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection
 from typing import Any, Literal
 
+from router.cache import DEFAULT_CACHE, CacheSettings, CacheStats
+from router.cached_trie import CachedMatcher
 from router.errors import RouterError
 from router.messages import Delivery, Message
 from router.sharing import ShareStrategy
@@ -102,10 +104,18 @@ class LocalSessions:
         strategy: ShareStrategy | None = None,
         queue_limit: int = 10_000,
         overflow: Overflow = "drop_oldest",
+        *,
+        match_cache: CacheSettings | None = DEFAULT_CACHE,
     ) -> None:
         if overflow not in OVERFLOW_POLICIES:
             raise ValueError(f"overflow must be one of {OVERFLOW_POLICIES}")
-        self.trie = SubscriptionTrie(strategy=strategy)
+        #: The local subscriptions; unless ``match_cache`` is None, hot topics are
+        #: answered from the trie's caches (:class:`CachedMatcher`) with those settings.
+        self.trie = (
+            CachedMatcher(strategy, **match_cache.as_kwargs())
+            if match_cache is not None
+            else SubscriptionTrie(strategy)
+        )
         self._sessions: dict[str, ClientSession] = {}
         self._counts: dict[str, int] = {}
         self._queue_limit = queue_limit
@@ -237,6 +247,12 @@ class LocalSessions:
             if observer is not None:
                 observer(client_id, delivery, lost)
         return queued, dropped
+
+    def cache_stats(self) -> CacheStats | None:
+        """The local match cache's counters (the cache that delivery asks), or None."""
+        if isinstance(self.trie, CachedMatcher):
+            return self.trie.subscriptions_cache.stats()
+        return None
 
     def group_members(self, share_filter: str) -> int:
         """How many local members the share group has."""
