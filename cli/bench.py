@@ -31,16 +31,24 @@ def _print_table(title: str, rows: dict[str, dict[str, Any]]) -> None:
 @click.option("--topics", default=50_000, show_default=True, help="Publish topics matched.")
 @click.option("--seed", default=7, show_default=True, help="Workload seed.")
 @click.option("--rounds", default=3, show_default=True, help="Timed rounds; the best counts.")
+@click.option(
+    "--hot-publishes", default=300_000, show_default=True, help="Timed publishes of `hot`."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def bench_match(subscriptions: int, topics: int, seed: int, rounds: int, as_json: bool) -> None:
-    """The subscription trie beside paho-mqtt's MQTTMatcher."""
+def bench_match(
+    subscriptions: int, topics: int, seed: int, rounds: int, hot_publishes: int, as_json: bool
+) -> None:
+    """The subscription trie beside paho-mqtt's MQTTMatcher, and its hot-topic cache."""
     from router.bench import match
 
-    result = match.run(subscriptions, topics, seed, rounds)
+    result = match.run(subscriptions, topics, seed, rounds, hot_publishes)
     if as_json:
         click.echo(json.dumps(result))
     else:
-        _print_table("router bench match", result["workloads"])
+        workloads = dict(result["workloads"])
+        hot = workloads.pop("hot")
+        _print_table("router bench match", workloads)
+        _print_table("router bench match: hot topics", {"hot": hot})
 
 
 @bench.command("redis")

@@ -19,7 +19,19 @@ def test_help_lists_commands() -> None:
 def test_bench_match_json_shape_and_agreement() -> None:
     result = CliRunner().invoke(
         app,
-        ["bench", "match", "--subscriptions", "3000", "--topics", "500", "--rounds", "1", "--json"],
+        [
+            "bench",
+            "match",
+            "--subscriptions",
+            "3000",
+            "--topics",
+            "500",
+            "--rounds",
+            "1",
+            "--hot-publishes",
+            "12000",
+            "--json",
+        ],
     )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
@@ -37,14 +49,32 @@ def test_bench_match_json_shape_and_agreement() -> None:
         report["workloads"]["dashboards"]["average_fanout"]
         > (report["workloads"]["devices"]["average_fanout"])
     )
+    hot = report["workloads"]["hot"]
+    assert hot["wrong_answers"] == 0
+    assert hot["publishes"] == 12000
+    for field in ("cached_matches_per_s", "uncached_matches_per_s", "cache_speedup"):
+        assert hot[field] > 0, field
 
 
 def test_bench_match_table() -> None:
     result = CliRunner().invoke(
-        app, ["bench", "match", "--subscriptions", "2000", "--topics", "200", "--rounds", "1"]
+        app,
+        [
+            "bench",
+            "match",
+            "--subscriptions",
+            "2000",
+            "--topics",
+            "200",
+            "--rounds",
+            "1",
+            "--hot-publishes",
+            "12000",
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "match_ratio" in result.output
+    assert "cache_speedup" in result.output
 
 
 def test_unknown_command_fails_cleanly() -> None:

@@ -225,13 +225,23 @@ def run_workload(workload: Workload, rounds: int = 3) -> dict[str, Any]:
 
 
 def run(
-    subscriptions: int = 100_000, topics: int = 50_000, seed: int = 7, rounds: int = 3
+    subscriptions: int = 100_000,
+    topics: int = 50_000,
+    seed: int = 7,
+    rounds: int = 3,
+    hot_publishes: int = 300_000,
 ) -> dict[str, Any]:
-    """Every workload; the object ``router bench match --json`` prints."""
-    return {
-        "seed": seed,
-        "workloads": {
-            name: run_workload(make_workload(name, subscriptions, topics, seed), rounds)
-            for name in ("devices", "dashboards")
-        },
+    """Every workload; the object ``router bench match --json`` prints: ``devices`` and
+    ``dashboards`` beside paho, and ``hot`` (:func:`router.bench.hot.run_hot`: the trie
+    with and without its hot-topic match cache; ``hot_publishes`` timed publishes after a
+    warmup of a third as many)."""
+    from router.bench.hot import run_hot  # hot builds on this module's workloads
+
+    workloads = {
+        name: run_workload(make_workload(name, subscriptions, topics, seed), rounds)
+        for name in ("devices", "dashboards")
     }
+    workloads["hot"] = run_hot(
+        subscriptions, hot_publishes, seed, warmup=hot_publishes // 3, segment=hot_publishes // 12
+    )
+    return {"seed": seed, "workloads": workloads}
