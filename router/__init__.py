@@ -7,6 +7,7 @@ from router.acl import Acl
 from router.alias_store import RedisAliasTable
 from router.aliases import AliasTable
 from router.api import connect
+from router.cache import CacheSettings
 from router.channels import Channel, FetchedMessage, FetchResult, Published
 from router.errors import (
     ChannelArgumentError,
@@ -58,6 +59,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Acl",
     "AliasTable",
+    "CacheSettings",
     "Channel",
     "ChannelArgumentError",
     "CorruptStateError",
