@@ -34,6 +34,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from router.keys import Keys
+from tests import cli_support
 from tests.redis_servers import RedisClusterServers, RedisServer
 
 RedisClient = Redis | RedisCluster
@@ -106,6 +107,22 @@ def redis_backend(request: pytest.FixtureRequest) -> str:
 def keys() -> Keys:
     """A key namespace of this test's own."""
     return Keys(prefix=f"t{uuid4().hex[:12]}")
+
+
+@pytest.fixture(params=["standalone", "cluster"])
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """The URL of a real Redis: standalone, then the 3-master cluster (for CLI tests)."""
+    url: str = request.getfixturevalue(f"redis_{request.param}_url")
+    return url
+
+
+@pytest.fixture
+def prefix(redis_url: str, keys: Keys) -> Iterator[str]:
+    """The test's key namespace on ``redis_url``; everything under it is deleted afterwards."""
+    try:
+        yield keys.prefix
+    finally:
+        cli_support.delete_namespace(redis_url, keys)
 
 
 @pytest.fixture

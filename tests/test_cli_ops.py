@@ -20,25 +20,10 @@ from router.messages import Forward, Message, pack_batch
 from router.nodes import NodeRegistry
 from router.routes import RouteStore
 from router.subscriptions import SubscriptionStore
-from tests.cli_support import Cluster, delete_namespace, invoke, invoke_json, router_process
+from tests.cli_support import Cluster, invoke, invoke_json, router_process
 from tests.waiting import wait_until
 
 SHARE = "$share/g/jobs/#"
-
-
-@pytest.fixture(params=["standalone", "cluster"])
-def redis_url(request: pytest.FixtureRequest) -> str:
-    url: str = request.getfixturevalue(f"redis_{request.param}_url")
-    return url
-
-
-@pytest.fixture
-def prefix(redis_url: str, keys: Keys) -> Iterator[str]:
-    """The test's key namespace; everything under it is deleted afterwards."""
-    try:
-        yield keys.prefix
-    finally:
-        delete_namespace(redis_url, keys)
 
 
 @pytest.fixture

@@ -10,22 +10,8 @@ import pytest
 
 from router.keys import Keys
 from router.retained import RetainedStore
-from tests.cli_support import Cluster, delete_namespace, invoke, invoke_json
+from tests.cli_support import Cluster, invoke, invoke_json
 from tests.test_cli_errors import UNREACHABLE, assert_clean_failure
-
-
-@pytest.fixture(params=["standalone", "cluster"])
-def redis_url(request: pytest.FixtureRequest) -> str:
-    url: str = request.getfixturevalue(f"redis_{request.param}_url")
-    return url
-
-
-@pytest.fixture
-def prefix(redis_url: str, keys: Keys) -> Iterator[str]:
-    try:
-        yield keys.prefix
-    finally:
-        delete_namespace(redis_url, keys)
 
 
 @pytest.fixture
