@@ -255,3 +255,32 @@ def test_a_missing_or_empty_traffic_path_is_refused(spark: SparkSession, tmp_pat
     (tmp_path / ".only-hidden.part").write_text("{}\n")
     with pytest.raises(PipelineInputError, match="holds no files"):
         read_traffic(spark, str(tmp_path))
+
+
+def test_the_trie_is_built_once_per_partition(
+    monkeypatch: pytest.MonkeyPatch, workload: Workload
+) -> None:
+    """The executor step builds one matcher for a whole partition, not one per row."""
+    from pyspark.sql import Row
+
+    from router.pipeline import report
+
+    built: list[int] = []
+    real = report.TopicMatcher
+
+    class Counting(real):  # type: ignore[misc, valid-type]
+        def __init__(self, subscriptions: Any) -> None:
+            built.append(1)
+            super().__init__(subscriptions)
+
+    class Snapshot:
+        value = workload.subscriptions
+
+    monkeypatch.setattr(report, "TopicMatcher", Counting)
+    step = report._matcher(Snapshot())  # type: ignore[arg-type]
+    topics = sorted({r["topic"] for r in workload.records})
+    rows = [Row(topic=t, messages=2, bytes=10) for t in topics]
+    out = list(step(iter(rows)))
+    assert len(built) == 1
+    assert [row[0] for row in out] == topics
+    assert [row[3] for row in out] == [fanout_of(workload.model, t) for t in topics]

@@ -2,9 +2,10 @@
 
 The rows are partitioned by ``client_id`` (every row of a client lands in one partition),
 and each partition validates and writes its clients from the executor with the project's
-own client and Lua script (:func:`router.pipeline.loader.import_rows`: one script call per
-client, several in flight). The driver runs the job in a thread and reports progress as
-partitions finish; the partitions' counts add up to the summary.
+own Lua script (:func:`router.pipeline.loader.import_rows`: one script call per client,
+through a blocking client per partition; Spark runs one partition per core). The driver
+runs the job in a thread and reports progress as partitions finish; the partitions'
+counts add up to the summary.
 """
 
 from __future__ import annotations

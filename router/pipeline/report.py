@@ -162,7 +162,9 @@ def report_tables(
             _sum("messages").alias("messages"), F.count(F.lit(1)).alias("topics")
         ),
         node_fanout=aggregate.groupBy(F.col("copies").alias("nodes")).agg(
-            _sum("messages").alias("messages")
+            _sum("messages").alias("messages"),
+            _sum("bytes").alias("bytes"),
+            _sum("unrouted").alias("unrouted"),
         ),
         filter_cost=filter_cost,
         subscriptions=valid,
@@ -181,16 +183,14 @@ def collect_report(tables: ReportTables, *, nodes: int | None = None, top: int =
     )
     fanout_rows = tables.fanout.collect()
     fanout = {row["subscribers"]: row["messages"] for row in sorted(fanout_rows)}
-    node_fanout = {row["nodes"]: row["messages"] for row in sorted(tables.node_fanout.collect())}
-    totals = tables.aggregate.agg(
-        _sum("messages"),
-        _sum("bytes"),
-        _sum(F.col("messages") * F.col("copies")),
-        _sum(F.col("bytes") * F.col("copies")),
-        _sum("unrouted"),
-    ).first()
-    assert totals is not None
-    messages, total_bytes, copies, copy_bytes, unrouted = totals
+    # The totals follow from the node fan-out rows: one job fewer over the aggregate.
+    by_copies = sorted(tables.node_fanout.collect())
+    node_fanout = {row["nodes"]: row["messages"] for row in by_copies}
+    messages = sum(row["messages"] for row in by_copies)
+    total_bytes = sum(row["bytes"] for row in by_copies)
+    copies = sum(row["nodes"] * row["messages"] for row in by_copies)
+    copy_bytes = sum(row["nodes"] * row["bytes"] for row in by_copies)
+    unrouted = sum(row["unrouted"] for row in by_copies)
     ranked = [F.desc("messages"), F.asc("topic")]
     hot = tables.topics.orderBy(*ranked).limit(top).collect()
     silent = tables.topics.where(F.col("subscribers") == 0).orderBy(*ranked).limit(top).collect()
