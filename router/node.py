@@ -327,7 +327,9 @@ class RouterNode:
         is_new, change = self.sessions.subscribe(client_id, topic_filter, **opts.as_dict())
         if change is not None:
             await self._write_route(*change)
-        await self._retainer.on_subscribe(client_id, topic_filter, opts, is_new)
+        await self._retainer.on_subscribe(
+            client_id, topic_filter, opts, is_new, self._policy.delivery_observer
+        )
         return is_new
 
     async def unsubscribe(self, client_id: str, topic_filter: str) -> bool:

@@ -30,7 +30,7 @@ from router.retained import (
     RetainedStoreFullError,
     check_retained_input,
 )
-from router.sessions import LocalSessions
+from router.sessions import DeliveryObserver, LocalSessions
 from router.tasks import stop_task
 from router.topics import parse_shared
 
@@ -93,9 +93,18 @@ class Retainer:
                 self.deleted += 1
 
     async def on_subscribe(
-        self, client_id: str, topic_filter: str, options: SubscriptionOptions, is_new: bool
+        self,
+        client_id: str,
+        topic_filter: str,
+        options: SubscriptionOptions,
+        is_new: bool,
+        observer: DeliveryObserver | None = None,
     ) -> int:
-        """Queue the retained messages a new subscription gets; returns how many."""
+        """Queue the retained messages a new subscription gets; returns how many.
+
+        ``observer`` (the node's hooks) is told of every copy and of what the client's
+        overflow policy dropped for it, as for live deliveries.
+        """
         if (
             options.retain_handling == 2
             or (options.retain_handling == 1 and not is_new)
@@ -116,7 +125,10 @@ class Retainer:
                 ids,
                 expiry_interval=retained.expiry_interval,
             )
-            queued += session.put(delivery)
+            lost = session.offer(delivery)
+            queued += lost is None
+            if observer is not None:
+                observer(client_id, delivery, lost)
         self.delivered += queued
         return queued
 

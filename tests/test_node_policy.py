@@ -428,3 +428,22 @@ async def test_delivered_runs_on_the_receiving_node(start_node: StartNode) -> No
     assert sorted((c.client_id, d.topic) for c, d in delivered) == sorted(
         (client_id, f"t/{index}") for client_id in ("r1", "r2") for index in range(5)
     )
+
+
+async def test_retained_copies_run_delivered_and_dropped_hooks(start_node: StartNode) -> None:
+    a = await start_node("a", queue_limit=1, overflow="drop_newest")
+    delivered: list[tuple[Any, ...]] = []
+    drops: list[tuple[Any, ...]] = []
+    a.hooks.register(HookPoint.MESSAGE_DELIVERED, recorder(delivered))
+    a.hooks.register(HookPoint.MESSAGE_DROPPED, recorder(drops))
+    for topic in ("r/1", "r/2"):
+        await a.publish(topic, topic.encode(), retain=True)
+    await a.connect("late", username="u")
+    await a.subscribe("late", "r/+")
+
+    [(client, delivery)] = delivered
+    assert (client, delivery.topic, delivery.retain) == (ClientInfo("late", "u"), "r/1", True)
+    full = [
+        (lost.topic, client) for lost, reason, client in drops if reason is DropReason.QUEUE_FULL
+    ]
+    assert full == [("r/2", ClientInfo("late", "u"))]
