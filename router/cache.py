@@ -6,8 +6,10 @@ asks it first and matches by itself only when it has nothing::
 
     answer = hot.get(topic)          # a hit: the stored answer (built now if it has none)
     if answer is None:               # not a hot topic: match as without a cache ...
+        version = hot.version        # (before the match: see Versions)
         result = full_match(topic)   # (which validates the topic) ...
-        hot.miss(topic)              # ... then count the publish (and maybe admit it)
+        if hot.miss(topic):          # ... count the publish; True: it admitted the topic,
+            hot.install(topic, answer_of(result), version, cost_ns)  # answered at once
     subscription change of F  ──►  hot.invalidate(F): exactly the hot topics F matches
 
 Rules:
@@ -19,11 +21,13 @@ Rules:
   still; the more topics miss, the faster it turns, and a pass costs O(entries +
   candidates), at most ``capacity + candidate_limit``, so about one unit of work a miss.
 * Admission: an uncached topic (a *candidate*) whose popularity reaches
-  ``create_threshold`` becomes cached; its answer is built at its next publish, and that
-  first build is timed: a topic cheaper to answer than ``min_cost_ns`` is not kept (it may
-  try again after the next pass). At most ``capacity`` topics are cached; when full,
-  admission waits for a pass, where a candidate replaces the least popular cached topic
-  only if it is :data:`REPLACE_FACTOR` times as popular. At most ``candidate_limit``
+  ``create_threshold`` becomes cached. The owner answers it from the match of the
+  publish that admitted it (:meth:`HotTopics.install`, one match per admission), else it
+  is built at its next publish. The first answer's match is timed: a topic cheaper to
+  answer than ``min_cost_ns`` is not kept (it may try again after the next pass). At
+  most ``capacity`` topics are cached; when full, admission waits for a pass, where a
+  candidate replaces the least popular cached topic only if it is
+  :data:`REPLACE_FACTOR` times as popular. At most ``candidate_limit``
   candidates are counted (new ones wait for the next pass to prune the cold ones).
 * Dropping: a cached topic whose popularity falls below ``drop_threshold`` (strictly
   lower than create) at a pass is dropped; the gap keeps topics near a threshold from
@@ -33,10 +37,11 @@ Rules:
   next publish), found in a small index of the cached topics: an exact ``F`` costs one
   dict lookup, a wildcard one a check of the cached topics that share ``F``'s rarest
   literal level at its position.
-* Versions: every invalidation bumps :attr:`HotTopics.version`. An answer built while the
-  version was ``v`` is installed only if the version is still ``v`` and the topic is still
-  cached, so a change that lands while an answer is built (a builder calling back into
-  its owner) never plants a stale answer; the built answer still serves its publish.
+* Versions: every invalidation bumps :attr:`HotTopics.version`. An answer built (or
+  installed from a match that began) while the version was ``v`` is installed only if the
+  version is still ``v`` and the topic is still waiting for it, so a change that lands
+  while an answer is built (a builder or share strategy calling back into its owner)
+  never plants a stale answer; the built answer still serves its publish.
 
 Owners: :class:`router.cached_trie.CachedMatcher` (a trie with this cache in front of its
 matches; local sessions use it) and :class:`router.mirror.RouteMirror` (the route table).
@@ -116,8 +121,8 @@ class CacheEntry(Generic[Answer]):
 class _TopicIndex:
     """Cached topic names by their levels, to find the ones a wildcard filter matches.
 
-    Each (position, level) pair of an indexed topic points to the set of topics that have
-    that level there (``site/1/x`` is under (0, "site"), (1, "1") and (2, "x")). A
+    Each level of an indexed topic, at its position, points to the set of topics that
+    have that level there (``site/1/x`` is under "site" at 0, "1" at 1 and "x" at 2). A
     filter's matches all lie in the set of each of its literal levels, so only the
     smallest of those sets is checked, topic by topic: ``site/+/device/7/status`` looks
     at the few cached topics of device 7, whatever the number of sites. A filter without
@@ -125,7 +130,7 @@ class _TopicIndex:
     """
 
     def __init__(self) -> None:
-        self._postings: dict[tuple[int, str], set[str]] = {}
+        self._postings: list[dict[str, set[str]]] = []  # position -> level -> topics
         self._lengths: dict[int, set[str]] = {}  # level count -> topics
 
     def is_empty(self) -> bool:
@@ -134,20 +139,24 @@ class _TopicIndex:
     def add(self, topic: str) -> None:
         levels = topic.split(SEPARATOR)
         postings = self._postings
-        for key in enumerate(levels):
-            topics = postings.get(key)
+        while len(postings) < len(levels):
+            postings.append({})
+        for at_position, level in zip(postings, levels, strict=False):
+            topics = at_position.get(level)
             if topics is None:
-                topics = postings[key] = set()
-            topics.add(topic)
+                at_position[level] = {topic}
+            else:
+                topics.add(topic)
         topics = self._lengths.get(len(levels))
         if topics is None:
-            topics = self._lengths[len(levels)] = set()
-        topics.add(topic)
+            self._lengths[len(levels)] = {topic}
+        else:
+            topics.add(topic)
 
     def remove(self, topic: str) -> None:
         levels = topic.split(SEPARATOR)
-        for key in enumerate(levels):
-            _discard(self._postings, key, topic)
+        for at_position, level in zip(self._postings, levels, strict=False):
+            _discard(at_position, level, topic)
         _discard(self._lengths, len(levels), topic)
 
     def matching(self, plain_filter: str) -> list[str]:
@@ -156,10 +165,13 @@ class _TopicIndex:
         multi = levels[-1] == MULTI_LEVEL
         fixed = len(levels) - 1 if multi else len(levels)
         pool: Collection[str] | None = None
-        for key in enumerate(levels[:fixed]):
-            if key[1] == SINGLE_LEVEL:
+        postings = self._postings
+        if fixed > len(postings):
+            return []
+        for at_position, level in zip(postings, levels[:fixed], strict=False):
+            if level == SINGLE_LEVEL:
                 continue
-            topics = self._postings.get(key)
+            topics = at_position.get(level)
             if topics is None:
                 return []
             if pool is None or len(topics) < len(pool):
@@ -333,14 +345,19 @@ class HotTopics(Generic[Answer]):
             return self._answer(entry)
         return answer
 
-    def miss(self, topic: str) -> None:
-        """Count a publish of ``topic``, uncached and valid (its owner just matched it in
-        full); admit it when it is hot enough (its answer is built at its next publish)."""
+    def miss(self, topic: str) -> bool:
+        """Count a publish of ``topic``, uncached and valid, that its owner matches in full;
+        admit it when it is hot enough. True if this publish admitted it: the owner then
+        hands the answer built from this very match to :meth:`install` (an owner that does
+        not leaves it to be built at the topic's next publish)."""
         self._misses += 1
         candidates = self._candidates
         entries = self._entries
         score = candidates.get(topic, 0.0) + 1.0
-        if score >= self._create and len(entries) < self._capacity and topic not in self._cheap:
+        admitted = (
+            score >= self._create and len(entries) < self._capacity and topic not in self._cheap
+        )
+        if admitted:
             candidates.pop(topic, None)
             entries[topic] = CacheEntry(topic, score)
             self._counts["admissions"] += 1
@@ -349,23 +366,41 @@ class HotTopics(Generic[Answer]):
         self._countdown -= 1
         if self._countdown <= 0:
             self._pass()
+        return admitted
+
+    def install(self, topic: str, answer: Answer, version: int, cost_ns: float) -> None:
+        """Install the answer of a topic that :meth:`miss` just admitted, built from the
+        owner's own full match of that publish: ``version`` is :attr:`version` when that
+        match began, ``cost_ns`` what it took by :attr:`clock_ns`. As for a build, a match
+        cheaper than ``min_cost_ns`` is not kept, and the answer is refused if the version
+        moved or the topic is no longer waiting for an answer."""
+        entry = self._entries.get(topic)
+        if entry is None or entry.answer is not None:
+            self._counts["refused"] += 1
+            return
+        self._settle(entry, answer, version, cost_ns)
 
     def _answer(self, entry: CacheEntry[Answer]) -> Answer:
-        """Build the entry's answer, install it if still current, return it.
-
-        The first build is timed: a topic cheaper than ``min_cost_ns`` to answer is not
-        worth caching; it goes back to the candidates until the next pass.
-        """
-        counts = self._counts
-        topic = entry.topic
+        """Build the entry's answer, install it if still current, return it."""
         version = self._version
         start = self._clock()
         try:
-            answer = self._build(topic)
+            answer = self._build(entry.topic)
         except BaseException:
             self._remove(entry)
             raise
-        if not entry.indexed and self._clock() - start < self._min_cost:
+        self._settle(entry, answer, version, self._clock() - start)
+        return answer
+
+    def _settle(self, entry: CacheEntry[Answer], answer: Answer, version: int, cost: float) -> None:
+        """Install an answer built at ``version`` at a cost of ``cost`` ns, if still current.
+
+        The first answer's cost decides: a topic cheaper than ``min_cost_ns`` to answer is
+        not worth caching; it goes back to the candidates until the next pass.
+        """
+        counts = self._counts
+        topic = entry.topic
+        if not entry.indexed and cost < self._min_cost:
             self._candidates[topic] = entry.score + entry.hits
             self._remove(entry)
             self._cheap.add(topic)
@@ -378,7 +413,6 @@ class HotTopics(Generic[Answer]):
                 self._index.add(topic)
                 entry.indexed = True
             counts["builds"] += 1
-        return answer
 
     # -- subscription changes --------------------------------------------------------
 
@@ -422,6 +456,11 @@ class HotTopics(Generic[Answer]):
         self._counts["invalidations"] += dropped
 
     # -- reading ---------------------------------------------------------------------
+
+    @property
+    def clock_ns(self) -> Callable[[], int]:
+        """The clock that times matches for ``min_cost_ns`` (see :meth:`install`)."""
+        return self._clock
 
     @property
     def version(self) -> int:

@@ -3,7 +3,8 @@
 :class:`CachedMatcher` is a :class:`SubscriptionTrie`: every change goes through the trie's
 own methods, which invalidate exactly the cached topics the changed filter matches, and
 ``match`` / ``match_subscriptions`` answer hot topics from a :class:`HotTopics` cache each
-(a publish is counted by the one it asked). Cold topics take the trie's own match.
+(a publish is counted by the one it asked). Cold topics take the trie's own match; the
+publish that admits a topic builds its answer from that one match and installs it.
 
 An answer is what a match gives before any share-group choice:
 
@@ -103,19 +104,32 @@ class CachedMatcher(SubscriptionTrie):
             entry = self._entries_get(topic)
         except TypeError:  # unhashable: the full match rejects it
             entry = None
-        if entry is not None and entry.answer is not None:
+        if entry is None:
+            return self._match_uncached(topic, publisher)
+        answer = entry.answer
+        if answer is not None:
             entry.hits += 1  # HotTopics.get's hit, inlined (see HotTopics.entries_get)
-            answer = entry.answer
         else:
-            built = self.cache.get(topic)
-            if built is None:
-                result = SubscriptionTrie.match(self, topic, publisher)
-                self.cache.miss(topic)
-                return result
-            answer = built
+            answer = self.cache.get(topic)  # admitted earlier, or invalidated: build now
+            assert answer is not None  # (the topic has an entry)
         if type(answer) is _Grouped:
             return self._choose(answer, topic, publisher)
         return [*answer]
+
+    def _match_uncached(self, topic: str, publisher: str | None) -> list[str]:
+        """``match`` of a topic the cache has no entry for: a full match, counted as a
+        miss; a publish that admits the topic installs the answer built by its match."""
+        validate_topic(topic)
+        cache = self.cache
+        if not cache.miss(topic):
+            return SubscriptionTrie.match(self, topic, publisher)
+        version, clock = cache.version, cache.clock_ns
+        start = clock()
+        answer = self._clients_answer_at(self._terminals(topic))
+        cost = clock() - start
+        result = self._choose(answer, topic, publisher) if type(answer) is _Grouped else [*answer]
+        cache.install(topic, answer, version, cost)
+        return result
 
     def _choose(self, answer: _Grouped, topic: str, publisher: str | None) -> list[str]:
         """The plain subscribers plus one chosen member of each group, sorted, no repeats."""
@@ -138,11 +152,29 @@ class CachedMatcher(SubscriptionTrie):
         publisher: str | None = None,
         only_groups: Collection[str] | None = None,
     ) -> dict[str, list[MatchedSubscription]]:
-        answer = self.subscriptions_cache.get(topic)
-        if answer is None:
-            result = SubscriptionTrie.match_subscriptions(self, topic, publisher, only_groups)
-            self.subscriptions_cache.miss(topic)
+        cache = self.subscriptions_cache
+        answer = cache.get(topic)
+        if answer is None:  # a miss; a publish that admits the topic installs its answer
+            validate_topic(topic)
+            if not cache.miss(topic):
+                return SubscriptionTrie.match_subscriptions(self, topic, publisher, only_groups)
+            version, clock = cache.version, cache.clock_ns
+            start = clock()
+            answer = self._subscriptions_answer_at(self._terminals(topic), topic)
+            cost = clock() - start
+            result = self._subscriptions_of(answer, topic, publisher, only_groups)
+            cache.install(topic, answer, version, cost)
             return result
+        return self._subscriptions_of(answer, topic, publisher, only_groups)
+
+    def _subscriptions_of(
+        self,
+        answer: _SubscriptionsAnswer,
+        topic: str,
+        publisher: str | None,
+        only_groups: Collection[str] | None,
+    ) -> dict[str, list[MatchedSubscription]]:
+        """``match_subscriptions`` from a cached answer."""
         if type(answer) is _Found:
             return self._subscriptions_at(answer.terminals, topic, publisher, only_groups)
         return answer.copy()
@@ -151,12 +183,19 @@ class CachedMatcher(SubscriptionTrie):
 
     def _clients_answer(self, topic: str) -> _ClientsAnswer:
         validate_topic(topic)
-        clients, groups = self._plain_and_groups(self._terminals(topic))
+        return self._clients_answer_at(self._terminals(topic))
+
+    def _clients_answer_at(self, found: list[Any]) -> _ClientsAnswer:
+        """The ``match`` answer of the terminals ``found``."""
+        clients, groups = self._plain_and_groups(found)
         return _Grouped(clients, tuple(groups)) if groups else tuple(clients)
 
     def _subscriptions_answer(self, topic: str) -> _SubscriptionsAnswer:
         validate_topic(topic)
-        found = self._terminals(topic)
+        return self._subscriptions_answer_at(self._terminals(topic), topic)
+
+    def _subscriptions_answer_at(self, found: list[Any], topic: str) -> _SubscriptionsAnswer:
+        """The ``match_subscriptions`` answer of the terminals ``found`` for ``topic``."""
         if self._plain_and_groups(found)[1]:
             return _Found(found)
         return self._subscriptions_at(found, topic, None, None)

@@ -210,9 +210,14 @@ class RouteMirror:
         if hot is None:
             return self._choose(self._trie.candidates(topic), topic, publisher)
         answer = hot.get(topic)
-        if answer is None:
-            result = self._choose(self._trie.candidates(topic), topic, publisher)
-            hot.miss(topic)
+        if answer is None:  # a miss; a publish that admits the topic installs its answer
+            version, clock = hot.version, hot.clock_ns
+            start = clock()
+            found = self._trie.candidates(topic)
+            cost = clock() - start
+            result = self._choose(found, topic, publisher)
+            if hot.miss(topic):
+                hot.install(topic, found if found.groups else result, version, cost)
             return result
         if type(answer) is RouteMatch:
             return answer

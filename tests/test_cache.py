@@ -169,8 +169,9 @@ def test_the_cache_is_used() -> None:
     for _ in range(100):
         assert cached.match("a/b") == plain.match("a/b")
     stats = cached.cache.stats()
-    # Publishes 1 and 2 miss (the second admits it), the third builds, 97 hit.
-    assert (stats.misses, stats.builds, stats.hits) == (3, 1, 97)
+    # Publishes 1 and 2 miss; the second admits the topic and installs the answer its
+    # own match built: no second match; 98 hit.
+    assert (stats.misses, stats.builds, stats.hits) == (2, 1, 98)
     assert cached.cache.cached_topics() == ["a/b"]
     assert cached.subscriptions_cache.stats().publishes == 0  # each match asks its own
 
@@ -185,6 +186,85 @@ def test_round_robin_turns_are_shared_between_hits_and_misses() -> None:
     topics = ["t/1", "t/1", "t/1", "t/2", "t/1", "t/1", "t/1"]
     assert [cached.match(t) for t in topics] == [plain.match(t) for t in topics]
     assert cached.cache.is_cached("t/1") and not cached.cache.is_cached("t/2")
+
+
+class CountingMatcher(CachedMatcher):
+    """A :class:`CachedMatcher` that counts its trie lookups (one per full match)."""
+
+    lookups = 0
+
+    def _terminals(self, topic: str) -> list[Any]:
+        self.lookups += 1
+        return super()._terminals(topic)
+
+
+@pytest.mark.parametrize("kind", ["match", "match_subscriptions"])
+def test_an_admission_installs_the_answer_of_its_own_match(kind: str) -> None:
+    cached = CountingMatcher(HashTopicStrategy(), **EAGER)
+    plain = SubscriptionTrie(HashTopicStrategy())
+    for target in (cached, plain):
+        target.subscribe("c1", "a/+", qos=1)
+        target.subscribe("c2", "a/b")
+        target.subscribe("c3", "$share/g/a/#")
+    cache = cached.cache if kind == "match" else cached.subscriptions_cache
+    for publish_number in (1, 2):
+        assert getattr(cached, kind)("a/b") == getattr(plain, kind)("a/b")
+        assert cached.lookups == publish_number  # one match a publish, admission included
+    assert cache.is_cached("a/b")  # installed by the second publish, which admitted it
+    stats = cache.stats()
+    assert (stats.admissions, stats.builds, stats.misses, stats.hits) == (1, 1, 2, 0)
+    for _ in range(3):
+        assert getattr(cached, kind)("a/b") == getattr(plain, kind)("a/b")
+    assert cached.lookups == 2 and cache.stats().hits == 3
+
+
+class SubscribingStrategy(HashTopicStrategy):
+    """Subscribes ``late`` to ``a/#`` (through ``matcher``) at its first choice."""
+
+    matcher: CachedMatcher | None = None
+
+    def choose(self, group: Any, topic: str, publisher: str | None) -> str:
+        matcher, self.matcher = self.matcher, None
+        if matcher is not None:
+            matcher.subscribe("late", "a/#")
+        return super().choose(group, topic, publisher)
+
+
+@pytest.mark.parametrize("kind", ["match", "match_subscriptions"])
+def test_a_change_during_the_admitting_match_refuses_its_answer(kind: str) -> None:
+    strategy = SubscribingStrategy()
+    cached = CachedMatcher(strategy, **EAGER)
+    cached.subscribe("c1", "a/+")
+    cached.subscribe("g1", "$share/g/a/#")
+    cache = cached.cache if kind == "match" else cached.subscriptions_cache
+    first = getattr(cached, kind)("a/b")
+    strategy.matcher = cached  # the admitting publish's share choice changes the trie
+    assert getattr(cached, kind)("a/b") == first  # matched before the change landed
+    assert cache.stats().refused == 1 and not cache.is_cached("a/b")
+    assert "late" in getattr(cached, kind)("a/b")  # built again, at the current version
+    assert cache.is_cached("a/b")
+    assert getattr(cached, kind)("a/b") == getattr(SubscriptionTrie, kind)(cached, "a/b")
+
+
+def test_install_refuses_stale_cheap_and_unwaited_answers() -> None:
+    hot, built = counting(min_cost_ns=100)
+    assert [hot.miss(topic) for topic in ("t", "t", "u", "u", "v", "v")] == [
+        False, True, False, True, False, True,
+    ]  # fmt: skip
+    version = hot.version
+    hot.install("t", "mine:t", version, 100)
+    assert hot.get("t") == "mine:t"  # installed: no build
+    hot.install("u", "mine:u", version, 99)  # cheaper than min_cost_ns: not kept
+    assert not hot.is_cached("u") and hot.stats().cheap == 1
+    hot.invalidate("x")
+    hot.install("v", "stale:v", version, 100)  # the version moved since the match began
+    assert not hot.is_cached("v")
+    hot.install("w", "never admitted", hot.version, 100)
+    assert not hot.is_cached("w")
+    assert hot.get("v") == "answer:v" and hot.is_cached("v")  # built at its next publish
+    assert built == ["v"]
+    stats = hot.stats()
+    assert (stats.builds, stats.refused) == (2, 2)
 
 
 # -- invalidation touches exactly the topics the filter matches ---------------------------
@@ -450,8 +530,9 @@ def test_the_mirror_answers_hot_topics_from_its_cache_and_invalidates_on_changes
         mirror.load("n2", "g", 1, {"b/#": 1, "$share/w/a/#": 1})
     for topic in ("a/1", "b/1") * 4:
         assert cached.match(topic) == plain.match(topic)
-    stats = cached.cache_stats()
-    assert stats is not None and stats.size == 2 and stats.hits == 2
+    stats = cached.cache_stats()  # the second publish of each installs its own match
+    assert stats is not None and (stats.size, stats.hits, stats.builds) == (2, 4, 2)
+    assert stats.misses == 4  # no publish built an answer by a match of its own
     for mirror in (cached, plain):
         assert mirror.apply("n2", "g", [(2, "a/1", 1)])
     assert cached.match("a/1") == plain.match("a/1")
