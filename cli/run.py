@@ -21,6 +21,7 @@ from router.api import connect, default_node_id
 from router.errors import StaleIncarnationError
 from router.node import NodeConfig
 from router.policy import load_acl
+from router.runtime import freeze_startup_heap
 from router.sharing import STRATEGY_NAMES
 
 from .common import Target, log_to_stderr, run, stop_on_signals
@@ -150,6 +151,7 @@ def node_run(
                 if acl is not None:
                     rules, default = len(acl.rules), acl.default.value
                     log.info("ACL %s: %d rules, default %s", acl_file, rules, default)
+                freeze_startup_heap()
                 log.info("node %s ready", running.node_id)
                 signalled = asyncio.create_task(stop.wait())
                 taken_over = asyncio.create_task(running.wait_taken_over())

@@ -37,6 +37,7 @@ from redis.asyncio import Redis
 
 from router.embedded import embedded_redis
 from router.node import NodeConfig, Outgoing, RouterNode
+from router.runtime import freeze_startup_heap
 
 PAYLOAD = b"x" * 256
 BATCH = 256  # commands per pipeline round trip, and messages per publish_many call
@@ -220,6 +221,7 @@ async def run_async(
         await asyncio.to_thread(interested.ask, "ready")
         await asyncio.to_thread(idle.ask, "ready")
         await node.start()
+        freeze_startup_heap()  # as `router node run` does
         while "bench-b" not in node.mirror.match("tp/0").nodes:
             await asyncio.sleep(0.01)
         start = await throughput(node, messages, batch=BATCH, in_flight=4)

@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 
 from router.messages import Delivery
 from router.node import NodeConfig, RouterNode
+from router.runtime import freeze_startup_heap
 
 
 def _quantile(ordered: list[float], fraction: float) -> float:
@@ -88,6 +89,7 @@ async def serve(args: argparse.Namespace) -> None:
     config = NodeConfig(args.node_id, prefix=args.prefix, queue_limit=1_000_000)
     node = RouterNode(redis, config)
     await node.start()
+    freeze_startup_heap()  # as `router node run` does
     recorder = Recorder()
     consumer = None
     if args.subscribe:
