@@ -282,5 +282,12 @@ def test_the_trie_is_built_once_per_partition(
     rows = [Row(topic=t, messages=2, bytes=10) for t in topics]
     out = list(step(iter(rows)))
     assert len(built) == 1
-    assert [row[0] for row in out] == topics
-    assert [row[3] for row in out] == [fanout_of(workload.model, t) for t in topics]
+    per_topic = [row for row in out if row[0] == report.TOPIC_ROW]
+    assert [row[1] for row in per_topic] == topics
+    assert [row[4] for row in per_topic] == [fanout_of(workload.model, t) for t in topics]
+    # The partition's filter costs come back summed: one row per matched filter.
+    per_filter = {row[1]: row[2] for row in out if row[0] == report.FILTER_ROW}
+    assert len(per_filter) == len(out) - len(per_topic)
+    valid = {f for mine in workload.model.subs.values() for f in mine}
+    expected = {f: 2 * sum(brute_matches(f, t) for t in topics) for f in valid}
+    assert per_filter == {f: n for f, n in expected.items() if n}

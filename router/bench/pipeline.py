@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 import tempfile
 import time
@@ -225,6 +226,12 @@ def _redis(url: str | None) -> Iterator[str]:
         yield started
 
 
+def _floor(value: float, digits: int = 2) -> float:
+    """``value`` cut (never rounded up) to ``digits`` decimals."""
+    scale = 10.0**digits
+    return math.floor(value * scale) / scale
+
+
 def run(config: PipelineBenchConfig, url: str | None = None) -> dict[str, Any]:
     """Generate, measure, compare; the object ``--json`` prints."""
     from router.pipeline.session import spark_errors, spark_session
@@ -256,14 +263,14 @@ def run(config: PipelineBenchConfig, url: str | None = None) -> dict[str, Any]:
         "generate_seconds": round(generated, 1),
         "spark_seconds": [round(s, 2) for s in spark_times],
         "python_seconds": [round(s, 2) for s in python_times],
-        "spark_rows_per_s": round(spark_rate),
-        "python_rows_per_s": round(python_rate),
-        "spark_ratio": round(spark_rate / python_rate, 2),
+        "spark_rows_per_s": int(spark_rate),
+        "python_rows_per_s": int(python_rate),
+        "spark_ratio": _floor(spark_rate / python_rate),
         "spark_ratio_target": SPARK_RATIO_TARGET,
         "report_messages": spark_result.messages,
         "report_saved_fraction": round(spark_result.savings.saved_fraction, 4),
         "import_rows": rows,
         "import_seconds": [round(s, 2) for s in import_times],
-        "import_subs_per_s": round(rows / min(import_times)),
+        "import_subs_per_s": int(rows / min(import_times)),
         "import_target": IMPORT_TARGET,
     }

@@ -1,8 +1,8 @@
 """The routing report computed in one plain Python process.
 
-The same computation as the Spark job (:mod:`router.pipeline.report`), step for step:
-aggregate the log by (node, topic, forwarded nodes), match each distinct topic once with
-a :class:`~router.pipeline.matching.TopicMatcher`, then derive every figure of
+The same computation as the Spark job (:mod:`router.pipeline.report`): aggregate the log
+(here once, by (node, topic, forwarded nodes)), match each distinct topic once with a
+:class:`~router.pipeline.matching.TopicMatcher`, then derive every figure of
 :class:`~router.pipeline.model.Report` from the aggregate. ``router bench pipeline``
 measures it beside the Spark job, and the tests check that both agree.
 """

@@ -2,12 +2,15 @@
 
 Plan (the figures are defined in :mod:`router.pipeline.model`):
 
-1. read the JSON-lines log with its fixed schema and aggregate it by (node, topic,
-   forwarded nodes) in the JVM: the only pass over every record;
-2. match each distinct topic once in the executors: ``mapPartitions`` builds one
+1. read the JSON-lines log with its fixed schema and sum it in the JVM by (node,
+   forwarded nodes): a handful of rows, from which the driver adds up the per-node figures;
+2. sum it again by topic: each distinct topic once, with its publishes and bytes;
+3. match each distinct topic once in the executors: ``mapPartitions`` builds one
    :class:`~router.pipeline.matching.TopicMatcher` (the project's trie) per partition from
-   a broadcast snapshot and answers every topic of the partition;
-3. derive the tables from those two (small, cached) frames.
+   a broadcast snapshot, answers every topic of the partition and sums the filter costs of
+   the partition itself, so one row per topic and one per filter (not a list of filters
+   per topic) come back into the JVM (cached);
+4. the fan-out histogram, hot and silent topics and the costliest filters from those rows.
 
 :func:`report_tables` builds the frames, :func:`collect_report` the
 :class:`~router.pipeline.model.Report` (the same value :func:`router.pipeline.plain.plain_report`
@@ -17,9 +20,9 @@ returns), :func:`write_report` the Parquet tables, ``summary.md`` and the PNG pl
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import astuple, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pyspark import Broadcast
 from pyspark.sql import Column, DataFrame, Row, SparkSession
@@ -34,22 +37,27 @@ from router.pipeline.model import (
     broadcast_savings,
 )
 from router.pipeline.plain import cluster_size, traffic_files
-from router.pipeline.schemas import TOPIC_TRAFFIC, TRAFFIC
+from router.pipeline.schemas import MATCHED, TRAFFIC
 from router.pipeline.summary import write_summary
 
 TABLES = ("per_node", "fanout", "node_fanout", "savings", "topics", "filter_cost", "no_subscriber")
 """The Parquet tables a report writes, each a directory under the output directory."""
+
+TOPIC_ROW: Final = 0
+FILTER_ROW: Final = 1
+"""The ``kind`` of a :data:`~router.pipeline.schemas.MATCHED` row."""
 
 Subscriptions = list[tuple[str, str]]
 
 
 @dataclass(frozen=True)
 class ReportTables:
-    """The report's Spark frames (cached where several tables read them)."""
+    """The report's Spark frames: ``routes`` sums the log by (node, forwarded nodes),
+    ``matched`` (cached) holds what the executors' matching returned, the others read it."""
 
-    aggregate: DataFrame
+    matched: DataFrame
+    routes: DataFrame
     topics: DataFrame
-    per_node: DataFrame
     fanout: DataFrame
     node_fanout: DataFrame
     filter_cost: DataFrame
@@ -58,8 +66,7 @@ class ReportTables:
 
     def unpersist(self) -> None:
         """Free the cached frames."""
-        self.topics.unpersist()
-        self.aggregate.unpersist()
+        self.matched.unpersist()
 
 
 def is_local_path(path: str) -> bool:
@@ -84,13 +91,28 @@ def _sum(column: str | Column) -> Column:
 def _matcher(
     subscriptions: Broadcast[Subscriptions],
 ) -> Callable[[Iterable[Row]], Iterator[tuple[Any, ...]]]:
-    """The per-partition matching step: one trie per partition, then every topic of it."""
+    """The per-partition matching step: one trie per partition, then every topic of it.
+
+    Yields a :data:`TOPIC_ROW` per topic, then a :data:`FILTER_ROW` per filter the
+    partition's topics matched, with its costs summed over them (rows of
+    :data:`~router.pipeline.schemas.MATCHED`).
+    """
 
     def match_partition(rows: Iterable[Row]) -> Iterator[tuple[Any, ...]]:
         matcher = TopicMatcher(subscriptions.value)
+        costs: dict[str, list[int]] = {}
         for topic, messages, size in rows:
             found = matcher.match(topic)
-            yield topic, messages, size, found.subscribers, [tuple(f) for f in found.filters]
+            yield TOPIC_ROW, topic, messages, size, found.subscribers, None
+            for matched in found.filters:
+                cost = costs.get(matched.filter)
+                if cost is None:
+                    cost = costs[matched.filter] = [matched.subscribers, 0, 0, 0]
+                cost[1] += messages
+                cost[2] += messages * matched.deliveries
+                cost[3] += size * matched.deliveries
+        for name, (subscribers, messages, deliveries, delivered) in costs.items():
+            yield FILTER_ROW, name, messages, delivered, subscribers, deliveries
 
     return match_partition
 
@@ -99,69 +121,59 @@ def report_tables(
     spark: SparkSession, traffic: DataFrame, subscriptions: Subscriptions
 ) -> ReportTables:
     """The report's frames for a traffic frame (schema :data:`TRAFFIC`) and a snapshot of
-    ``(client_id, filter)`` pairs."""
+    ``(client_id, filter)`` pairs.
+
+    Already runs the by-topic sum of the log (handing a frame to ``mapPartitions`` executes
+    its shuffles); the matching runs at the first action on ``matched``.
+    """
     forwarded = F.coalesce(F.col("forwarded"), F.array().cast("array<string>"))
     local = F.coalesce(F.col("local_deliveries"), F.lit(0))
-    aggregate = (
-        traffic.select(
-            "node",
-            "topic",
-            forwarded.alias("forwarded"),
-            F.coalesce(F.col("payload_bytes"), F.lit(0)).alias("payload_bytes"),
-            local.alias("local"),
-            ((F.size(forwarded) == 0) & (local == 0)).cast("int").alias("unrouted"),
-        )
-        .groupBy("node", "topic", "forwarded")
-        .agg(
-            F.count(F.lit(1)).alias("messages"),
-            _sum("payload_bytes").alias("bytes"),
-            _sum("local").alias("local"),
-            _sum("unrouted").alias("unrouted"),
-        )
-        .withColumn("copies", F.size("forwarded"))
-        .cache()
+    records = traffic.select(
+        "node",
+        "topic",
+        forwarded.alias("forwarded"),
+        F.coalesce(F.col("payload_bytes"), F.lit(0)).alias("payload_bytes"),
+        local.alias("local"),
+        ((F.size(forwarded) == 0) & (local == 0)).cast("int").alias("unrouted"),
     )
-    by_topic = aggregate.groupBy("topic").agg(
-        _sum("messages").alias("messages"), _sum("bytes").alias("bytes")
+    # Two aggregations straight from the log rather than one cached aggregate: caching
+    # rows with an array column costs more than reading the log twice.
+    routes = records.groupBy("node", "forwarded").agg(
+        F.count(F.lit(1)).alias("messages"),
+        _sum("payload_bytes").alias("bytes"),
+        _sum("local").alias("local"),
+        _sum("unrouted").alias("unrouted"),
+    )
+    by_topic = records.groupBy("topic").agg(
+        F.count(F.lit(1)).alias("messages"), _sum("payload_bytes").alias("bytes")
     )
     snapshot = spark.sparkContext.broadcast(subscriptions)
-    matched = by_topic.repartition(spark.sparkContext.defaultParallelism).rdd.mapPartitions(
+    rows = by_topic.repartition(spark.sparkContext.defaultParallelism).rdd.mapPartitions(
         _matcher(snapshot)
     )
-    topics = spark.createDataFrame(matched, TOPIC_TRAFFIC).cache()
-    filters = topics.select(F.explode("filters").alias("f"), "messages", "bytes")
-    filter_cost = filters.groupBy(F.col("f.filter").alias("filter")).agg(
-        F.max("f.subscribers").alias("subscribers"),
-        _sum("messages").alias("messages"),
-        _sum(F.col("messages") * F.col("f.deliveries")).alias("deliveries"),
-        _sum(F.col("bytes") * F.col("f.deliveries")).alias("delivered_bytes"),
+    matched = spark.createDataFrame(rows, MATCHED, verifySchema=False).cache()
+    topics = matched.where(F.col("kind") == TOPIC_ROW).select(
+        F.col("name").alias("topic"), "messages", "bytes", "subscribers"
     )
-    sent = aggregate.groupBy("node").agg(
-        _sum("messages").alias("published"),
-        _sum("bytes").alias("published_bytes"),
-        _sum(F.col("messages") * F.col("copies")).alias("sent_copies"),
-        _sum(F.col("bytes") * F.col("copies")).alias("sent_bytes"),
-        _sum("local").alias("local_deliveries"),
-    )
-    received = (
-        aggregate.select(F.explode("forwarded").alias("node"), "messages", "bytes")
-        .groupBy("node")
-        .agg(_sum("messages").alias("received_copies"), _sum("bytes").alias("received_bytes"))
-    )
-    per_node = (
-        sent.join(received, "node", "full")
-        .na.fill(0)
-        .select(*(field.name for field in fields(NodeTraffic)))
+    filter_cost = (
+        matched.where(F.col("kind") == FILTER_ROW)
+        .groupBy(F.col("name").alias("filter"))
+        .agg(
+            F.max("subscribers").alias("subscribers"),
+            _sum("messages").alias("messages"),
+            _sum("deliveries").alias("deliveries"),
+            _sum("bytes").alias("delivered_bytes"),
+        )
     )
     valid, ignored = count_subscriptions(subscriptions)
     return ReportTables(
-        aggregate=aggregate,
+        matched=matched,
+        routes=routes,
         topics=topics,
-        per_node=per_node,
         fanout=topics.groupBy("subscribers").agg(
             _sum("messages").alias("messages"), F.count(F.lit(1)).alias("topics")
         ),
-        node_fanout=aggregate.groupBy(F.col("copies").alias("nodes")).agg(
+        node_fanout=routes.groupBy(F.size("forwarded").alias("nodes")).agg(
             _sum("messages").alias("messages"),
             _sum("bytes").alias("bytes"),
             _sum("unrouted").alias("unrouted"),
@@ -176,21 +188,36 @@ def _topic(row: Row) -> TopicTraffic:
     return TopicTraffic(row["topic"], row["messages"], row["bytes"], row["subscribers"])
 
 
+def _per_node(routes: list[Row]) -> tuple[NodeTraffic, ...]:
+    """Per-node traffic from the (node, forwarded nodes) sums."""
+    per_node: dict[str, list[int]] = {}
+    for row in routes:
+        copies = len(row["forwarded"])
+        mine = per_node.setdefault(row["node"], [0] * 7)
+        mine[0] += row["messages"]
+        mine[1] += row["bytes"]
+        mine[2] += row["messages"] * copies
+        mine[3] += row["bytes"] * copies
+        mine[6] += row["local"]
+        for target in row["forwarded"]:
+            theirs = per_node.setdefault(target, [0] * 7)
+            theirs[4] += row["messages"]
+            theirs[5] += row["bytes"]
+    return tuple(NodeTraffic(node, *per_node[node]) for node in sorted(per_node))
+
+
 def collect_report(tables: ReportTables, *, nodes: int | None = None, top: int = 20) -> Report:
-    """The :class:`Report` of the frames (a handful of small Spark jobs)."""
-    per_node = tuple(
-        NodeTraffic(**row.asDict()) for row in tables.per_node.orderBy("node").collect()
-    )
+    """The :class:`Report` of the frames (five small Spark jobs)."""
+    routes = tables.routes.collect()
+    per_node = _per_node(routes)
+    node_fanout: dict[int, int] = {}
+    for row in routes:
+        copies = len(row["forwarded"])
+        node_fanout[copies] = node_fanout.get(copies, 0) + row["messages"]
+    messages = sum(row["messages"] for row in routes)
+    total_bytes = sum(row["bytes"] for row in routes)
     fanout_rows = tables.fanout.collect()
     fanout = {row["subscribers"]: row["messages"] for row in sorted(fanout_rows)}
-    # The totals follow from the node fan-out rows: one job fewer over the aggregate.
-    by_copies = sorted(tables.node_fanout.collect())
-    node_fanout = {row["nodes"]: row["messages"] for row in by_copies}
-    messages = sum(row["messages"] for row in by_copies)
-    total_bytes = sum(row["bytes"] for row in by_copies)
-    copies = sum(row["nodes"] * row["messages"] for row in by_copies)
-    copy_bytes = sum(row["nodes"] * row["bytes"] for row in by_copies)
-    unrouted = sum(row["unrouted"] for row in by_copies)
     ranked = [F.desc("messages"), F.asc("topic")]
     hot = tables.topics.orderBy(*ranked).limit(top).collect()
     silent = tables.topics.where(F.col("subscribers") == 0).orderBy(*ranked).limit(top).collect()
@@ -203,15 +230,19 @@ def collect_report(tables: ReportTables, *, nodes: int | None = None, top: int =
         ignored_subscriptions=tables.ignored_subscriptions,
         per_node=per_node,
         fanout=fanout,
-        node_fanout=node_fanout,
+        node_fanout=dict(sorted(node_fanout.items())),
         savings=broadcast_savings(
-            cluster_size(len(per_node), nodes), messages, total_bytes, copies, copy_bytes
+            cluster_size(len(per_node), nodes),
+            messages,
+            total_bytes,
+            sum(node.sent_copies for node in per_node),
+            sum(node.sent_bytes for node in per_node),
         ),
         hot_topics=tuple(_topic(row) for row in hot),
         filter_cost=tuple(FilterCost(**row.asDict()) for row in costly.collect()),
         no_subscriber_messages=fanout.get(0, 0),
         no_subscriber_topics=tuple(_topic(row) for row in silent),
-        unrouted_messages=unrouted,
+        unrouted_messages=sum(row["unrouted"] for row in routes),
     )
 
 
@@ -223,8 +254,14 @@ def write_report(
     directory = Path(out)
     directory.mkdir(parents=True, exist_ok=True)
     savings = report.savings
+    node_columns = ", ".join(
+        f"{field.name} {'string' if field.name == 'node' else 'long'}"
+        for field in fields(NodeTraffic)
+    )
     frames = {
-        "per_node": tables.per_node,
+        "per_node": spark.createDataFrame(
+            [astuple(node) for node in report.per_node], node_columns
+        ),
         "fanout": tables.fanout,
         "node_fanout": tables.node_fanout,
         "savings": spark.createDataFrame(
@@ -245,9 +282,9 @@ def write_report(
             "broadcast_copies long, broadcast_bytes long, saved_copies long, saved_bytes long, "
             "saved_fraction double",
         ),
-        "topics": tables.topics.drop("filters"),
+        "topics": tables.topics,
         "filter_cost": tables.filter_cost,
-        "no_subscriber": tables.topics.where(F.col("subscribers") == 0).drop("filters"),
+        "no_subscriber": tables.topics.where(F.col("subscribers") == 0),
     }
     for name in TABLES:
         frames[name].write.mode("overwrite").parquet(str(directory / name))

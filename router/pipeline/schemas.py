@@ -30,25 +30,21 @@ TRAFFIC: Final = StructType(
 )
 """One traffic-log record (:mod:`router.traffic` writes them, fields in this order)."""
 
-MATCHED_FILTER: Final = StructType(
+MATCHED: Final = StructType(
     [
-        StructField("filter", StringType()),
-        StructField("subscribers", LongType()),
-        StructField("deliveries", LongType()),
+        StructField("kind", IntegerType(), False),
+        StructField("name", StringType(), False),
+        StructField("messages", LongType(), False),
+        StructField("bytes", LongType(), False),
+        StructField("subscribers", LongType(), False),
+        StructField("deliveries", LongType(), True),
     ]
 )
-
-TOPIC_TRAFFIC: Final = StructType(
-    [
-        StructField("topic", StringType()),
-        StructField("messages", LongType()),
-        StructField("bytes", LongType()),
-        StructField("subscribers", LongType()),
-        StructField("filters", ArrayType(MATCHED_FILTER)),
-    ]
-)
-"""A distinct topic, its publishes and bytes, its fan-out and the filters it matched
-(matched in the executors)."""
+"""What the executors' matching step returns (see :mod:`router.pipeline.report`): per
+distinct topic (``kind`` 0), its publishes, their payload bytes and the subscribers each
+reached (``deliveries`` null); per filter the topics of one partition matched (``kind``
+1), the publishes it matched, the payload bytes it delivered, its subscribers and the
+copies it produced. A filter has a row per partition that matched it."""
 
 SUBSCRIPTION: Final = StructType(
     [
