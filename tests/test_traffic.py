@@ -7,7 +7,6 @@ import json
 import logging
 import random
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +15,10 @@ from click.testing import CliRunner
 
 from router.cli import app
 from router.errors import InvalidSettingError
-from router.keys import Keys
 from router.messages import Message
-from router.node import NodeConfig, RouterNode
 from router.traffic import FIELDS, TrafficLog, file_stem
 from tests import waiting
+from tests.nodes import StartNode
 
 
 def message(topic: str = "a/b", payload: bytes = b"12345", qos: int = 1) -> Message:
@@ -162,30 +160,6 @@ def test_node_run_refuses_a_bad_sample() -> None:
 
 
 # -- the node writes it ---------------------------------------------------------------------
-
-StartNode = Callable[..., Awaitable[RouterNode]]
-
-
-@pytest.fixture
-async def start_node(redis_connect: Any, keys: Keys) -> AsyncIterator[StartNode]:
-    nodes: list[RouterNode] = []
-
-    async def start(node_id: str, **config: Any) -> RouterNode:
-        redis = await redis_connect()
-        node = RouterNode(
-            redis,
-            NodeConfig(
-                node_id, prefix=keys.prefix, heartbeat_interval=0.2, heartbeat_ttl=1.0, **config
-            ),
-        )
-        nodes.append(await node.start())
-        return node
-
-    try:
-        yield start
-    finally:
-        for node in reversed(nodes):
-            await node.stop()
 
 
 @pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
