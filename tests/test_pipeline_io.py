@@ -111,12 +111,6 @@ def raw_dump(url: str, keys: Keys) -> dict[bytes, dict[bytes, bytes]]:
         client.close()
 
 
-@pytest.fixture(params=["standalone", "cluster"])
-def redis_url(request: pytest.FixtureRequest) -> str:
-    url: str = request.getfixturevalue(f"redis_{request.param}_url")
-    return url
-
-
 @pytest.fixture
 def namespace(redis_url: str, keys: Keys) -> Iterator[Keys]:
     try:
