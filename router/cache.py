@@ -118,7 +118,7 @@ class CacheEntry(Generic[Answer]):
         self.indexed = False
 
 
-class _TopicIndex:
+class TopicIndex:
     """Cached topic names by their levels, to find the ones a wildcard filter matches.
 
     Each level of an indexed topic, at its position, points to the set of topics that
@@ -287,7 +287,7 @@ class HotTopics(Generic[Answer]):
         self._entries: dict[str, CacheEntry[Answer]] = {}
         self._candidates: dict[str, float] = {}  # uncached topic -> popularity
         self._cheap: set[str] = set()  # measured too cheap to cache, until the next pass
-        self._index = _TopicIndex()
+        self._index = TopicIndex()
         self._version = 0
         self._countdown = period  # misses until the next pass
         self._misses = 0

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from router.bench.hot import run_hot
+from router.bench.hot import Ceiling, run_hot
 from router.cache import CacheSettings, HotTopics
 from router.cached_trie import CachedMatcher
 from router.errors import InvalidSettingError, InvalidTopicError, RouterError
@@ -547,10 +547,32 @@ def test_the_mirror_answers_hot_topics_from_its_cache_and_invalidates_on_changes
 # -- the benchmark --------------------------------------------------------------------------
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(operation.filter(lambda op: op[0] != "remove"), max_size=60))
+def test_the_benchmark_ceiling_answers_like_a_full_match(ops: list[tuple[Any, ...]]) -> None:
+    ceiling = Ceiling(HashTopicStrategy())
+    plain = SubscriptionTrie(HashTopicStrategy())
+    for op in ops:
+        if op[0] == "sub":
+            ceiling.subscribe(op[1], op[2])
+            plain.subscribe(op[1], op[2])
+        elif op[0] == "unsub":
+            assert ceiling.unsubscribe(op[1], op[2]) == plain.unsubscribe(op[1], op[2])
+        else:
+            assert ceiling.match(op[1]) == plain.match(op[1]), op
+    for topic in TOPICS:
+        assert ceiling.match(topic) == plain.match(topic)
+
+
 def test_the_hot_benchmark_runs_and_finds_no_wrong_answer() -> None:
     result = run_hot(subscriptions=3000, publishes=12_000, warmup=4000, segment=4000)
     assert result["wrong_answers"] == 0
+    assert result["ceiling_wrong_answers"] == 0
     assert result["subscription_changes"] == 16
     assert result["hit_rate"] > 0.5
+    # The ceiling keeps every topic from its first publish: it misses no more than the cache.
+    assert result["ceiling_hit_rate"] >= result["hit_rate"]
     for key in ("cached_matches_per_s", "uncached_matches_per_s", "cache_speedup"):
         assert result[key] > 0
+    assert result["ceiling_matches_per_s"] > 0
+    assert result["ceiling_speedup"] > 0

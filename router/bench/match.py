@@ -233,8 +233,8 @@ def run(
 ) -> dict[str, Any]:
     """Every workload; the object ``router bench match --json`` prints: ``devices`` and
     ``dashboards`` beside paho, and ``hot`` (:func:`router.bench.hot.run_hot`: the trie
-    with and without its hot-topic match cache; ``hot_publishes`` timed publishes after a
-    warmup of a third as many)."""
+    with and without its hot-topic match cache, and the ceiling of any such cache;
+    ``hot_publishes`` timed publishes after a warmup of a third as many)."""
     from router.bench.hot import run_hot  # hot builds on this module's workloads
 
     workloads = {
