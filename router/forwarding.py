@@ -35,7 +35,14 @@ from router.channels import Channel
 from router.errors import RouterError, SubscriptionNotFound
 from router.follower import ChannelFollower
 from router.keys import Keys
-from router.messages import Forward, MalformedMessageError, pack_batch, unpack_batch
+from router.messages import (
+    Forward,
+    MalformedMessageError,
+    Takeover,
+    pack_batch,
+    pack_takeover,
+    unpack_record,
+)
 from router.scripts import RedisClient
 from router.tasks import stop_task
 
@@ -76,12 +83,16 @@ class Forwarder:
         self.batches = 0
         self.forwarded = 0
 
-    def send(self, node_id: str, forwards: list[Forward]) -> asyncio.Future[None]:
-        """Queue copies for ``node_id``; the future resolves once they are in its inbox."""
+    def _outbox(self, node_id: str) -> _Outbox:
         outbox = self._outboxes.get(node_id)
         if outbox is None:
             channel = Channel(self._redis, self._keys.inbox(node_id), self._expire, self._keys)
             outbox = self._outboxes[node_id] = _Outbox(channel)
+        return outbox
+
+    def send(self, node_id: str, forwards: list[Forward]) -> asyncio.Future[None]:
+        """Queue copies for ``node_id``; the future resolves once they are in its inbox."""
+        outbox = self._outbox(node_id)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         outbox.pending.append((forwards, waiter))
         if outbox.task is None:
@@ -121,8 +132,16 @@ class Forwarder:
         finally:
             outbox.task = None
 
+    async def notify(self, node_id: str, notice: Takeover) -> None:
+        """Store a takeover notice in ``node_id``'s inbox (once, however often retried)."""
+        digest = hashlib.blake2b(f"{notice.epoch}:{notice.client_id}".encode(), digest_size=16)
+        record_id = "takeover:" + digest.hexdigest()
+        await self._store(self._outbox(node_id).channel, (record_id, pack_takeover(notice)))
+
     async def _write(self, channel: Channel, batch: list[Forward]) -> None:
-        record = (batch_id(batch), pack_batch(batch))
+        await self._store(channel, (batch_id(batch), pack_batch(batch)))
+
+    async def _store(self, channel: Channel, record: tuple[str, bytes]) -> None:
         for delay in (*RETRY_DELAYS, None):
             try:
                 await channel.publish([record], push=True)
@@ -159,10 +178,12 @@ class _SeenIds:
 
 
 Dispatch = Callable[[list[Forward]], Awaitable[None]]
+TakeoverHandler = Callable[[Takeover], Awaitable[None]]
 
 
 class InboxReader:
-    """Reads this node's inbox and dispatches every batch before acknowledging it."""
+    """Reads this node's inbox and dispatches every batch before acknowledging it;
+    takeover notices go to ``on_takeover``."""
 
     def __init__(
         self,
@@ -171,6 +192,7 @@ class InboxReader:
         node_id: str,
         expire: float,
         dispatch: Dispatch,
+        on_takeover: TakeoverHandler,
         *,
         poll: float = 5.0,
         max_fetch: int = 64,
@@ -180,6 +202,7 @@ class InboxReader:
         self._channel = Channel(redis, keys.inbox(node_id), expire, keys)
         self._follower = ChannelFollower(self._channel, node_id, max_fetch=max_fetch, poll=poll)
         self._dispatch = dispatch
+        self._on_takeover = on_takeover
         self._seen = _SeenIds(remember)
         self._task: asyncio.Task[None] | None = None
         self.received = 0
@@ -220,12 +243,15 @@ class InboxReader:
         dispatched = 0
         for stored in await self._follower.next():
             try:
-                forwards = unpack_batch(stored.content)
+                forwards = unpack_record(stored.content)
             except MalformedMessageError:
                 self.malformed += 1
                 log.error(
                     "dropped a malformed inbox record %s on node %s", stored.id, self._node_id
                 )
+                continue
+            if isinstance(forwards, Takeover):
+                await self._on_takeover(forwards)
                 continue
             fresh = []
             for forward in forwards:

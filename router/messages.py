@@ -66,6 +66,21 @@ class Forward:
     tried: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Takeover:
+    """A notice for the node that served a client's session before: another node took the
+    session of ``client_id`` over with owner epoch ``epoch`` (MQTT-3.1.4-3)."""
+
+    client_id: str
+    epoch: int
+
+
+def pack_takeover(notice: Takeover) -> bytes:
+    """Pack a takeover notice into one inbox record (read back by :func:`unpack_record`)."""
+    packed: bytes = msgpack.packb({"takeover": [notice.client_id, notice.epoch]}, use_bin_type=True)
+    return packed
+
+
 def pack_batch(forwards: list[Forward]) -> bytes:
     """Pack forwards for one node's inbox into one binary record."""
     packed: bytes = msgpack.packb(
@@ -88,10 +103,16 @@ def pack_batch(forwards: list[Forward]) -> bytes:
     return packed
 
 
-def unpack_batch(data: bytes) -> list[Forward]:
-    """Unpack :func:`pack_batch`'s record; raises :class:`MalformedMessageError`."""
+def unpack_record(data: bytes) -> list[Forward] | Takeover:
+    """Unpack an inbox record: a batch of forwards (:func:`pack_batch`) or a takeover
+    notice (:func:`pack_takeover`); raises :class:`MalformedMessageError` for anything else."""
     try:
-        rows: Any = msgpack.unpackb(data, raw=False)
+        record: Any = msgpack.unpackb(data, raw=False)
+        if type(record) is dict:
+            client_id, epoch = record["takeover"]
+            if type(client_id) is not str or type(epoch) is not int or len(record) != 1:
+                raise TypeError("a takeover notice is a client id and an integer epoch")
+            return Takeover(client_id, epoch)
         return [
             Forward(
                 Message(
@@ -106,7 +127,7 @@ def unpack_batch(data: bytes) -> list[Forward]:
                 tuple(row[7]),
                 tuple(row[8]),
             )
-            for row in rows
+            for row in record
         ]
-    except (ValueError, TypeError, IndexError, msgpack.UnpackException) as exc:
-        raise MalformedMessageError(f"not a router message batch: {exc}") from None
+    except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as exc:
+        raise MalformedMessageError(f"not a router inbox record: {exc}") from None

@@ -13,7 +13,10 @@ Life of a node (one process, one *incarnation*):
 3. Publish: match the mirror; deliver locally; send exactly one copy to each other
    interested node's inbox (batched); ``publish`` returns when every copy is stored.
    Each share group gets exactly one member cluster-wide: the mirror picks the node.
-4. ``stop``: remove its routes, deregister, announce; other nodes drop its routes.
+4. A client that connects to another node is taken over (MQTT-3.1.4-3): the new node
+   claims the session and leaves a takeover notice in the old node's inbox, which drops
+   its local copy of the session (its routes with it) and reports reason ``takenover``.
+5. ``stop``: remove its routes, deregister, announce; other nodes drop its routes.
    A node that dies instead is purged by the others once its heartbeat expires; its inbox
    keeps messages until the channel TTL, for a restart under the same node id.
 """
@@ -30,14 +33,21 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from router.acl import Acl
 from router.cache import DEFAULT_CACHE, CacheSettings, cache_counters
-from router.errors import InvalidOptionsError, NodeNotRegisteredError, StaleIncarnationError
+from router.errors import (
+    InvalidOptionsError,
+    NodeNotRegisteredError,
+    RouterError,
+    StaleIncarnationError,
+)
 from router.forwarding import Forwarder, InboxReader
 from router.guid import GuidGenerator, node_part_for
 from router.hooks import HookRegistry
 from router.keys import Keys, check_id
-from router.messages import Delivery, Forward, Message
+from router.messages import Delivery, Forward, Message, Takeover
 from router.mirror import RouteMirror
 from router.nodes import NodeRegistry
 from router.options import make_options
@@ -157,6 +167,7 @@ class RouterNode:
             self.node_id,
             config.inbox_expire,
             self._dispatch,
+            self._on_takeover,
             poll=config.inbox_poll,
         )
         self._ids = GuidGenerator(node_part_for(self.node_id, self.incarnation))
@@ -171,6 +182,7 @@ class RouterNode:
         self.local_deliveries = 0
         self.redispatched = 0
         self.undeliverable = 0
+        self.sessions_taken_over = 0
         self._traffic = (
             TrafficLog(config.traffic_dir, self.node_id, sample=config.traffic_sample)
             if config.traffic_dir
@@ -291,16 +303,33 @@ class RouterNode:
         ``client.authenticate`` hooks judge the credentials (none registered: everyone is
         accepted); a refusal raises :class:`NotAuthorizedError` and changes nothing. An
         attached client that connects again is authenticated again and keeps its session.
+        A session that another node served is taken over: that node gets a notice in its
+        inbox and closes its copy (see :meth:`_on_takeover`).
         """
         check_id(client_id, "client id")
         client = await self._policy.authenticate(client_id, username, password)
-        if client_id in self._owners:
-            await self._policy.attached(client, new=False)
-            return
+        previous = await self.subscriptions.owner(client_id)
+        local = self._owners.get(client_id)
+        if local is not None:
+            if local == previous:
+                await self._policy.attached(client, new=False)
+                return
+            await self._drop_taken_over(client_id)  # before its notice arrived
         await self.subscriptions.remove_client(client_id)
-        self._owners[client_id] = await self.subscriptions.claim(client_id, self.node_id)
+        owner = self._owners[client_id] = await self.subscriptions.claim(client_id, self.node_id)
         self.sessions.open(client_id)
         await self._policy.attached(client, new=True)
+        if previous is not None and previous.node_id != self.node_id:
+            try:
+                await self._forwarder.notify(previous.node_id, Takeover(client_id, owner.epoch))
+            except (RouterError, RedisError):
+                log.error(
+                    "could not tell node %s that client %s was taken over; its copy of the "
+                    "session stays until that node writes for it",
+                    previous.node_id,
+                    client_id,
+                    exc_info=True,
+                )
 
     async def subscribe(self, client_id: str, topic_filter: str, **options: Any) -> bool:
         """Subscribe a client (connecting it if needed); True if the subscription is new.
@@ -351,6 +380,23 @@ class RouterNode:
     async def disconnect(self, client_id: str) -> None:
         """Detach the client: its subscriptions end, its queue closes, its state is removed."""
         owner = self._owners.pop(client_id, None)
+        await self._close_session(client_id, "normal", owner)
+
+    async def _on_takeover(self, notice: Takeover) -> None:
+        """Another node claimed a client's session: close the local copy, unless this
+        node's own claim is the newer one. The client's Redis state is the new owner's."""
+        owner = self._owners.get(notice.client_id)
+        if owner is not None and owner.epoch < notice.epoch:
+            await self._drop_taken_over(notice.client_id)
+
+    async def _drop_taken_over(self, client_id: str) -> None:
+        del self._owners[client_id]
+        self.sessions_taken_over += 1
+        await self._close_session(client_id, "takenover", None)
+
+    async def _close_session(self, client_id: str, reason: str, owner: Owner | None) -> None:
+        """Close the local session and write the route changes; with ``owner``, also
+        remove the client's state from Redis (fenced by that claim)."""
         changes = self.sessions.disconnect(client_id)
         waiters = [self._writer.submit(route, count) for route, count in changes]
         if owner is not None:
@@ -358,7 +404,7 @@ class RouterNode:
         if waiters:
             await asyncio.gather(*waiters)
             await self._sync.announce()
-        await self._policy.detached(client_id, "normal")
+        await self._policy.detached(client_id, reason)
 
     async def _write_route(self, route: str, count: int) -> None:
         await self._writer.submit(route, count)
@@ -550,6 +596,7 @@ class RouterNode:
             "queue_drops": self.sessions.dropped(),
             "redispatched": self.redispatched,
             "undeliverable": self.undeliverable,
+            "sessions_taken_over": self.sessions_taken_over,
             "mirror_resyncs": self._sync.resyncs,
             "nodes_purged": self._sync.purged,
             "routes": len(self.sessions.routes()),

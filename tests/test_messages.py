@@ -1,0 +1,45 @@
+"""Inbox records: batches of forwards and takeover notices, packed and read back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import pytest
+
+from router.messages import (
+    Forward,
+    MalformedMessageError,
+    Message,
+    Takeover,
+    pack_batch,
+    pack_takeover,
+    unpack_record,
+)
+
+
+def test_records_read_back_as_written() -> None:
+    batch = [
+        Forward(Message(b"\x01" * 16, "a/b", b"x", 1, True, "pub", 2.5), ("$share/g/a/#",)),
+        Forward(Message(b"\x02" * 16, "c", b""), (), ("n1",)),
+    ]
+    assert unpack_record(pack_batch(batch)) == batch
+    notice = Takeover("phone ☎", 1_700_000_000_000_001)
+    assert unpack_record(pack_takeover(notice)) == notice
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"takeover": ["phone", "12"]},
+        {"takeover": [7, 12]},
+        {"takeover": ["phone"]},
+        {"takeover": ["phone", 12], "extra": 1},
+        {"other": ["phone", 12]},
+        [["short row"]],
+        "text",
+    ],
+)
+def test_records_this_router_did_not_write_are_refused(record: Any) -> None:
+    with pytest.raises(MalformedMessageError):
+        unpack_record(msgpack.packb(record, use_bin_type=True))
