@@ -4,7 +4,8 @@ Every option has an environment variable (for docker-compose): ``ROUTER_REDIS_UR
 ``ROUTER_PREFIX``, ``ROUTER_NODE_ID``, ``ROUTER_SHARE_STRATEGY``,
 ``ROUTER_HEARTBEAT_INTERVAL``, ``ROUTER_HEARTBEAT_TTL``, ``ROUTER_QUEUE_LIMIT``,
 ``ROUTER_ACL``, ``ROUTER_ACL_DEFAULT``, ``ROUTER_TRAFFIC_DIR``, ``ROUTER_TRAFFIC_SAMPLE``,
-``ROUTER_LOG_LEVEL``. An ACL file is read before
+``ROUTER_RETAINED_MAX_PAYLOAD``, ``ROUTER_RETAINED_MAX_COUNT``,
+``ROUTER_RETAINED_CLEAR_INTERVAL``, ``ROUTER_LOG_LEVEL``. An ACL file is read before
 the node connects; a bad one is one error line naming the file and line. The node logs
 ``node ID ready`` once it has joined, serves its inbox until SIGINT or SIGTERM, then
 leaves gracefully (routes removed, deregistered) and logs ``node ID stopped`` with its
@@ -21,6 +22,7 @@ from router.api import connect, default_node_id
 from router.errors import StaleIncarnationError
 from router.node import NodeConfig
 from router.policy import load_acl
+from router.retained import RetainedConfig
 from router.runtime import freeze_startup_heap
 from router.sharing import STRATEGY_NAMES
 
@@ -107,6 +109,30 @@ def node() -> None:
     help="Fraction of publishes the traffic log keeps (with --traffic-dir).",
 )
 @click.option(
+    "--retained-max-payload",
+    envvar="ROUTER_RETAINED_MAX_PAYLOAD",
+    type=click.IntRange(min=0),
+    default=_DEFAULTS.retained.max_payload,
+    show_default=True,
+    help="Largest retained payload in bytes this node stores (0: no limit).",
+)
+@click.option(
+    "--retained-max-count",
+    envvar="ROUTER_RETAINED_MAX_COUNT",
+    type=click.IntRange(min=0),
+    default=_DEFAULTS.retained.max_count,
+    show_default=True,
+    help="Retained topics beyond which this node stores no new one (0: no limit).",
+)
+@click.option(
+    "--retained-clear-interval",
+    envvar="ROUTER_RETAINED_CLEAR_INTERVAL",
+    type=click.FloatRange(min=0.0),
+    default=_DEFAULTS.retained.clear_interval,
+    show_default=True,
+    help="Seconds between this node's runs that remove expired retained messages (0: never).",
+)
+@click.option(
     "--log-level",
     envvar="ROUTER_LOG_LEVEL",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
@@ -124,6 +150,9 @@ def node_run(
     acl_default: str | None,
     traffic_dir: str | None,
     traffic_sample: float,
+    retained_max_payload: int,
+    retained_max_count: int,
+    retained_clear_interval: float,
     log_level: str,
 ) -> None:
     """Join the cluster as a node and serve until SIGINT or SIGTERM."""
@@ -133,6 +162,11 @@ def node_run(
         )
     node_id = node_id or default_node_id()
     acl = load_acl(acl_file, acl_default)
+    retained = RetainedConfig(
+        max_payload=retained_max_payload,
+        max_count=retained_max_count,
+        clear_interval=retained_clear_interval,
+    )
 
     async def main() -> None:
         with log_to_stderr(log_level.upper()) as log, stop_on_signals() as stop:
@@ -147,6 +181,7 @@ def node_run(
                 acl=acl,
                 traffic_dir=traffic_dir,
                 traffic_sample=traffic_sample,
+                retained=retained,
             ) as running:
                 if acl is not None:
                     rules, default = len(acl.rules), acl.default.value

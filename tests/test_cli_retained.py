@@ -4,14 +4,16 @@ cluster), in the style of tests/test_cli_ops.py."""
 from __future__ import annotations
 
 import base64
+import signal
 from collections.abc import Iterator
 
 import pytest
 
 from router.keys import Keys
 from router.retained import RetainedStore
-from tests.cli_support import Cluster, invoke, invoke_json
+from tests.cli_support import Cluster, invoke, invoke_json, router_process
 from tests.test_cli_errors import UNREACHABLE, assert_clean_failure
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -108,3 +110,39 @@ def test_bad_input_is_one_line(
 def test_unreachable_redis_is_one_line(args: tuple[str, ...]) -> None:
     result = invoke(UNREACHABLE, "rt", "retained", *args)
     assert_clean_failure(result, "cannot reach Redis")
+
+
+def test_node_run_clears_expired_retained_messages(redis_url: str, prefix: str) -> None:
+    cluster = Cluster(redis_url, Keys(prefix))
+    try:
+        store = RetainedStore(cluster.client(), cluster.keys)
+        cluster.call(store.store("short/lived", b"x", expiry_interval=1))
+        cluster.call(store.store("long/lived", b"y"))
+        # Expired messages are invisible at once, but stay in Redis until a node clears them.
+        wait_until(
+            lambda: cluster.call(store.get("short/lived")) is None, 10, "short/lived to expire"
+        )
+        assert cluster.call(store.size()) == 2
+        args = ["--retained-clear-interval", "0.2", "--retained-max-count", "10"]
+        env = {"ROUTER_REDIS_URL": redis_url, "ROUTER_PREFIX": prefix, "ROUTER_NODE_ID": "n"}
+        with router_process("node", "run", *args, env=env) as node:
+            node.wait_for("node n ready")
+            wait_until(lambda: cluster.call(store.size()) == 1, 10, "the expired message cleared")
+            node.signal(signal.SIGTERM)
+            code, _, err = node.finish()
+        assert code == 0, err
+        assert [m.topic for m in cluster.call(store.page(1, limit=10)).messages] == ["long/lived"]
+    finally:
+        cluster.close()
+
+
+def test_node_run_refuses_bad_retained_limits(redis_url: str, prefix: str) -> None:
+    negative = invoke(redis_url, prefix, "node", "run", "--retained-max-payload", "-1")
+    assert negative.exit_code == 2
+    assert "'--retained-max-payload': -1 is not in the range" in negative.output
+    endless = invoke(redis_url, prefix, "node", "run", "--retained-clear-interval", "inf")
+    assert endless.exit_code == 1
+    assert endless.output.strip().splitlines() == [
+        "Error: clear_interval must be seconds >= 0, not inf"
+    ]
+    assert invoke_json(redis_url, prefix, "nodes") == []
