@@ -9,7 +9,10 @@
 -- ARGV[2]   = the pub/sub channel that announces new messages
 -- ARGV[3]   = push budget in bytes (a non-negative integer): 0 announces only the new clock;
 --             otherwise the announcement carries the stored bodies too, while they fit
--- ARGV[2+2i], ARGV[3+2i] = message i's id and content (bytes)
+-- ARGV[4]   = how to announce: 'PUBLISH', or 'SPUBLISH' (a shard channel: on a Redis Cluster
+--             it stays on the shard that serves the channel, instead of reaching every node;
+--             the wake-up channel has the clock key's hash tag, so it is in the same slot)
+-- ARGV[3+2i], ARGV[4+2i] = message i's id and content (bytes)
 -- Each message whose id is not in the dedup window (nor earlier in the batch) advances the
 -- clock (2^53-1 is followed by -(2^53-1)) and is stored at the new clock with its dedup key;
 -- the clock is written once, with the TTL. Duplicates store nothing and move no clock.
@@ -55,9 +58,14 @@ local function read(key)
 end
 
 local n = #KEYS - 2
-if n < 0 or #ARGV ~= 3 + 2 * n then
+if n < 0 or #ARGV ~= 4 + 2 * n then
   return redis.error_reply('ROUTER_INVALID channel_publish takes clock, body base, one dedup key '
-    .. 'per message; TTL, wake-up channel, push budget, id and content per message')
+    .. 'per message; TTL, wake-up channel, push budget, announce command, id and content per '
+    .. 'message')
+end
+local announce = ARGV[4]
+if announce ~= 'PUBLISH' and announce ~= 'SPUBLISH' then
+  return redis.error_reply('ROUTER_INVALID the announce command must be PUBLISH or SPUBLISH')
 end
 local ttl = ARGV[1]
 if not string.match(ttl, '^[1-9]%d*$') or #ttl > 12 then
@@ -80,7 +88,7 @@ if not string.match(budget, '^%d+$') or #budget > 12 then
 end
 budget = tonumber(budget)
 for i = 1, n do
-  local id = ARGV[2 + 2 * i]
+  local id = ARGV[3 + 2 * i]
   if #id == 0 or #id > 65535 then
     return redis.error_reply('ROUTER_INVALID a message id must be 1..65535 bytes')
   end
@@ -137,13 +145,13 @@ for i = 1, n do
       clock = clock + 1
     end
     local text = string.format('%.0f', clock)
-    local id = ARGV[2 + 2 * i]
+    local id = ARGV[3 + 2 * i]
     local head = heads[#id]
     if not head then
       head = #id .. ':'
       heads[#id] = head
     end
-    local body = head .. id .. ARGV[3 + 2 * i]
+    local body = head .. id .. ARGV[4 + 2 * i]
     redis.call('SET', KEYS[2] .. text, body, 'EX', ttl)
     if not first then
       first = text
@@ -161,9 +169,9 @@ if stored > 0 then
   local text = string.format('%.0f', clock)
   redis.call('SET', KEYS[1], text, 'EX', ttl)
   if pushed_bytes <= budget then
-    redis.call('PUBLISH', ARGV[2], 'P' .. first .. ':' .. table.concat(pushed))
+    redis.call(announce, ARGV[2], 'P' .. first .. ':' .. table.concat(pushed))
   else
-    redis.call('PUBLISH', ARGV[2], text)
+    redis.call(announce, ARGV[2], text)
   end
 end
 return {before, table.concat(duplicates, ',')}

@@ -31,8 +31,11 @@ message published after that fetch always wakes it. The subscription lives on a 
 its own, without socket timeout or hidden retries (redis-py's defaults, 5 s and silent
 reconnects, must not govern a reader that sits idle for a whole wait; its reads carry explicit
 timeouts instead), shared by the long polls of one :class:`Channel` until
-:meth:`Channel.aclose`. On a Redis Cluster, PUBLISH reaches every node, so the listener is a
-plain ``redis.asyncio.Redis`` connection to the node that serves the channel's slot.
+:meth:`Channel.aclose`. On a Redis Cluster the wake-up channel is a *shard channel*
+(SPUBLISH / SSUBSCRIBE, in the slot of the channel's keys): an announcement stays on the
+shard that serves the channel instead of crossing the whole cluster bus, and the listener
+is a plain ``redis.asyncio.Redis`` connection to that shard's primary. When the slot moves,
+the server ends the subscription and the listener subscribes again where it went.
 
 Ack handles read ``"<clock>:<checksum>"``; the checksum (BLAKE2b over namespace, channel,
 subscriber and clock) binds a handle to its channel and subscriber. It catches mix-ups and
@@ -57,6 +60,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import MovedError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from router.connection import pubsub_client
@@ -178,6 +182,7 @@ class Channel:
         self._clock_key = self.keys.channel_clock(name)
         self._bodies = self.keys.channel_bodies(name)
         self._wake = self.keys.channel_wakeup(name)
+        self._announce = "SPUBLISH" if isinstance(redis, RedisCluster) else "PUBLISH"
         self.wakeups = WakeUps(redis, self._wake)
 
     def __repr__(self) -> str:
@@ -256,7 +261,7 @@ class Channel:
         keys = [self._clock_key, self._bodies, *self.keys.channel_dedup(self.name, ids)]
         # Ids go out as bytes encoded here (channel_dedup has checked them): cheaper than
         # redis-py's generic per-argument encoder, which tries several types first.
-        args: list[Any] = [self.ttl, self._wake, PUSH_LIMIT if push else 0]
+        args: list[Any] = [self.ttl, self._wake, PUSH_LIMIT if push else 0, self._announce]
         for message_id, content in zip(ids, contents, strict=True):
             args.append(message_id.encode())
             args.append(content)
@@ -469,6 +474,7 @@ class WakeUps:
     def __init__(self, redis: RedisClient, channel: str) -> None:
         self._redis = redis
         self._channel = channel
+        self._sharded = isinstance(redis, RedisCluster)  # a shard channel (see the module)
         self.keep = False
         self.announcements: deque[bytes] = deque()
         self.lost = False
@@ -514,14 +520,30 @@ class WakeUps:
         self._event = asyncio.Event()
 
     async def _start(self) -> None:
-        if isinstance(self._redis, RedisCluster):
-            await self._redis.initialize()  # the slot map picks the listener's node
+        redis = self._redis
+        if not isinstance(redis, RedisCluster):
+            await self._subscribe()
+            return
+        await redis.initialize()  # the slot map picks the listener's node
+        try:
+            await self._subscribe()
+        except MovedError:
+            # The slot moved since the client read the map (the old owner ended our shard
+            # subscription, or refused it): read the map again and subscribe where it went.
+            await redis.nodes_manager.initialize()
+            await self._subscribe()
+
+    async def _subscribe(self) -> None:
         if self._client is None:
-            # The node serving the channel's slot (any node sees a cluster PUBLISH).
+            # The node serving the channel's slot.
             self._client = pubsub_client(self._redis, self._channel)
         pubsub = self._client.pubsub()
+        confirmation = "ssubscribe" if self._sharded else "subscribe"
         try:
-            await pubsub.subscribe(self._channel)
+            if self._sharded:
+                await pubsub.ssubscribe(self._channel)
+            else:
+                await pubsub.subscribe(self._channel)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + SUBSCRIBE_TIMEOUT
             while True:
@@ -529,7 +551,7 @@ class WakeUps:
                 if remaining <= 0:
                     raise RedisTimeoutError("no confirmation of the wake-up subscription")
                 reply = await pubsub.get_message(timeout=remaining)
-                if reply is not None and reply["type"] == "subscribe":
+                if reply is not None and reply["type"] == confirmation:
                     break
         except BaseException:
             # Start over on a new client next time (on a cluster, the slot may have moved).
@@ -548,10 +570,13 @@ class WakeUps:
                 reply = await pubsub.get_message(timeout=LISTEN_SLICE)
                 if reply is not None:
                     pinged = False  # any reply shows the connection is alive
-                    if reply["type"] == "message":
+                    kind = reply["type"]
+                    if kind in ("message", "smessage"):
                         if self.keep:
                             self._keep(reply["data"])
                         self._wake()
+                    elif kind == "sunsubscribe":  # the server moved the slot elsewhere
+                        raise RedisConnectionError("the wake-up channel's slot moved")
                 elif pinged:
                     raise RedisConnectionError("the wake-up connection stopped answering")
                 else:

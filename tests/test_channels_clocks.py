@@ -302,7 +302,7 @@ async def test_publish_script_refuses_a_batch_mixing_channels(
                 *keys.channel_dedup(NAME, ["a"]),
                 *keys.channel_dedup(other, ["b"]),
             ],
-            [channel.ttl, keys.channel_wakeup(NAME), 0, "a", b"1", "b", b"2"],
+            [channel.ttl, keys.channel_wakeup(NAME), 0, "PUBLISH", "a", b"1", "b", b"2"],
         )
     assert await snapshot(redis_client, keys) == {}
     assert await snapshot(redis_client, keys, other) == {}
@@ -326,11 +326,12 @@ BAD_SCRIPT_CALLS: dict[str, tuple[list[str], list[list[str]]]] = {
     "channel_publish": (
         ["clock", "bodies", "dedup"],
         [
-            ["61", "wake", "0", "m"],
-            ["61", "wake", "0", "m", "x", "y"],
-            ["61", "wake", "-1", "m", "x"],
-            ["61", "wake", "m", "x"],
-            ["0", "wake", "0", "m", "x"],
+            ["61", "wake", "0", "PUBLISH", "m"],
+            ["61", "wake", "0", "PUBLISH", "m", "x", "y"],
+            ["61", "wake", "-1", "PUBLISH", "m", "x"],
+            ["61", "wake", "0", "m", "x"],  # no announce command
+            ["61", "wake", "0", "EVAL", "m", "x"],  # not an announce command
+            ["0", "wake", "0", "PUBLISH", "m", "x"],
             ["61"],
         ],
     ),

@@ -13,18 +13,19 @@ from itertools import count
 from typing import Any
 
 import pytest
+import redis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from router.channels import Channel, FetchResult
+from router.channels import Channel, FetchResult, WakeUps
 from router.connection import pubsub_client
 from router.errors import SubscriptionNotFound
 from router.keys import Keys
 from router.scripts import RedisClient
-from tests.redis_servers import RedisServer
+from tests.redis_servers import RedisClusterServers, RedisServer
 from tests.test_channels import EXPIRE, NAME, ids
-from tests.waiting import eventually
+from tests.waiting import eventually, wait_until
 
 PROMPT = 0.5
 
@@ -46,14 +47,18 @@ async def until(condition: Callable[[], Awaitable[bool]], what: str, timeout: fl
     await eventually(condition, timeout, what)
 
 
-async def listeners(redis: RedisClient, channel: Channel) -> int:
-    """How many connections are subscribed to the channel's wake-ups (on the listener's node)."""
+async def listeners(redis: RedisClient, channel: Channel, *, sharded: bool | None = None) -> int:
+    """How many connections are subscribed to the channel's wake-ups (on the listener's node):
+    to the shard channel on a cluster, the plain channel otherwise (``sharded`` chooses)."""
     wake = channel.keys.channel_wakeup(channel.name)
+    if sharded is None:
+        sharded = isinstance(redis, RedisCluster)
+    command = "PUBSUB SHARDNUMSUB" if sharded else "PUBSUB NUMSUB"
     if isinstance(redis, RedisCluster):
         node = redis.get_node_from_key(wake)
-        reply = await redis.execute_command("PUBSUB NUMSUB", wake, target_nodes=node)
+        reply = await redis.execute_command(command, wake, target_nodes=node)
     else:
-        reply = await redis.execute_command("PUBSUB NUMSUB", wake)  # type: ignore[no-untyped-call]
+        reply = await redis.execute_command(command, wake)  # type: ignore[no-untyped-call]
     counts: list[Any] = list(reply.items()) if isinstance(reply, dict) else list(reply)
     flat: list[Any] = []
     for item in counts:
@@ -176,14 +181,19 @@ async def test_a_wake_up_exactly_when_something_was_stored(
 ) -> None:
     listener = pubsub_client(redis_client, channel.keys.channel_wakeup(NAME))
     pubsub = listener.pubsub()
+    sharded = isinstance(redis_client, RedisCluster)  # a shard channel on a cluster
     try:
-        await pubsub.subscribe(channel.keys.channel_wakeup(NAME))
+        if sharded:
+            await pubsub.ssubscribe(channel.keys.channel_wakeup(NAME))
+        else:
+            await pubsub.subscribe(channel.keys.channel_wakeup(NAME))
         first = await pubsub.get_message(timeout=5)
-        assert first is not None and first["type"] == "subscribe"
+        assert first is not None and first["type"] == ("ssubscribe" if sharded else "subscribe")
 
         async def next_wake_up() -> bytes:
             message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5)
-            assert message is not None and message["type"] == "message"
+            assert message is not None
+            assert message["type"] == ("smessage" if sharded else "message")
             data: bytes = message["data"]
             return data
 
@@ -306,7 +316,92 @@ async def test_long_polls_on_every_master(redis_client: RedisClient, keys: Keys)
             await channel.add_subscriber("s")
             poll = asyncio.create_task(channel.fetch("s", wait=5))
             await armed(redis_client, channel)
+            # A shard channel: the announcement stays on this master (SPUBLISH), and the
+            # only listener is on the shard channel, so it is what wakes the poll.
+            assert await listeners(redis_client, channel, sharded=False) == 0
             published_at = now()
             await channel.publish([("m", b"x")])
             assert ids(await asyncio.wait_for(poll, 2)) == ["m"]
             assert now() - published_at < PROMPT
+
+
+def _move_slot(servers: RedisClusterServers, slot: int, source: int, target: int) -> None:
+    """Hand an empty slot from master ``source`` to master ``target`` (indexes of
+    ``servers.nodes``), the way ``redis-cli --cluster reshard`` does, and wait until every
+    master agrees."""
+    clients = [redis.Redis(host="127.0.0.1", port=node.port) for node in servers.nodes]
+    try:
+        node_ids = [client.execute_command("CLUSTER", "MYID").decode() for client in clients]
+        assert clients[source].execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+        clients[target].execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", node_ids[source])
+        clients[source].execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", node_ids[target])
+        for index in (
+            target,
+            source,
+            *(i for i in range(len(clients)) if i not in (source, target)),
+        ):
+            clients[index].execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_ids[target])
+
+        def agreed() -> bool:
+            for client in clients:
+                owner = [
+                    e for e in client.execute_command("CLUSTER", "SLOTS") if e[0] <= slot <= e[1]
+                ]
+                if not owner or owner[0][2][1] != servers.nodes[target].port:
+                    return False
+            return True
+
+        wait_until(agreed, 10, f"every master to see slot {slot} on its new owner")
+    finally:
+        for client in clients:
+            client.close()
+
+
+def _owned_slots(client: redis.Redis) -> set[int]:
+    """The slots the master behind ``client`` serves."""
+    port = client.connection_pool.connection_kwargs["port"]
+    ranges = client.execute_command("CLUSTER", "SLOTS")
+    return {
+        slot
+        for start, end, primary, *_ in ranges
+        if primary[1] == port
+        for slot in range(start, end + 1)
+    }
+
+
+@pytest.mark.parametrize("redis_backend", ["cluster"], indirect=True)
+async def test_wake_ups_follow_a_slot_that_moves(
+    redis_client: RedisClient, redis_cluster_servers: RedisClusterServers
+) -> None:
+    assert isinstance(redis_client, RedisCluster)
+    first = redis.Redis(host="127.0.0.1", port=redis_cluster_servers.nodes[0].port)
+    try:  # a channel in an empty slot of the first master (an empty slot can just be handed on)
+        owned = _owned_slots(first)
+        channel = next(
+            name
+            for name in (f"moving-{i}" for i in count())
+            if redis_client.keyslot(name) in owned
+            and first.execute_command("CLUSTER", "COUNTKEYSINSLOT", redis_client.keyslot(name)) == 0
+        )
+    finally:
+        first.close()
+    slot = redis_client.keyslot(channel)
+    wake_ups = WakeUps(redis_client, channel)
+    try:
+        generation = await wake_ups.arm()
+        _move_slot(redis_cluster_servers, slot, 0, 1)
+        try:
+            # The old owner ends the shard subscription: the waiters are woken to fetch.
+            assert await wake_ups.wait(generation, 5)
+            assert wake_ups.lost
+            generation = await wake_ups.arm()  # subscribes again, on the new owner
+            new_owner = redis_client.get_node_from_key(channel)
+            assert new_owner is not None and new_owner.port == redis_cluster_servers.nodes[1].port
+            await redis_client.execute_command("SPUBLISH", channel, "7", target_nodes=new_owner)
+            assert await wake_ups.wait(generation, 5)
+        finally:
+            await wake_ups.aclose()
+            _move_slot(redis_cluster_servers, slot, 1, 0)
+    finally:
+        await wake_ups.aclose()
+        await redis_client.initialize()
