@@ -8,35 +8,7 @@
 --         is a lost subscriber: it is created again at the new clock, 0.
 -- errors: ROUTER_INVALID (malformed ARGV, keys of two hash tags), ROUTER_CORRUPT (the clock
 --         or cursor is not an integer clock); nothing is changed then
-local LIMIT = 9007199254740991
-
-local function to_clock(value)
-  if type(value) ~= 'string' or #value > 17 or not string.match(value, '^%-?%d+$') then
-    return nil
-  end
-  local n = tonumber(value)
-  if n > LIMIT or n < -LIMIT then
-    return nil
-  end
-  return n
-end
-
-local function tag_of(key)
-  local s = string.find(key, '{', 1, true)
-  local e = s and string.find(key, '}', s + 1, true)
-  if not e or e == s + 1 then
-    return nil
-  end
-  return string.sub(key, 1, e)
-end
-
-local function read(key)
-  local value = redis.pcall('GET', key)
-  if type(value) == 'table' then
-    return nil, true
-  end
-  return value, false
-end
+--! include clocks
 
 if #KEYS ~= 2 or #ARGV ~= 1 then
   return redis.error_reply('ROUTER_INVALID channel_add_subscriber takes 2 keys and a TTL')

@@ -20,36 +20,8 @@
 -- errors: ROUTER_INVALID (malformed ARGV, keys of two hash tags), ROUTER_NO_SUBSCRIPTION (cursor
 --         or clock missing), ROUTER_CORRUPT (clock or cursor not an integer clock); nothing is
 --         changed then
-local LIMIT = 9007199254740991
+--! include clocks
 local CHUNK = 256
-
-local function to_clock(value)
-  if type(value) ~= 'string' or #value > 17 or not string.match(value, '^%-?%d+$') then
-    return nil
-  end
-  local n = tonumber(value)
-  if n > LIMIT or n < -LIMIT then
-    return nil
-  end
-  return n
-end
-
-local function tag_of(key)
-  local s = string.find(key, '{', 1, true)
-  local e = s and string.find(key, '}', s + 1, true)
-  if not e or e == s + 1 then
-    return nil
-  end
-  return string.sub(key, 1, e)
-end
-
-local function read(key)
-  local value = redis.pcall('GET', key)
-  if type(value) == 'table' then
-    return nil, true
-  end
-  return value, false
-end
 
 local function positive(value)
   if not string.match(value, '^[1-9]%d*$') or #value > 12 then
@@ -79,21 +51,9 @@ if ARGV[4] ~= '' then
   end
 end
 
-local raw_clock, bad_clock = read(KEYS[1])
-local raw_cursor, bad_cursor = read(KEYS[2])
-if bad_clock or bad_cursor then
-  return redis.error_reply('ROUTER_CORRUPT the channel clock or the cursor is not a string')
-end
-if not raw_clock or not raw_cursor then
-  return redis.error_reply('ROUTER_NO_SUBSCRIPTION the subscriber or its channel does not exist')
-end
-local clock = to_clock(raw_clock)
+local clock, cursor = read_position(KEYS[1], KEYS[2])
 if not clock then
-  return redis.error_reply('ROUTER_CORRUPT the channel clock is not an integer clock')
-end
-local cursor = to_clock(raw_cursor)
-if not cursor then
-  return redis.error_reply('ROUTER_CORRUPT the subscriber cursor is not an integer clock')
+  return redis.error_reply(cursor)
 end
 
 local pos = cursor

@@ -26,36 +26,8 @@
 --         An empty batch returns {} and changes nothing.
 -- errors: ROUTER_INVALID (malformed ARGV, keys of more than one channel), ROUTER_CORRUPT (the
 --         clock or a dedup value is not an integer clock); nothing is changed then
-local LIMIT = 9007199254740991
+--! include clocks
 local CHUNK = 1000
-
-local function to_clock(value)
-  if type(value) ~= 'string' or #value > 17 or not string.match(value, '^%-?%d+$') then
-    return nil
-  end
-  local n = tonumber(value)
-  if n > LIMIT or n < -LIMIT then
-    return nil
-  end
-  return n
-end
-
-local function tag_of(key)
-  local s = string.find(key, '{', 1, true)
-  local e = s and string.find(key, '}', s + 1, true)
-  if not e or e == s + 1 then
-    return nil
-  end
-  return string.sub(key, 1, e)
-end
-
-local function read(key)
-  local value = redis.pcall('GET', key)
-  if type(value) == 'table' then
-    return nil, true
-  end
-  return value, false
-end
 
 local n = #KEYS - 2
 if n < 0 or #ARGV ~= 4 + 2 * n then

@@ -9,28 +9,7 @@
 -- returns {subscriptions removed, aliases removed (both namespaces), 1 if an owner was removed else 0}
 -- errors: ROUTER_INVALID (malformed ARGV), ROUTER_NOT_OWNER (another owner or epoch),
 --         ROUTER_CORRUPT (the stored epoch is not an integer); nothing is changed then
-local function check_owner(owner_key, node, epoch)
-  if node == '' then
-    if epoch ~= '' then
-      return 'ROUTER_INVALID an epoch needs a node id'
-    end
-    return nil
-  end
-  if not string.match(epoch, '^[1-9][0-9]*$') then
-    return 'ROUTER_INVALID the owner epoch must be a positive integer'
-  end
-  local current = redis.call('HMGET', owner_key, 'node', 'epoch')
-  if not current[1] then
-    return 'ROUTER_NOT_OWNER no node owns the session'
-  end
-  if not current[2] or not string.match(current[2], '^[1-9][0-9]*$') then
-    return 'ROUTER_CORRUPT the stored owner epoch is not an integer'
-  end
-  if current[1] ~= node or current[2] ~= epoch then
-    return 'ROUTER_NOT_OWNER the session is owned by another node or epoch'
-  end
-  return nil
-end
+--! include owner
 
 if #ARGV ~= 2 then
   return redis.error_reply('ROUTER_INVALID client_remove takes node and epoch')

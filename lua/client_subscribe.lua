@@ -7,40 +7,16 @@
 -- returns an array with one integer per pair: 1 if the filter was new, 0 if it replaced one
 -- errors: ROUTER_INVALID (malformed ARGV), ROUTER_NOT_OWNER (another owner or epoch),
 --         ROUTER_CORRUPT (the stored epoch is not an integer); nothing is changed then
-local function check_owner(owner_key, node, epoch)
-  if node == '' then
-    if epoch ~= '' then
-      return 'ROUTER_INVALID an epoch needs a node id'
-    end
-    return nil
-  end
-  if not string.match(epoch, '^[1-9][0-9]*$') then
-    return 'ROUTER_INVALID the owner epoch must be a positive integer'
-  end
-  local current = redis.call('HMGET', owner_key, 'node', 'epoch')
-  if not current[1] then
-    return 'ROUTER_NOT_OWNER no node owns the session'
-  end
-  if not current[2] or not string.match(current[2], '^[1-9][0-9]*$') then
-    return 'ROUTER_CORRUPT the stored owner epoch is not an integer'
-  end
-  if current[1] ~= node or current[2] ~= epoch then
-    return 'ROUTER_NOT_OWNER the session is owned by another node or epoch'
-  end
-  return nil
-end
+--! include owner
+--! include pairs
 
 local n = #ARGV
 if n < 2 or n % 2 ~= 0 then
   return redis.error_reply('ROUTER_INVALID client_subscribe takes node, epoch, filter/options pairs')
 end
-for i = 3, n, 2 do
-  if #ARGV[i] == 0 or #ARGV[i] > 65535 then
-    return redis.error_reply('ROUTER_INVALID a filter must be 1..65535 bytes')
-  end
-  if #ARGV[i + 1] == 0 then
-    return redis.error_reply('ROUTER_INVALID packed options must not be empty')
-  end
+local malformed = check_pairs(3)
+if malformed then
+  return redis.error_reply(malformed)
 end
 local refused = check_owner(KEYS[2], ARGV[1], ARGV[2])
 if refused then

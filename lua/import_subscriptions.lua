@@ -5,17 +5,15 @@
 --         other options, 0 if the same options were stored already (nothing written)
 -- errors: ROUTER_INVALID (malformed ARGV); nothing is changed then
 -- The session owner is not checked: an import loads clients no node serves right now.
+--! include pairs
+
 local n = #ARGV
 if n == 0 or n % 2 ~= 0 then
   return redis.error_reply('ROUTER_INVALID import_subscriptions takes filter/options pairs')
 end
-for i = 1, n, 2 do
-  if #ARGV[i] == 0 or #ARGV[i] > 65535 then
-    return redis.error_reply('ROUTER_INVALID a filter must be 1..65535 bytes')
-  end
-  if #ARGV[i + 1] == 0 then
-    return redis.error_reply('ROUTER_INVALID packed options must not be empty')
-  end
+local malformed = check_pairs(1)
+if malformed then
+  return redis.error_reply(malformed)
 end
 local results = {}
 for i = 1, n, 2 do

@@ -59,10 +59,26 @@ ERROR_CODES: Final[dict[str, Callable[[str], RouterError]]] = {
 }
 
 
+#: A script line ``--! include NAME`` stands for the text of ``lua/lib/NAME.lua``.
+INCLUDE: Final = "--! include "
+
+
 @cache
 def script_source(name: str) -> str:
-    """The text of ``lua/{name}.lua`` as shipped in the package."""
-    return resources.files("router.lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    """The text of ``lua/{name}.lua`` as shipped in the package, its includes expanded.
+
+    Scripts share helpers through ``lua/lib/``: each ``--! include NAME`` line (a Lua
+    comment, so a script file stays valid Lua) becomes the text of ``lua/lib/NAME.lua``.
+    Redis still gets one self-contained script body; libraries include nothing themselves.
+    """
+    lua = resources.files("router.lua")
+    lines = lua.joinpath(f"{name}.lua").read_text(encoding="utf-8").splitlines(keepends=True)
+    return "".join(
+        lua.joinpath("lib", f"{line.removeprefix(INCLUDE).strip()}.lua").read_text(encoding="utf-8")
+        if line.startswith(INCLUDE)
+        else line
+        for line in lines
+    )
 
 
 def translate_error(exc: ResponseError) -> RouterError | None:

@@ -39,7 +39,8 @@ def test_wheel_contains_cli_and_lua(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "router/cli/__init__.py" in names
     assert "router/py.typed" in names
-    lua_in_repo = {f"router/lua/{p.name}" for p in (ROOT / "lua").glob("*.lua")}
+    lua_in_repo = {f"router/{p.relative_to(ROOT)}" for p in (ROOT / "lua").rglob("*.lua")}
+    assert "router/lua/lib/clocks.lua" in lua_in_repo  # the shared helpers ship too
     assert lua_in_repo <= names
     assert not any(name.startswith(("tests/", "cli/", "lua/")) for name in names)
 

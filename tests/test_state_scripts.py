@@ -83,6 +83,19 @@ def test_the_state_scripts_are_exactly_the_state_files() -> None:
     assert {n for n in lua_files() if n.startswith(STATE_PREFIXES)} == STATE_SCRIPTS
 
 
+def test_includes_expand_to_the_shared_library() -> None:
+    lua = resources.files("router.lua")
+    libraries = sorted(p.name for p in lua.joinpath("lib").iterdir() if p.name.endswith(".lua"))
+    assert libraries == ["clocks.lua", "owner.lua", "pairs.lua"]
+    raw = lua.joinpath("client_remove.lua").read_text(encoding="utf-8")
+    assert "--! include owner" in raw and "local function check_owner" not in raw
+    expanded = script_source("client_remove")
+    assert expanded.count("local function check_owner") == 1
+    for name in lua_files():
+        lines = script_source(name).splitlines()
+        assert not any(line.startswith("--! include") for line in lines), name
+
+
 @pytest.mark.parametrize("name", sorted(STATE_SCRIPTS))
 def test_each_script_opens_with_its_contract_and_uses_locals_only(name: str) -> None:
     lines = script_source(name).splitlines()
