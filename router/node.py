@@ -16,6 +16,8 @@ Life of a node (one process, one *incarnation*):
 4. A client that connects to another node is taken over (MQTT-3.1.4-3): the new node
    claims the session and leaves a takeover notice in the old node's inbox, which drops
    its local copy of the session (its routes with it) and reports reason ``takenover``.
+   Should a notice be lost, each heartbeat also checks the claims of up to
+   :data:`AUDIT_BATCH` local sessions in turn, and closes those another node claimed.
 5. ``stop``: remove its routes, deregister, announce; other nodes drop its routes.
    A node that dies instead is purged by the others once its heartbeat expires; its inbox
    keeps messages until the channel TTL, for a restart under the same node id.
@@ -31,7 +33,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 from redis.exceptions import RedisError
 
@@ -66,6 +68,10 @@ from router.topics import parse_shared, validate_filter, validate_topic
 from router.traffic import TrafficLog
 
 log = logging.getLogger(__name__)
+
+
+#: Local sessions whose Redis claim one heartbeat checks, at most (see ``_audit_claims``).
+AUDIT_BATCH: Final = 256
 
 
 @dataclass(frozen=True)
@@ -174,6 +180,7 @@ class RouterNode:
         self.retained = RetainedStore(redis, self.keys, config.retained)
         self._retainer = Retainer(self.retained, self.sessions)
         self._owners: dict[str, Owner] = {}
+        self._audit_queue: list[str] = []  # local clients whose claim is checked next
         self._generation: str | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._running = False
@@ -270,6 +277,30 @@ class RouterNode:
                 return
             except Exception:
                 log.warning("heartbeat of node %s failed", self.node_id, exc_info=True)
+            try:
+                await self._audit_claims()
+            except Exception:
+                log.warning("session claims of node %s unchecked", self.node_id, exc_info=True)
+
+    async def _audit_claims(self) -> None:
+        """Check the Redis claim of the next :data:`AUDIT_BATCH` local sessions (all of
+        them in turn, a heartbeat at a time); close those another node claimed since."""
+        batch: list[tuple[str, Owner]] = []
+        queue = self._audit_queue
+        while queue and len(batch) < AUDIT_BATCH:
+            client_id = queue.pop()
+            owner = self._owners.get(client_id)
+            if owner is not None:
+                batch.append((client_id, owner))
+        if not queue:
+            self._audit_queue = list(self._owners)
+        claims = await self.subscriptions.owners([client_id for client_id, _ in batch])
+        for (client_id, held), claim in zip(batch, claims, strict=True):
+            if claim is None or claim.epoch <= held.epoch:
+                continue
+            if self._owners.get(client_id) == held:  # (not reconnected meanwhile)
+                log.warning("client %s was taken over by node %s", client_id, claim.node_id)
+                await self._drop_taken_over(client_id)
 
     async def _rejoin(self) -> None:
         """The others purged this node (it missed heartbeats): join again as a new incarnation."""

@@ -19,7 +19,7 @@ called with missing or malformed ARGV refuses with :class:`ScriptError`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any, Final, NamedTuple
 
@@ -104,6 +104,16 @@ def _decode(value: Any, what: str) -> str:
         raise CorruptStateError(f"a stored {what} is not UTF-8 text: {value!r}") from None
 
 
+def _owner_of(node: Any, epoch: Any) -> Owner | None:
+    """The :class:`Owner` an owner hash's (node, epoch) fields hold, None without a node."""
+    if node is None:
+        return None
+    text = _decode(epoch, "owner epoch") if epoch is not None else ""
+    if not text.isdigit() or not text.isascii():
+        raise CorruptStateError(f"the stored owner epoch is not an integer: {epoch!r}")
+    return Owner(_decode(node, "owner node id"), int(text))
+
+
 class SubscriptionStore:
     """Subscriptions and session owners of clients, in one Redis (or Redis Cluster)."""
 
@@ -145,12 +155,17 @@ class SubscriptionStore:
     async def owner(self, client_id: str) -> Owner | None:
         """The client's session owner, or None if no node owns it."""
         node, epoch = await self.redis.hmget(self.keys.client_owner(client_id), ["node", "epoch"])
-        if node is None:
-            return None
-        text = _decode(epoch, "owner epoch") if epoch is not None else ""
-        if not text.isdigit() or not text.isascii():
-            raise CorruptStateError(f"the stored owner epoch is not an integer: {epoch!r}")
-        return Owner(_decode(node, "owner node id"), int(text))
+        return _owner_of(node, epoch)
+
+    async def owners(self, client_ids: Sequence[str]) -> list[Owner | None]:
+        """The session owner of each client, in order (one pipelined round trip per Redis
+        node); :class:`CorruptStateError` if a stored epoch is not an integer."""
+        if not client_ids:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for client_id in client_ids:
+            pipe.hmget(self.keys.client_owner(client_id), ["node", "epoch"])
+        return [_owner_of(node, epoch) for node, epoch in await pipe.execute()]
 
     # -- subscriptions ---------------------------------------------------------------
 

@@ -111,3 +111,18 @@ async def test_an_older_notice_leaves_a_newer_session_alone(
     assert closed == []
     assert "phone" in a.sessions.clients()
     assert a.stats()["sessions_taken_over"] == 0
+
+
+async def test_a_claim_whose_notice_never_came_is_found_by_the_heartbeat(
+    start_node: StartNode,
+) -> None:
+    a = await start_node("a")
+    closed = downs(a)
+    await a.subscribe("phone", "home/#")
+    await a.connect("tablet")
+    # Another node claims the session without leaving a notice (as if it was lost).
+    await a.subscriptions.claim("phone", "elsewhere")
+    await waiting.eventually(lambda: closed, 5, "a heartbeat to find the newer claim")
+    assert closed == [("phone", "takenover")]
+    assert a.sessions.clients() == ["tablet"]
+    assert a.sessions.routes() == {}

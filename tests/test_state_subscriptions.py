@@ -73,6 +73,16 @@ async def test_claims_grow_the_epoch_and_change_the_owner(store: SubscriptionSto
     assert await store.owner("c1") == third
 
 
+async def test_owners_reads_many_claims_at_once(store: SubscriptionStore) -> None:
+    clients = [f"client-{i}" for i in range(20)]  # spread over the slots of a cluster
+    for index, client_id in enumerate(clients[:15]):
+        await store.claim(client_id, f"node-{index % 3}")
+    assert await store.owners([]) == []
+    owners = await store.owners([*reversed(clients), clients[0]])
+    assert owners == [await store.owner(c) for c in [*reversed(clients), clients[0]]]
+    assert owners[:5] == [None] * 5 and all(owner is not None for owner in owners[5:])
+
+
 async def test_epochs_keep_growing_after_the_client_was_removed(store: SubscriptionStore) -> None:
     before = await store.claim("c1", "node-a")
     await store.remove_client("c1")
@@ -181,6 +191,8 @@ async def test_a_garbage_epoch_in_redis_raises_corrupt_state(
         await store.claim("c1", "node-b")
     with pytest.raises(CorruptStateError):
         await store.owner("c1")
+    with pytest.raises(CorruptStateError):
+        await store.owners(["c2", "c1"])
     with pytest.raises(CorruptStateError):
         await store.subscribe("c1", "new", owner=owner)
     assert await redis_client.hgetall(key) == {b"node": b"node-a", b"epoch": b"twelve"}
