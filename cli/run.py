@@ -15,6 +15,8 @@ counters.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -30,6 +32,7 @@ from .common import Target, log_to_stderr, run, stop_on_signals
 from .common import target_options as target
 
 _DEFAULTS = NodeConfig("defaults")
+Command = TypeVar("Command", bound=Callable[..., Any])
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -38,107 +41,85 @@ def node() -> None:
     """Run a router node."""
 
 
+def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Command]:
+    """A ``click.option`` that also reads ``ROUTER_<FLAG>`` (``--queue-limit``:
+    ``ROUTER_QUEUE_LIMIT``); a default other than None shows in ``--help``."""
+    envvar = "ROUTER_" + flag.removeprefix("--").replace("-", "_").upper()
+    kwargs.setdefault("show_default", kwargs.get("default") is not None)
+    return click.option(flag, *decls, envvar=envvar, **kwargs)
+
+
 @node.command("run")
 @target
-@click.option(
-    "--node-id",
-    envvar="ROUTER_NODE_ID",
-    default=None,
-    help="Node id (env ROUTER_NODE_ID) [default: hostname-pid].",
-)
-@click.option(
+@setting("--node-id", default=None, help="Node id (env ROUTER_NODE_ID) [default: hostname-pid].")
+@setting(
     "--share-strategy",
-    envvar="ROUTER_SHARE_STRATEGY",
     type=click.Choice([*STRATEGY_NAMES, "local"]),
     default=_DEFAULTS.share_strategy,
-    show_default=True,
     help="How a share group's member is chosen.",
 )
-@click.option(
+@setting(
     "--heartbeat-interval",
-    envvar="ROUTER_HEARTBEAT_INTERVAL",
     type=click.FloatRange(min=0.001),
     default=_DEFAULTS.heartbeat_interval,
-    show_default=True,
     help="Seconds between heartbeats (and route-table refreshes).",
 )
-@click.option(
+@setting(
     "--heartbeat-ttl",
-    envvar="ROUTER_HEARTBEAT_TTL",
     type=click.FloatRange(min=0.001),
     default=_DEFAULTS.heartbeat_ttl,
-    show_default=True,
     help="Seconds without a heartbeat after which other nodes purge this one.",
 )
-@click.option(
+@setting(
     "--queue-limit",
-    envvar="ROUTER_QUEUE_LIMIT",
     type=click.IntRange(min=1),
     default=_DEFAULTS.queue_limit,
-    show_default=True,
     help="Deliveries queued per local client before the overflow policy drops one.",
 )
-@click.option(
+@setting(
     "--acl",
     "acl_file",
-    envvar="ROUTER_ACL",
     default=None,
     metavar="FILE",
     help="ACL file: allow/deny rules for publish and subscribe (see README).",
 )
-@click.option(
+@setting(
     "--acl-default",
-    envvar="ROUTER_ACL_DEFAULT",
     type=click.Choice(["allow", "deny"]),
     default=None,
     help="What the ACL decides when no rule matches [default: deny].",
 )
-@click.option(
+@setting(
     "--traffic-dir",
-    envvar="ROUTER_TRAFFIC_DIR",
     default=None,
     metavar="DIR",
     help="Write a traffic log (JSON lines, for `router pipeline report`) into DIR.",
 )
-@click.option(
+@setting(
     "--traffic-sample",
-    envvar="ROUTER_TRAFFIC_SAMPLE",
     type=click.FloatRange(min=0.0, max=1.0, min_open=True),
     default=_DEFAULTS.traffic_sample,
-    show_default=True,
     help="Fraction of publishes the traffic log keeps (with --traffic-dir).",
 )
-@click.option(
+@setting(
     "--retained-max-payload",
-    envvar="ROUTER_RETAINED_MAX_PAYLOAD",
     type=click.IntRange(min=0),
     default=_DEFAULTS.retained.max_payload,
-    show_default=True,
     help="Largest retained payload in bytes this node stores (0: no limit).",
 )
-@click.option(
+@setting(
     "--retained-max-count",
-    envvar="ROUTER_RETAINED_MAX_COUNT",
     type=click.IntRange(min=0),
     default=_DEFAULTS.retained.max_count,
-    show_default=True,
     help="Retained topics beyond which this node stores no new one (0: no limit).",
 )
-@click.option(
+@setting(
     "--retained-clear-interval",
-    envvar="ROUTER_RETAINED_CLEAR_INTERVAL",
     type=click.FloatRange(min=0.0),
     default=_DEFAULTS.retained.clear_interval,
-    show_default=True,
     help="Seconds between this node's runs that remove expired retained messages (0: never).",
 )
-@click.option(
-    "--log-level",
-    envvar="ROUTER_LOG_LEVEL",
-    type=click.Choice(LOG_LEVELS, case_sensitive=False),
-    default="INFO",
-    show_default=True,
-)
+@setting("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="INFO")
 def node_run(
     target: Target,
     node_id: str | None,
