@@ -355,8 +355,8 @@ class RouterNode:
                 await self._forwarder.notify(previous.node_id, Takeover(client_id, owner.epoch))
             except (RouterError, RedisError):
                 log.error(
-                    "could not tell node %s that client %s was taken over; its copy of the "
-                    "session stays until that node writes for it",
+                    "could not tell node %s that client %s was taken over; that node "
+                    "closes its copy of the session once a heartbeat finds the new claim",
                     previous.node_id,
                     client_id,
                     exc_info=True,
