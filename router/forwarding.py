@@ -12,6 +12,10 @@ ids: a retried batch is recognised by the channel's dedup window and stored once
 Publishers *push* (``Channel.publish(..., push=True)``): the inbox's wake-up announcement
 carries the batch itself, so the receiving node dispatches it without reading Redis.
 
+Besides batches, an inbox carries takeover notices (:class:`~router.messages.Takeover`):
+a node that took a client's session over tells the node that served it
+(:meth:`Forwarder.notify`), which closes its copy.
+
 Inbound (:class:`InboxReader`): a :class:`~router.follower.ChannelFollower` of the node's
 own inbox hands on each batch as it is announced (reading Redis only to catch up); it is
 dispatched to local clients, then acknowledged, so a node that dies before acking gets
@@ -243,18 +247,18 @@ class InboxReader:
         dispatched = 0
         for stored in await self._follower.next():
             try:
-                forwards = unpack_record(stored.content)
+                record = unpack_record(stored.content)
             except MalformedMessageError:
                 self.malformed += 1
                 log.error(
                     "dropped a malformed inbox record %s on node %s", stored.id, self._node_id
                 )
                 continue
-            if isinstance(forwards, Takeover):
-                await self._on_takeover(forwards)
+            if isinstance(record, Takeover):
+                await self._on_takeover(record)
                 continue
             fresh = []
-            for forward in forwards:
+            for forward in record:
                 if self._seen.add(forward.message.id):
                     fresh.append(forward)
                 else:
