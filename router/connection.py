@@ -2,9 +2,10 @@
 
 ``open_redis(url)`` returns a ``redis.asyncio.Redis`` for a standalone server and a
 ``redis.asyncio.cluster.RedisCluster`` when the server says ``cluster_enabled:1``, so users
-give one URL either way. Pub/sub needs a plain connection even on a cluster (redis-py's
-asyncio cluster client has none; a cluster broadcasts PUBLISH to every node, so one node
-is enough): :func:`pubsub_client` gives it.
+give one URL either way. A cluster must run Redis 7.0 or later: channel wake-ups are shard
+channels (SPUBLISH / SSUBSCRIBE, see :mod:`router.channels`). Pub/sub needs a plain
+connection even on a cluster (redis-py's asyncio cluster client has none; a wake-up
+listener connects to the primary of its channel's slot): :func:`pubsub_client` gives it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,29 @@ from router.scripts import RedisClient
 
 class BadRedisURLError(RouterError, ValueError):
     """A Redis URL that redis-py cannot parse."""
+
+
+class UnsupportedServerError(RouterError):
+    """A Redis server that lacks what the router needs (a cluster older than 7.0)."""
+
+
+#: The oldest Redis a cluster may run: shard channels came with 7.0.
+MIN_CLUSTER_VERSION: Final = (7, 0)
+
+
+def check_cluster_version(version: str) -> None:
+    """Raise :class:`UnsupportedServerError` if ``version`` (INFO's ``redis_version``) is
+    older than :data:`MIN_CLUSTER_VERSION`; a version that does not parse passes (a
+    Redis-compatible server may report its own)."""
+    parts = version.split(".")
+    if len(parts) < 2 or not all(part.isdigit() for part in parts[:2]):
+        return
+    if (int(parts[0]), int(parts[1])) < MIN_CLUSTER_VERSION:
+        needed = ".".join(map(str, MIN_CLUSTER_VERSION))
+        raise UnsupportedServerError(
+            f"a Redis Cluster must run Redis {needed} or later (shard channels); "
+            f"this one runs {version}"
+        )
 
 
 def _plain(url: str, **options: Any) -> Redis:
@@ -51,7 +75,10 @@ async def open_redis(url: str, **options: Any) -> RedisClient:
         raise
     if int(info.get("cluster_enabled", 0)) != 1:
         return probe
-    await probe.aclose()
+    try:
+        check_cluster_version(str((await probe.info("server")).get("redis_version", "")))
+    finally:
+        await probe.aclose()
     cluster = RedisCluster.from_url(url, **options)
     await cluster.initialize()
     return cluster
