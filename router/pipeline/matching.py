@@ -34,6 +34,22 @@ class TopicMatch(NamedTuple):
 
 NO_MATCH = TopicMatch(0, ())
 
+#: Filter -> [subscribers, messages, deliveries, bytes delivered], as
+#: :func:`add_filter_costs` sums them.
+FilterCosts = dict[str, list[int]]
+
+
+def add_filter_costs(costs: FilterCosts, found: TopicMatch, messages: int, size: int) -> None:
+    """Add what ``messages`` publishes of ``size`` bytes in all, to a topic that matched
+    ``found``, cost each matched filter: messages, copies delivered and bytes delivered."""
+    for matched in found.filters:
+        cost = costs.get(matched.filter)
+        if cost is None:
+            cost = costs[matched.filter] = [matched.subscribers, 0, 0, 0]
+        cost[1] += messages
+        cost[2] += messages * matched.deliveries
+        cost[3] += size * matched.deliveries
+
 
 class TopicMatcher:
     """Subscriptions ``(client_id, filter)`` in a :class:`SubscriptionTrie`.

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from router.pipeline.errors import PipelineInputError
-from router.pipeline.matching import TopicMatcher
+from router.pipeline.matching import FilterCosts, TopicMatcher, add_filter_costs
 from router.pipeline.model import (
     FilterCost,
     NodeTraffic,
@@ -122,19 +122,13 @@ def derive_report(
             entry[0] += count
             entry[1] += size
     fanout: Counter[int] = Counter()
-    costs: dict[str, list[int]] = {}
+    costs: FilterCosts = {}
     traffic = []
     for topic, (count, size) in topics.items():
         found = matcher.match(topic)
         fanout[found.subscribers] += count
         traffic.append(TopicTraffic(topic, count, size, found.subscribers))
-        for matched in found.filters:
-            cost = costs.get(matched.filter)
-            if cost is None:
-                cost = costs[matched.filter] = [matched.subscribers, 0, 0, 0]
-            cost[1] += count
-            cost[2] += count * matched.deliveries
-            cost[3] += size * matched.deliveries
+        add_filter_costs(costs, found, count, size)
     messages = sum(t.messages for t in traffic)
     total_bytes = sum(t.bytes for t in traffic)
     silent = [t for t in traffic if t.subscribers == 0]

@@ -28,7 +28,12 @@ from pyspark import Broadcast
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from router.pipeline.matching import TopicMatcher, count_subscriptions
+from router.pipeline.matching import (
+    FilterCosts,
+    TopicMatcher,
+    add_filter_costs,
+    count_subscriptions,
+)
 from router.pipeline.model import (
     FilterCost,
     NodeTraffic,
@@ -100,17 +105,11 @@ def _matcher(
 
     def match_partition(rows: Iterable[Row]) -> Iterator[tuple[Any, ...]]:
         matcher = TopicMatcher(subscriptions.value)
-        costs: dict[str, list[int]] = {}
+        costs: FilterCosts = {}
         for topic, messages, size in rows:
             found = matcher.match(topic)
             yield TOPIC_ROW, topic, messages, size, found.subscribers, None
-            for matched in found.filters:
-                cost = costs.get(matched.filter)
-                if cost is None:
-                    cost = costs[matched.filter] = [matched.subscribers, 0, 0, 0]
-                cost[1] += messages
-                cost[2] += messages * matched.deliveries
-                cost[3] += size * matched.deliveries
+            add_filter_costs(costs, found, messages, size)
         for name, (subscribers, messages, deliveries, delivered) in costs.items():
             yield FILTER_ROW, name, messages, delivered, subscribers, deliveries
 
