@@ -3,7 +3,7 @@
 Every command that talks to Redis takes ``--redis URL`` (or ``$ROUTER_REDIS_URL``) and
 ``--prefix`` (or ``$ROUTER_PREFIX``, default ``rt``), prints a table for people and JSON
 with ``--json``. Failures are library errors (:class:`RouterError`) or redis-py errors;
-the root group (``cli/app.py``) prints them as one line and exits non-zero.
+the root group (``cli/application.py``) prints them as one line and exits non-zero.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from rich.console import Console
 from rich.table import Table
 
 from router.api import DEFAULT_URL, URL_VARIABLE
-from router.connection import open_redis
-from router.keys import DEFAULT_PREFIX, Keys
-from router.scripts import RedisClient
+from router.state.connection import open_redis
+from router.state.keys import DEFAULT_PREFIX, Keys
+from router.state.scripts import RedisClient
 
 T = TypeVar("T")
 

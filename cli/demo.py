@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from router.demo import run_demo
+from router.ops.demo import run_demo
 
 
 @click.command()

@@ -14,8 +14,8 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from router.keys import DEFAULT_PREFIX
-from router.pipeline.session import DEFAULT_MASTER
+from router.pipeline.spark_session import DEFAULT_MASTER
+from router.state.keys import DEFAULT_PREFIX
 
 from .common import PREFIX_VARIABLE, Target, echo_json, json_option, note, print_table
 from .common import target_options as target

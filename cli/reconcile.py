@@ -2,7 +2,7 @@
 
 Only nodes write their own route sets, so ``--repair`` only purges what no live process
 owns (``stale_route_set``, ``dead_node``); every other problem names the node that must
-fix it. See :mod:`router.reconcile` for the kinds.
+fix it. See :mod:`router.ops.reconcile` for the kinds.
 
 JSON shape (``--json``): ``{"ok", "problems": [{"kind", "node_id", "detail", "repair"
 ("purge" | "node"), "routes", "incarnation", "client_id", "route", "repaired" (null or
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import click
 
-from router.reconcile import DEFAULT_MAX_CLIENTS
-from router.reconcile import reconcile as check
+from router.ops.reconcile import DEFAULT_MAX_CLIENTS
+from router.ops.reconcile import reconcile as check
 
 from .common import Target, echo_json, json_option, print_table, redis_client, run
 from .common import target_options as target

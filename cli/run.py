@@ -21,12 +21,12 @@ from typing import Any, TypeVar
 import click
 
 from router.api import connect, default_node_id
+from router.cluster.config import NodeConfig
+from router.cluster.policy import load_acl
+from router.core.sharing import STRATEGY_NAMES
 from router.errors import StaleIncarnationError
-from router.node import NodeConfig
-from router.policy import load_acl
-from router.retained import RetainedConfig
-from router.runtime import freeze_startup_heap
-from router.sharing import STRATEGY_NAMES
+from router.ops.node_process import freeze_startup_heap
+from router.state.retained_store import RetainedConfig
 
 from .common import Target, log_to_stderr, run, stop_on_signals
 from .common import target_options as target

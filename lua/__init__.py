@@ -1,1 +1,1 @@
-"""Lua scripts of the router, one file per script (loaded by router.scripts)."""
+"""Lua scripts of the router, one file per script (loaded by router.state.scripts)."""

@@ -1,117 +1,270 @@
 """router: a Redis-backed, distributed, MQTT-style publish/subscribe router.
 
-The names below are the public API; see README.md for how they fit together.
+The names below are the public API; see README.md for how they fit together. They are
+imported lazily (PEP 562): ``import router.core.trie`` (or ``router.SubscriptionTrie``)
+loads the pure core only, never Redis, msgpack or the asyncio runtime.
+
+Where each name lives, by layer (a layer imports only the layers below it)::
+
+    router.core     pure: topics, options, trie, sharing, aliases, acl, hot-topic cache
+    router.state    Redis: keys, scripts, subscriptions, routes, nodes, channels, retained
+    router.cluster  the asyncio runtime: RouterNode and what it wires together
+    router.api      connect(): a node embedded in an asyncio program
+    router.errors   every exception, rooted at RouterError
 """
 
-from router.acl import Acl
-from router.alias_store import RedisAliasTable
-from router.aliases import AliasTable
-from router.api import connect
-from router.cache import CacheSettings
-from router.channels import Channel, FetchedMessage, FetchResult, Published
-from router.errors import (
-    ChannelArgumentError,
-    CorruptStateError,
-    InvalidAliasError,
-    InvalidIdError,
-    InvalidOptionsError,
-    InvalidTopicError,
-    MalformedAckHandle,
-    NodeNotRegisteredError,
-    NotAuthorizedError,
-    ResyncRequired,
-    RouterError,
-    RouteSetMissingError,
-    ScriptError,
-    SessionOwnershipError,
-    StaleIncarnationError,
-    StateError,
-    SubscriptionNotFound,
-    UnknownStrategyError,
-)
-from router.messages import Delivery
-from router.node import NodeConfig, PublishResult, RouterNode
-from router.nodes import NodeInfo, NodeRegistry
-from router.options import SubscriptionOptions
-from router.retained import (
-    RetainedConfig,
-    RetainedMessage,
-    RetainedPayloadTooLargeError,
-    RetainedStore,
-    RetainedStoreFullError,
-)
-from router.routes import RouteChange, RouteSnapshot, RouteStore
-from router.sharing import (
-    HashClientStrategy,
-    HashTopicStrategy,
-    LocalFirstStrategy,
-    RandomStrategy,
-    RoundRobinStrategy,
-    ShareStrategy,
-    strategy_by_name,
-)
-from router.subscriptions import Owner, SubscriptionStore
-from router.topics import matches, validate_filter, validate_topic
-from router.trie import MatchedSubscription, SubscriptionTrie
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Acl",
-    "AliasTable",
-    "CacheSettings",
-    "Channel",
-    "ChannelArgumentError",
-    "CorruptStateError",
-    "Delivery",
-    "FetchResult",
-    "FetchedMessage",
-    "HashClientStrategy",
-    "HashTopicStrategy",
-    "InvalidAliasError",
-    "InvalidIdError",
-    "InvalidOptionsError",
-    "InvalidTopicError",
-    "LocalFirstStrategy",
-    "MalformedAckHandle",
-    "MatchedSubscription",
-    "NodeConfig",
-    "NodeInfo",
-    "NodeNotRegisteredError",
-    "NodeRegistry",
-    "NotAuthorizedError",
-    "Owner",
-    "PublishResult",
-    "Published",
-    "RandomStrategy",
-    "RedisAliasTable",
-    "ResyncRequired",
-    "RetainedConfig",
-    "RetainedMessage",
-    "RetainedPayloadTooLargeError",
-    "RetainedStore",
-    "RetainedStoreFullError",
-    "RoundRobinStrategy",
-    "RouteChange",
-    "RouteSetMissingError",
-    "RouteSnapshot",
-    "RouteStore",
-    "RouterError",
-    "RouterNode",
-    "ScriptError",
-    "SessionOwnershipError",
-    "ShareStrategy",
-    "StaleIncarnationError",
-    "StateError",
-    "SubscriptionNotFound",
-    "SubscriptionOptions",
-    "SubscriptionStore",
-    "SubscriptionTrie",
-    "UnknownStrategyError",
-    "__version__",
-    "connect",
-    "matches",
-    "strategy_by_name",
-    "validate_filter",
-    "validate_topic",
-]
+# public name -> the module that defines it
+_EXPORTS: dict[str, str] = {
+    "connect": "router.api",
+    # errors
+    **dict.fromkeys(
+        (
+            "ChannelArgumentError",
+            "CorruptStateError",
+            "InvalidAliasError",
+            "InvalidIdError",
+            "InvalidOptionsError",
+            "InvalidTopicError",
+            "MalformedAckHandleError",
+            "NodeNotRegisteredError",
+            "NotAuthorizedError",
+            "ResyncRequiredError",
+            "RetainedPayloadTooLargeError",
+            "RetainedStoreFullError",
+            "RouterError",
+            "RouteSetMissingError",
+            "ScriptError",
+            "SessionOwnershipError",
+            "StaleIncarnationError",
+            "StateError",
+            "SubscriptionNotFoundError",
+            "UnknownStrategyError",
+        ),
+        "router.errors",
+    ),
+    # core
+    "Acl": "router.core.acl",
+    "AliasTable": "router.core.aliases",
+    "CacheSettings": "router.core.hot_topics",
+    **dict.fromkeys(("Delivery", "Outgoing", "PublishResult"), "router.core.messages"),
+    "SubscriptionOptions": "router.core.options",
+    **dict.fromkeys(
+        (
+            "HashClientStrategy",
+            "HashTopicStrategy",
+            "LocalFirstStrategy",
+            "RandomStrategy",
+            "RoundRobinStrategy",
+            "ShareStrategy",
+            "strategy_by_name",
+        ),
+        "router.core.sharing",
+    ),
+    **dict.fromkeys(("matches", "validate_filter", "validate_topic"), "router.core.topics"),
+    **dict.fromkeys(("MatchedSubscription", "SubscriptionTrie"), "router.core.trie"),
+    # state
+    "RedisAliasTable": "router.state.alias_store",
+    **dict.fromkeys(
+        ("Channel", "FetchedMessage", "FetchResult", "Published"), "router.state.channels"
+    ),
+    **dict.fromkeys(("NodeInfo", "NodeRegistry"), "router.state.node_registry"),
+    **dict.fromkeys(
+        ("RetainedConfig", "RetainedMessage", "RetainedStore"), "router.state.retained_store"
+    ),
+    **dict.fromkeys(("RouteChange", "RouteSnapshot", "RouteStore"), "router.state.routes"),
+    **dict.fromkeys(("Owner", "SubscriptionStore"), "router.state.subscriptions"),
+    # cluster
+    "NodeConfig": "router.cluster.config",
+    "RouterNode": "router.cluster.node",
+}
+
+__all__ = [*_EXPORTS, "__version__"]  # noqa: PLE0604 (every key of _EXPORTS is a str)
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use (PEP 562) and cache the name here."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'router' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on demand
+    from router.api import (
+        connect as connect,
+    )
+    from router.cluster.config import (
+        NodeConfig as NodeConfig,
+    )
+    from router.cluster.node import (
+        RouterNode as RouterNode,
+    )
+    from router.core.acl import (
+        Acl as Acl,
+    )
+    from router.core.aliases import (
+        AliasTable as AliasTable,
+    )
+    from router.core.hot_topics import (
+        CacheSettings as CacheSettings,
+    )
+    from router.core.messages import (
+        Delivery as Delivery,
+    )
+    from router.core.messages import (
+        Outgoing as Outgoing,
+    )
+    from router.core.messages import (
+        PublishResult as PublishResult,
+    )
+    from router.core.options import (
+        SubscriptionOptions as SubscriptionOptions,
+    )
+    from router.core.sharing import (
+        HashClientStrategy as HashClientStrategy,
+    )
+    from router.core.sharing import (
+        HashTopicStrategy as HashTopicStrategy,
+    )
+    from router.core.sharing import (
+        LocalFirstStrategy as LocalFirstStrategy,
+    )
+    from router.core.sharing import (
+        RandomStrategy as RandomStrategy,
+    )
+    from router.core.sharing import (
+        RoundRobinStrategy as RoundRobinStrategy,
+    )
+    from router.core.sharing import (
+        ShareStrategy as ShareStrategy,
+    )
+    from router.core.sharing import (
+        strategy_by_name as strategy_by_name,
+    )
+    from router.core.topics import (
+        matches as matches,
+    )
+    from router.core.topics import (
+        validate_filter as validate_filter,
+    )
+    from router.core.topics import (
+        validate_topic as validate_topic,
+    )
+    from router.core.trie import (
+        MatchedSubscription as MatchedSubscription,
+    )
+    from router.core.trie import (
+        SubscriptionTrie as SubscriptionTrie,
+    )
+    from router.errors import (
+        ChannelArgumentError as ChannelArgumentError,
+    )
+    from router.errors import (
+        CorruptStateError as CorruptStateError,
+    )
+    from router.errors import (
+        InvalidAliasError as InvalidAliasError,
+    )
+    from router.errors import (
+        InvalidIdError as InvalidIdError,
+    )
+    from router.errors import (
+        InvalidOptionsError as InvalidOptionsError,
+    )
+    from router.errors import (
+        InvalidTopicError as InvalidTopicError,
+    )
+    from router.errors import (
+        MalformedAckHandleError as MalformedAckHandleError,
+    )
+    from router.errors import (
+        NodeNotRegisteredError as NodeNotRegisteredError,
+    )
+    from router.errors import (
+        NotAuthorizedError as NotAuthorizedError,
+    )
+    from router.errors import (
+        ResyncRequiredError as ResyncRequiredError,
+    )
+    from router.errors import (
+        RetainedPayloadTooLargeError as RetainedPayloadTooLargeError,
+    )
+    from router.errors import (
+        RetainedStoreFullError as RetainedStoreFullError,
+    )
+    from router.errors import (
+        RouterError as RouterError,
+    )
+    from router.errors import (
+        RouteSetMissingError as RouteSetMissingError,
+    )
+    from router.errors import (
+        ScriptError as ScriptError,
+    )
+    from router.errors import (
+        SessionOwnershipError as SessionOwnershipError,
+    )
+    from router.errors import (
+        StaleIncarnationError as StaleIncarnationError,
+    )
+    from router.errors import (
+        StateError as StateError,
+    )
+    from router.errors import (
+        SubscriptionNotFoundError as SubscriptionNotFoundError,
+    )
+    from router.errors import (
+        UnknownStrategyError as UnknownStrategyError,
+    )
+    from router.state.alias_store import (
+        RedisAliasTable as RedisAliasTable,
+    )
+    from router.state.channels import (
+        Channel as Channel,
+    )
+    from router.state.channels import (
+        FetchedMessage as FetchedMessage,
+    )
+    from router.state.channels import (
+        FetchResult as FetchResult,
+    )
+    from router.state.channels import (
+        Published as Published,
+    )
+    from router.state.node_registry import (
+        NodeInfo as NodeInfo,
+    )
+    from router.state.node_registry import (
+        NodeRegistry as NodeRegistry,
+    )
+    from router.state.retained_store import RetainedConfig as RetainedConfig
+    from router.state.retained_store import RetainedMessage as RetainedMessage
+    from router.state.retained_store import RetainedStore as RetainedStore
+    from router.state.routes import (
+        RouteChange as RouteChange,
+    )
+    from router.state.routes import (
+        RouteSnapshot as RouteSnapshot,
+    )
+    from router.state.routes import (
+        RouteStore as RouteStore,
+    )
+    from router.state.subscriptions import (
+        Owner as Owner,
+    )
+    from router.state.subscriptions import (
+        SubscriptionStore as SubscriptionStore,
+    )

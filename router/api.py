@@ -9,10 +9,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from router.acl import Acl, Permission
-from router.connection import open_redis
-from router.node import NodeConfig, RouterNode
-from router.policy import load_acl
+from router.cluster.config import NodeConfig
+from router.cluster.node import RouterNode
+from router.cluster.policy import load_acl
+from router.core.acl import Acl, Permission
+from router.state.connection import open_redis
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 URL_VARIABLE = "ROUTER_REDIS_URL"

@@ -62,11 +62,11 @@ class SessionOwnershipError(StateError):
     """A node changed a client's state after another node (or a newer epoch) took it over."""
 
 
-class SubscriptionNotFound(StateError, LookupError):
+class SubscriptionNotFoundError(StateError, LookupError):
     """The channel subscriber (its cursor) or the channel clock does not exist (anymore)."""
 
 
-class MalformedAckHandle(StateError, ValueError):
+class MalformedAckHandleError(StateError, ValueError):
     """An ack handle that is not well formed or belongs to another channel or subscriber."""
 
 
@@ -102,7 +102,7 @@ class RouteSetMissingError(StateError):
     """
 
 
-class ResyncRequired(StateError):
+class ResyncRequiredError(StateError):
     """A reader of a node's route changes cannot continue from where it is.
 
     ``reason`` is ``"trimmed"`` (it fell behind the stream's trim point), ``"generation"``
@@ -163,3 +163,92 @@ class NotAuthorizedError(RouterError):
         self.reason = reason
         what = action if topic is None else f"{action} {topic!r}"
         super().__init__(f"client {client_id!r} may not {what}: {reason}")
+
+
+# -- Redis connections ---------------------------------------------------------------------
+
+
+class BadRedisURLError(RouterError, ValueError):
+    """A Redis URL that redis-py cannot parse."""
+
+
+class UnsupportedServerError(RouterError):
+    """A Redis server that lacks what the router needs (a cluster older than 7.0)."""
+
+
+# -- The retained store --------------------------------------------------------------------
+
+
+class RetainedStoreFullError(RouterError):
+    """The store holds ``max_count`` topics: a new topic is refused (nothing changed)."""
+
+    def __init__(self, topic: str, max_count: int) -> None:
+        self.topic = topic
+        self.max_count = max_count
+        super().__init__(f"the retained store is full ({max_count} topics): {topic!r} refused")
+
+
+class RetainedPayloadTooLargeError(RouterError, ValueError):
+    """A payload above ``max_payload`` bytes is not retained (nothing changed)."""
+
+    def __init__(self, topic: str, size: int, max_payload: int) -> None:
+        self.topic = topic
+        self.size = size
+        self.max_payload = max_payload
+        super().__init__(f"a retained payload is at most {max_payload} bytes; {topic!r} has {size}")
+
+
+class RetainedArgumentError(RouterError, ValueError):
+    """An argument the store cannot use: a QoS, expiry, limit, page or cursor out of range."""
+
+
+# -- The cluster runtime -------------------------------------------------------------------
+
+
+class MalformedMessageError(RouterError, ValueError):
+    """A packed message or batch that this router did not write."""
+
+
+class ClientNotConnectedError(RouterError, LookupError):
+    """The client has no session on this node."""
+
+
+# -- Operator tools ------------------------------------------------------------------------
+
+
+class DemoTimeoutError(RouterError):
+    """The demo cluster did not reach the expected state in time."""
+
+
+class EmbeddedServerError(RouterError):
+    """No embedded Redis could be started."""
+
+
+# -- The Spark pipeline --------------------------------------------------------------------
+
+
+class PipelineError(RouterError):
+    """A pipeline job could not run or failed (the message says why)."""
+
+
+class SparkUnavailableError(PipelineError):
+    """pyspark is not installed, or no Java 17+ is available to run it."""
+
+
+class PipelineInputError(PipelineError, ValueError):
+    """An input the job cannot use: a missing path, an unknown format, a missing column."""
+
+
+class ImportRowError(RouterError, ValueError):
+    """A row the import cannot load (the message is the reason)."""
+
+
+# -- Benchmarks ----------------------------------------------------------------------------
+
+
+class BenchSetupError(RouterError, ValueError):
+    """The benchmark cannot run as asked (bad sizes, or a server it does not measure)."""
+
+
+class PipelineBenchError(RouterError):
+    """The benchmark could not run, or the two reports disagreed."""

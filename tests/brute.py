@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from router.topics import filter_matches_levels, parse_shared
+from router.core.topics import filter_matches_levels, parse_shared
 
 
 def plain_part(topic_filter: str) -> str:

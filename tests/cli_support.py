@@ -27,10 +27,11 @@ import redis
 from click.testing import CliRunner, Result
 
 from router.cli import app
-from router.connection import open_redis
-from router.keys import Keys
-from router.node import NodeConfig, RouterNode
-from router.scripts import RedisClient
+from router.cluster.config import NodeConfig
+from router.cluster.node import RouterNode
+from router.state.connection import open_redis
+from router.state.keys import Keys
+from router.state.scripts import RedisClient
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ Per test (function scope):
   ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster``.
 * ``redis_connect``: makes more clients for the same backend (same FakeServer on ``fake``),
   with extra keyword arguments such as ``socket_timeout``; they are closed after the test.
-* ``keys``: :class:`router.keys.Keys` with a unique prefix; every key under it is deleted
+* ``keys``: :class:`router.state.keys.Keys` with a unique prefix; every key under it is deleted
   after a test that connected (``redis_client`` or ``redis_connect``); on a cluster each
   primary is scanned.
 """
@@ -33,7 +33,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from router.keys import Keys
+from router.state.keys import Keys
 from tests import cli_support
 from tests.redis_servers import RedisClusterServers, RedisServer
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from router.keys import Keys
-from router.messages import Delivery
-from router.node import NodeConfig, RouterNode
+from router.cluster.config import NodeConfig
+from router.cluster.node import RouterNode
+from router.core.messages import Delivery
+from router.state.keys import Keys
 
 StartNode = Callable[..., Awaitable[RouterNode]]
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.acl import (
+from router.core.acl import (
     Acl,
     AclAction,
     AclRule,
@@ -19,9 +19,9 @@ from router.acl import (
     filters_overlap,
     parse_rules,
 )
+from router.core.hooks import ClientInfo, Decision, HookPoint, HookRegistry, Ok, Stop
+from router.core.topics import filter_matches_levels, validate_filter
 from router.errors import AclRuleError, DuplicateHookError, InvalidTopicError, RouterError
-from router.hooks import ClientInfo, Decision, HookPoint, HookRegistry, Ok, Stop
-from router.topics import filter_matches_levels, validate_filter
 
 ALLOW, DENY = Permission.ALLOW, Permission.DENY
 PUB, SUB = AclAction.PUBLISH, AclAction.SUBSCRIBE

@@ -8,8 +8,9 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from router.bench.redis import PREFIX_STEM, BenchSetupError, RedisBenchConfig
+from router.bench.redis import PREFIX_STEM, RedisBenchConfig
 from router.cli import app
+from router.errors import BenchSetupError
 
 TINY = [
     "--subscriptions",

@@ -10,17 +10,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from router.bench.hot import Ceiling, run_hot
-from router.cache import CacheSettings, HotTopics
-from router.cached_trie import CachedMatcher
-from router.errors import InvalidSettingError, InvalidTopicError, RouterError
-from router.mirror import RouteMirror
-from router.sharing import (
+from router.core.cached_trie import CachedMatcher
+from router.core.hot_topics import CacheSettings, HotTopics
+from router.core.route_mirror import RouteMirror
+from router.core.sharing import (
     HashClientStrategy,
     HashTopicStrategy,
     RoundRobinStrategy,
     ShareStrategy,
 )
-from router.trie import SubscriptionTrie
+from router.core.trie import SubscriptionTrie
+from router.errors import InvalidSettingError, InvalidTopicError, RouterError
 
 #: Cache from the second publish on, whatever the cost of a match.
 EAGER: dict[str, Any] = {

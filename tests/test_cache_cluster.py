@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from router.cache import CacheSettings
-from router.mirror import RouteMirror
-from router.node import NodeConfig
-from router.sessions import LocalSessions
-from router.sharing import HashClientStrategy, HashTopicStrategy
+from router.cluster.config import NodeConfig
+from router.cluster.local_sessions import LocalSessions
+from router.core.hot_topics import CacheSettings
+from router.core.route_mirror import RouteMirror
+from router.core.sharing import HashClientStrategy, HashTopicStrategy
 from tests import waiting
 from tests.nodes import StartNode, take
 

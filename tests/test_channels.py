@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
-from router import channels as channels_module
-from router.channels import CLOCK_LIMIT, Channel, FetchedMessage, Message, Published
 from router.errors import (
     ChannelArgumentError,
     InvalidIdError,
-    SubscriptionNotFound,
+    SubscriptionNotFoundError,
 )
-from router.keys import Keys
-from router.scripts import RedisClient
+from router.state import channels as channels_module
+from router.state.channels import CLOCK_LIMIT, Channel, ChannelMessage, FetchedMessage, Published
+from router.state.keys import Keys
+from router.state.scripts import RedisClient
 from tests.waiting import eventually
 
 MAX = CLOCK_LIMIT
@@ -128,7 +128,7 @@ async def test_remove_subscriber(channel: Channel, redis_client: RedisClient, ke
     await channel.add_subscriber("s")
     assert await channel.remove_subscriber("s") is True
     assert await redis_client.exists(keys.channel_cursor(NAME, "s")) == 0
-    with pytest.raises(SubscriptionNotFound):
+    with pytest.raises(SubscriptionNotFoundError):
         await channel.fetch("s")
 
 
@@ -137,7 +137,7 @@ async def test_cursor_without_clock_is_recreated(
 ) -> None:
     await plant_clock(redis_client, keys, 7, "s")
     await redis_client.delete(keys.channel_clock(NAME))
-    with pytest.raises(SubscriptionNotFound):
+    with pytest.raises(SubscriptionNotFoundError):
         await channel.fetch("s")
     assert await channel.add_subscriber("s") is True
     assert await get_int(redis_client, keys.channel_cursor(NAME, "s")) == 0
@@ -206,9 +206,11 @@ async def test_empty_batch_is_a_noop(
 async def test_binary_payloads_round_trip(channel: Channel) -> None:
     await channel.add_subscriber("s")
     every_byte = bytes(range(256))
-    batch = [Message("all", every_byte)] + [Message(f"b{i}", bytes([i])) for i in range(256)]
-    batch.append(Message("bytearray", bytearray(b"\x00\xff")))  # type: ignore[arg-type]
-    batch.append(Message("{ü}:x:1", b"12:not-a-prefix"))
+    batch = [ChannelMessage("all", every_byte)] + [
+        ChannelMessage(f"b{i}", bytes([i])) for i in range(256)
+    ]
+    batch.append(ChannelMessage("bytearray", bytearray(b"\x00\xff")))  # type: ignore[arg-type]
+    batch.append(ChannelMessage("{ü}:x:1", b"12:not-a-prefix"))
     await channel.publish(batch)
     result = await channel.fetch("s", max=1000)
     assert [(m.id, m.content) for m in result.messages] == [(m.id, bytes(m.content)) for m in batch]
@@ -335,16 +337,16 @@ async def test_gap_beyond_the_scan_limit_is_skipped_by_acking(
 async def test_missing_cursor_or_clock(
     channel: Channel, redis_client: RedisClient, keys: Keys
 ) -> None:
-    with pytest.raises(SubscriptionNotFound):
+    with pytest.raises(SubscriptionNotFoundError):
         await channel.fetch("nobody")
     await channel.add_subscriber("s")
     await channel.publish([("m", b"x")])
     handle = (await channel.fetch("s")).ack_handle
     assert handle is not None
     await redis_client.delete(keys.channel_clock(NAME))
-    with pytest.raises(SubscriptionNotFound):
+    with pytest.raises(SubscriptionNotFoundError):
         await channel.fetch("s")
-    with pytest.raises(SubscriptionNotFound):
+    with pytest.raises(SubscriptionNotFoundError):
         await channel.ack("s", handle)
     assert await get_int(redis_client, keys.channel_cursor(NAME, "s")) == 0
 

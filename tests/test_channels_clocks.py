@@ -14,10 +14,10 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
-from router.channels import CLOCK_LIMIT, Channel, Published, next_clock
-from router.errors import CorruptStateError, MalformedAckHandle, ScriptError
-from router.keys import Keys
-from router.scripts import RedisClient, Scripts
+from router.errors import CorruptStateError, MalformedAckHandleError, ScriptError
+from router.state.channels import CLOCK_LIMIT, Channel, Published, next_clock
+from router.state.keys import Keys
+from router.state.scripts import RedisClient, Scripts
 from tests.test_channels import EXPIRE, NAME, TTL_MS, clocks, get_int, ids, plant_clock, snapshot
 
 MAX = CLOCK_LIMIT
@@ -144,11 +144,11 @@ async def test_tampered_and_foreign_handles_are_refused(
     ]
     before = await snapshot(redis_client, keys)
     for candidate in bad:
-        with pytest.raises(MalformedAckHandle):
+        with pytest.raises(MalformedAckHandleError):
             await channel.ack("s", candidate)
     assert await snapshot(redis_client, keys) == before
     # The genuine handle still works, and only for its own subscriber.
-    with pytest.raises(MalformedAckHandle):
+    with pytest.raises(MalformedAckHandleError):
         await channel.ack("t", handle)
     assert await channel.ack("s", handle) is True
     assert await get_int(redis_client, keys.channel_cursor(NAME, "s")) == 2
@@ -363,7 +363,7 @@ async def test_ack_script_refuses_a_non_clock(redis_client: RedisClient, keys: K
     await plant_clock(redis_client, keys, 5, "s")
     before = await snapshot(redis_client, keys)
     for ack in ("x", "1.5", str(MAX + 1), ""):
-        with pytest.raises(MalformedAckHandle):
+        with pytest.raises(MalformedAckHandleError):
             await Scripts(redis_client).run(
                 "channel_ack",
                 [keys.channel_clock(NAME), keys.channel_cursor(NAME, "s")],

@@ -18,11 +18,11 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from router.channels import Channel, FetchResult, WakeUps
-from router.connection import pubsub_client
-from router.errors import SubscriptionNotFound
-from router.keys import Keys
-from router.scripts import RedisClient
+from router.errors import SubscriptionNotFoundError
+from router.state.channels import Channel, FetchResult, WakeUps
+from router.state.connection import pubsub_client
+from router.state.keys import Keys
+from router.state.scripts import RedisClient
 from tests.redis_servers import RedisClusterServers, RedisServer
 from tests.test_channels import EXPIRE, NAME, ids
 from tests.waiting import eventually, wait_until
@@ -110,7 +110,7 @@ async def test_long_poll_returns_empty_after_the_wait(channel: Channel) -> None:
 
 async def test_long_poll_of_a_missing_subscriber_fails_at_once(channel: Channel) -> None:
     started = now()
-    with pytest.raises(SubscriptionNotFound):
+    with pytest.raises(SubscriptionNotFoundError):
         await channel.fetch("nobody", wait=5)
     assert now() - started < PROMPT
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from router.channels import CLOCK_LIMIT, Channel, FetchedMessage, Published, next_clock
-from router.keys import Keys
-from router.scripts import RedisClient
+from router.state.channels import CLOCK_LIMIT, Channel, FetchedMessage, Published, next_clock
+from router.state.keys import Keys
+from router.state.scripts import RedisClient
 from tests.test_channels import EXPIRE, NAME, plant_clock
 
 SUBSCRIBERS = ("a", "b")

@@ -13,13 +13,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from router.alias_store import RedisAliasTable
-from router.channels import Channel
-from router.keys import Keys
-from router.messages import Forward, Message, pack_batch
-from router.nodes import NodeRegistry
-from router.routes import RouteStore
-from router.subscriptions import SubscriptionStore
+from router.cluster.inbox import Forward, pack_batch
+from router.core.messages import Message
+from router.state.alias_store import RedisAliasTable
+from router.state.channels import Channel
+from router.state.keys import Keys
+from router.state.node_registry import NodeRegistry
+from router.state.routes import RouteStore
+from router.state.subscriptions import SubscriptionStore
 from tests.cli_support import Cluster, invoke, invoke_json, router_process
 from tests.waiting import wait_until
 

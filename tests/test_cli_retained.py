@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from router.keys import Keys
-from router.retained import RetainedStore
+from router.state.keys import Keys
+from router.state.retained_store import RetainedStore
 from tests.cli_support import Cluster, invoke, invoke_json, router_process
 from tests.test_cli_errors import UNREACHABLE, assert_clean_failure
 from tests.waiting import wait_until

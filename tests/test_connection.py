@@ -6,8 +6,8 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from router.connection import UnsupportedServerError, check_cluster_version, open_redis
-from router.errors import RouterError
+from router.errors import RouterError, UnsupportedServerError
+from router.state.connection import check_cluster_version, open_redis
 
 
 @pytest.mark.parametrize("version", ["7.0.0", "7.0.15", "7.2.4", "8.0.1", "255.255.255"])

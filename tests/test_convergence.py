@@ -10,10 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from router.connection import open_redis
-from router.keys import Keys
-from router.node import NodeConfig, RouterNode
-from router.scripts import RedisClient
+from router.cluster.config import NodeConfig
+from router.cluster.node import RouterNode
+from router.state.connection import open_redis
+from router.state.keys import Keys
+from router.state.scripts import RedisClient
 from tests.conftest import delete_namespace
 from tests.waiting import eventually
 

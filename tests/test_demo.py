@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from router.cli import app
-from router.demo import DemoReport, run_demo_on
-from router.embedded import embedded_redis
+from router.ops.demo import DemoReport, run_demo_on
+from router.ops.embedded_redis import embedded_redis
 
 
 def check(report: DemoReport) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 import router
-from router.keys import Keys
+from router.state.keys import Keys
 from tests.waiting import eventually
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "line_server.py"

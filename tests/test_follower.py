@@ -9,11 +9,11 @@ from itertools import pairwise
 
 import pytest
 
-from router import channels
-from router.channels import CLOCK_LIMIT, Channel, parse_announcement
-from router.follower import ChannelFollower, clock_after
-from router.keys import Keys
-from router.scripts import RedisClient
+from router.cluster.follower import ChannelFollower, clock_after
+from router.state import wakeups
+from router.state.channels import CLOCK_LIMIT, Channel, parse_announcement
+from router.state.keys import Keys
+from router.state.scripts import RedisClient
 from tests.test_channels import EXPIRE, NAME
 from tests.waiting import eventually
 
@@ -126,7 +126,7 @@ async def test_every_message_arrives_in_clock_order_whatever_the_announcements(
 ) -> None:
     """Pushing and clock-only publishers interleave, the consumer is slow at times and (with
     a backlog of 3) announcements are dropped: nothing is lost and clocks only increase."""
-    monkeypatch.setattr(channels, "ANNOUNCEMENT_BACKLOG", backlog)
+    monkeypatch.setattr(wakeups, "ANNOUNCEMENT_BACKLOG", backlog)
     rng = random.Random(backlog)
     follower = ChannelFollower(channel, "s", max_fetch=3, poll=0.2, ack_interval=0.0)
     expected = [f"m{i}" for i in range(300)]

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router import guid
+from router.core import guid
+from router.core.guid import GuidGenerator, GuidParts
 from router.errors import InvalidGuidError, InvalidIdError, RouterError
-from router.guid import GuidGenerator, GuidParts
 
 NODE_A = 0x0000_1234_5678
 NODE_B = 0x0000_1234_5679

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from router.errors import DuplicateHookError, HookError, InvalidIdError, RouterError
-from router.hooks import (
+from router.core.hooks import (
     OK,
     STOP,
     ClientInfo,
@@ -20,6 +19,7 @@ from router.hooks import (
     Ok,
     Stop,
 )
+from router.errors import DuplicateHookError, HookError, InvalidIdError, RouterError
 
 POINT = HookPoint.MESSAGE_PUBLISH
 
@@ -106,10 +106,10 @@ def test_a_crashing_callback_is_skipped_and_logged(caplog: pytest.LogCaptureFixt
     registry.register(POINT, appender("before"), priority=2)
     registry.register(POINT, broken, priority=1)
     registry.register(POINT, appender("after"), priority=0)
-    with caplog.at_level(logging.ERROR, logger="router.hooks"):
+    with caplog.at_level(logging.ERROR, logger="router.core.hooks"):
         assert registry.run_fold(POINT, (), []) == ["before", "after"]
     [record] = caplog.records
-    assert record.name == "router.hooks"
+    assert record.name == "router.core.hooks"
     assert "message.publish" in record.getMessage()
     assert "broken" in record.getMessage()
     assert record.exc_info is not None
@@ -121,7 +121,7 @@ def test_a_crash_in_run_is_skipped_and_logged(caplog: pytest.LogCaptureFixture) 
     calls: list[str] = []
     registry.register(HookPoint.CLIENT_CONNECTED, lambda c: 1 / 0, priority=1)
     registry.register(HookPoint.CLIENT_CONNECTED, calls.append)
-    with caplog.at_level(logging.ERROR, logger="router.hooks"):
+    with caplog.at_level(logging.ERROR, logger="router.core.hooks"):
         assert registry.run(HookPoint.CLIENT_CONNECTED, ("c1",)) is True
     assert calls == ["c1"]
     assert len(caplog.records) == 1
@@ -132,7 +132,7 @@ def test_an_unknown_result_is_logged_and_ignored(caplog: pytest.LogCaptureFixtur
     registry = HookRegistry()
     registry.register(POINT, lambda acc: "stop", priority=1)  # a bare string is not STOP
     registry.register(POINT, appender("next"))
-    with caplog.at_level(logging.ERROR, logger="router.hooks"):
+    with caplog.at_level(logging.ERROR, logger="router.core.hooks"):
         assert registry.run_fold(POINT, (), []) == ["next"]
     assert "'stop'" in caplog.records[0].getMessage()
 
@@ -251,7 +251,7 @@ def test_sync_runs_refuse_async_callbacks(caplog: pytest.LogCaptureFixture) -> N
 
     registry.register(POINT, slow, priority=1)
     registry.register(POINT, appender("sync"))
-    with caplog.at_level(logging.ERROR, logger="router.hooks"):
+    with caplog.at_level(logging.ERROR, logger="router.core.hooks"):
         # The coroutine is closed, so no "never awaited" warning (warnings are errors here).
         assert registry.run_fold(POINT, (), []) == ["sync"]
         assert registry.run(POINT, ([],)) is True
@@ -276,7 +276,7 @@ async def test_async_fold_awaits_and_mixes_with_sync(caplog: pytest.LogCaptureFi
     registry.register(POINT, appender("sync"), priority=2)
     registry.register(POINT, stopper, priority=1)
     registry.register(POINT, appender("unreached"), priority=0)
-    with caplog.at_level(logging.ERROR, logger="router.hooks"):
+    with caplog.at_level(logging.ERROR, logger="router.core.hooks"):
         assert await registry.arun_fold(POINT, (), []) == ["remote", "sync"]
     [record] = caplog.records
     assert "crashing" in record.getMessage()
@@ -324,7 +324,7 @@ async def test_a_check_skips_a_value_it_refuses(
     registry.register(POINT, appender("first"), priority=2)
     registry.register(POINT, lambda acc: bad, priority=1)
     registry.register(POINT, appender("last"))
-    with caplog.at_level(logging.ERROR, logger="router.hooks"):
+    with caplog.at_level(logging.ERROR, logger="router.core.hooks"):
         # Skipped like a crash: a refused Stop does not stop, a refused Ok changes nothing.
         assert registry.run_fold(POINT, (), [], only_lists) == ["first", "last"]
         assert await registry.arun_fold(POINT, (), [], only_lists) == ["first", "last"]

@@ -6,13 +6,13 @@ import itertools
 
 import pytest
 
-from router.channel_info import pending_between
-from router.channels import CLOCK_LIMIT
+from router.core.route_mirror import RouteMirror
+from router.core.topics import matches
 from router.errors import InvalidTopicError
-from router.inspect import filters_overlap, route_rows
-from router.keys import Keys, escape_id, glob_escape, unescape_id
-from router.mirror import RouteMirror
-from router.topics import matches
+from router.ops.channel_view import pending_between
+from router.ops.route_view import filters_overlap, route_rows
+from router.state.channels import CLOCK_LIMIT
+from router.state.keys import Keys, escape_id, glob_escape, unescape_id
 
 OVERLAPS = [
     ("sport/+/score", "sport/tennis/#", True),

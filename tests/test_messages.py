@@ -7,15 +7,9 @@ from typing import Any
 import msgpack
 import pytest
 
-from router.messages import (
-    Forward,
-    MalformedMessageError,
-    Message,
-    Takeover,
-    pack_batch,
-    pack_takeover,
-    unpack_record,
-)
+from router.cluster.inbox import Forward, Takeover, pack_batch, pack_takeover, unpack_record
+from router.core.messages import Message
+from router.errors import MalformedMessageError
 
 
 def test_records_read_back_as_written() -> None:

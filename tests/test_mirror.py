@@ -7,8 +7,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.mirror import RouteMirror
-from router.sharing import RoundRobinStrategy
+from router.core.route_mirror import RouteMirror
+from router.core.sharing import RoundRobinStrategy
 
 
 def test_snapshot_then_changes_in_order() -> None:

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from router import InvalidOptionsError, InvalidTopicError
-from router.keys import Keys
-from router.node import NodeConfig, RouterNode
-from router.tasks import stop_task
+from router.cluster.config import NodeConfig
+from router.cluster.node import RouterNode
+from router.cluster.tasks import stop_task
+from router.state.keys import Keys
 from tests import waiting
 from tests.nodes import StartNode, take
 

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from router import guid
-from router.forwarding import Forwarder
-from router.keys import Keys
-from router.messages import Forward, Message
-from router.node import Outgoing, RouterNode
+from router.cluster.forwarding import Forwarder
+from router.cluster.inbox import Forward
+from router.cluster.node import RouterNode
+from router.core import guid
+from router.core.messages import Message, Outgoing
+from router.state.keys import Keys
 from tests import waiting
 from tests.nodes import StartNode, take
 

@@ -11,14 +11,14 @@ import pytest
 
 import router
 from router import NotAuthorizedError
-from router.acl import Acl, AclAction
+from router.cluster.node import RouterNode
+from router.cluster.policy import load_acl
+from router.core.acl import Acl, AclAction
+from router.core.hooks import STOP, ClientInfo, Decision, DropReason, HookPoint, Ok, Stop
+from router.core.messages import Message
+from router.core.options import SubscriptionOptions
 from router.errors import AclRuleError
-from router.hooks import STOP, ClientInfo, Decision, DropReason, HookPoint, Ok, Stop
-from router.keys import Keys
-from router.messages import Message
-from router.node import RouterNode
-from router.options import SubscriptionOptions
-from router.policy import load_acl
+from router.state.keys import Keys
 from tests import waiting
 from tests.nodes import StartNode, take
 
@@ -113,8 +113,8 @@ async def test_a_denied_item_refuses_the_whole_batch(start_node: StartNode) -> N
     node = await start_node("a", acl=Acl.parse(PUBLIC_ONLY))
     await node.subscribe("c", "public/#")
     batch = [
-        router.node.Outgoing("public/1", b"1", publisher="p"),
-        router.node.Outgoing("secret/2", b"2", publisher="p"),
+        router.cluster.node.Outgoing("public/1", b"1", publisher="p"),
+        router.cluster.node.Outgoing("secret/2", b"2", publisher="p"),
     ]
     with pytest.raises(NotAuthorizedError):
         await node.publish_many(batch)
@@ -293,7 +293,7 @@ async def test_a_rewrite_that_cannot_be_used_is_skipped(
     node.hooks.register(
         HookPoint.MESSAGE_PUBLISH, lambda c, acc: Ok(Message(b"\0" * 16, acc.topic, b""))
     )
-    with caplog.at_level(logging.ERROR, logger="router.hooks"):
+    with caplog.at_level(logging.ERROR, logger="router.core.hooks"):
         assert await node.subscribe("c1", "a/b") is True
         result = await node.publish("a/b", b"kept")
     assert list(node.sessions.trie.subscriptions("c1")) == ["a/b"]
@@ -361,7 +361,7 @@ async def test_a_crashing_hook_does_not_break_publishing(
     await a.subscribe("local", "t")
     await b.subscribe("remote", "t")
     await routed(a, "t", "b")
-    with caplog.at_level(logging.ERROR, logger="router.hooks"):
+    with caplog.at_level(logging.ERROR, logger="router.core.hooks"):
         result = await a.publish("t", b"still here")
         await a.publish("nobody/listens", b"")
         [remote] = await take(b, "remote", 1)

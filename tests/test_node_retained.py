@@ -1,12 +1,14 @@
-"""Retained messages through the node API (router.retainer), on real Redis and a cluster:
+"""Retained messages through the node API (router.cluster.retainer), on real Redis and a cluster:
 retain publishes store and delete, subscribes deliver with retain handling 0/1/2."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.node import Outgoing, RouterNode
-from router.retained import RetainedArgumentError, RetainedConfig
+from router.cluster.node import RouterNode
+from router.core.messages import Outgoing
+from router.errors import RetainedArgumentError
+from router.state.retained_store import RetainedConfig
 from tests import waiting
 from tests.nodes import StartNode, take
 

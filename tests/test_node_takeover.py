@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from router.forwarding import Forwarder
-from router.hooks import ClientInfo, HookPoint
-from router.keys import Keys
-from router.messages import Takeover
-from router.node import RouterNode
+from router.cluster.forwarding import Forwarder
+from router.cluster.inbox import Takeover
+from router.cluster.node import RouterNode
+from router.core.hooks import ClientInfo, HookPoint
+from router.state.keys import Keys
 from tests import waiting
 from tests.nodes import StartNode, take
 

@@ -66,7 +66,7 @@ def test_wheel_installs_into_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
     )
     assert "publish/subscribe router" in result.stdout
     # The Lua scripts load from the installed package, not from this checkout.
-    probe = "from router.scripts import script_source; import router; print(router.__file__)"
+    probe = "from router.state.scripts import script_source; import router; print(router.__file__)"
     located = subprocess.run(
         [str(env_dir / "bin" / "python"), "-c", probe],
         check=True,

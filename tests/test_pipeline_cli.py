@@ -11,13 +11,13 @@ import pytest
 from click.testing import CliRunner, Result
 
 from router.cli import app
+from router.core.options import make_options
 from router.errors import ScriptError
-from router.keys import Keys
-from router.options import make_options
-from router.pipeline import session
-from router.pipeline.loader import ImportCounts, RowError, parse_row, plan_clients
-from router.scripts import Scripts, script_source
-from router.subscriptions import pack_options
+from router.pipeline import spark_session
+from router.pipeline.loader import ImportCounts, ImportRowError, parse_row, plan_clients
+from router.state.keys import Keys
+from router.state.scripts import Scripts, script_source
+from router.state.subscriptions import pack_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -46,7 +46,7 @@ def csv_file(tmp_path: Path, text: str = "client_id,filter,qos\nc,a/b,0\n") -> s
 
 
 def test_missing_pyspark_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(session, "find_spec", lambda name: None)
+    monkeypatch.setattr(spark_session, "find_spec", lambda name: None)
     line = one_error_line(invoke("pipeline", "import", "--subs", csv_file(tmp_path)))
     assert "pyspark is not installed" in line and "router[spark]" in line
 
@@ -190,7 +190,7 @@ def test_subscription_keys_name_their_client(client_id: str) -> None:
     ],
 )
 def test_rows_are_rejected_with_their_reason(row: tuple[str | None, ...], reason: str) -> None:
-    with pytest.raises(RowError, match=re.escape(reason)):
+    with pytest.raises(ImportRowError, match=re.escape(reason)):
         parse_row(row)
 
 

@@ -16,12 +16,12 @@ import redis
 from click.testing import CliRunner, Result
 
 from router.cli import app
-from router.connection import open_redis
-from router.keys import Keys
-from router.options import SubscriptionOptions, make_options
-from router.retained import RetainedStore
-from router.routes import RouteStore
-from router.subscriptions import SubscriptionStore
+from router.core.options import SubscriptionOptions, make_options
+from router.state.connection import open_redis
+from router.state.keys import Keys
+from router.state.retained_store import RetainedStore
+from router.state.routes import RouteStore
+from router.state.subscriptions import SubscriptionStore
 from tests.cli_support import delete_namespace
 
 if TYPE_CHECKING:

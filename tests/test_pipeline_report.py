@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from router.pipeline.errors import PipelineInputError
+from router.cluster.traffic_log import format_record
+from router.core.topics import parse_shared, validate_filter
+from router.errors import PipelineInputError
 from router.pipeline.model import Report
 from router.pipeline.plain import plain_report
-from router.topics import parse_shared, validate_filter
-from router.traffic import format_record
 from tests.brute import BruteModel, brute_matches
 
 if TYPE_CHECKING:

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from router.acl import Acl, Permission
 from router.cli import app
+from router.cluster.policy import Policy, load_acl
+from router.core.acl import Acl, Permission
+from router.core.hooks import HookPoint, HookRegistry
 from router.errors import AclRuleError
-from router.hooks import HookPoint, HookRegistry
-from router.keys import Keys
-from router.policy import Policy, load_acl
+from router.state.keys import Keys
 from tests.cli_support import delete_namespace, router_process
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "acl.conf"

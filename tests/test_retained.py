@@ -1,4 +1,4 @@
-"""The retained store (router.retained) on fakeredis, a real redis-server and a 3-master
+"""The retained store (router.state.retained_store) on fakeredis, a real redis-server and a 3-master
 Redis Cluster: EMQX retainer semantics, the sharded layout, cursors, pages, expiry on
 Redis server time, and limits."""
 
@@ -13,20 +13,22 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-import router.retained
-from router.errors import InvalidTopicError
-from router.keys import Keys
-from router.retained import (
+import router.state.retained_store
+from router.core.topics import matches
+from router.errors import (
+    InvalidTopicError,
     RetainedArgumentError,
+    RetainedPayloadTooLargeError,
+    RetainedStoreFullError,
+)
+from router.state.keys import Keys
+from router.state.retained_store import (
     RetainedConfig,
     RetainedCursor,
     RetainedMessage,
-    RetainedPayloadTooLargeError,
     RetainedStore,
-    RetainedStoreFullError,
 )
-from router.scripts import RedisClient
-from router.topics import matches
+from router.state.scripts import RedisClient
 from tests import test_state_scripts as state_scripts
 from tests import waiting
 
@@ -104,7 +106,7 @@ RETAINED_SCRIPTS = [name for name in state_scripts.lua_files() if name.startswit
 
 
 def test_the_retained_scripts_are_the_ones_the_store_runs() -> None:
-    source = Path(router.retained.__file__).read_text(encoding="utf-8")
+    source = Path(router.state.retained_store.__file__).read_text(encoding="utf-8")
     assert set(RETAINED_SCRIPTS) == set(re.findall(r'"(retained_[a-z]+)"', source))
 
 
@@ -176,7 +178,7 @@ async def test_match_goes_on_from_a_cursor_in_bounded_batches(store: RetainedSto
 async def test_a_script_call_looks_at_a_bounded_number_of_topics(
     store: RetainedStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(router.retained, "SCAN_BUDGET", 4)
+    monkeypatch.setattr(router.state.retained_store, "SCAN_BUDGET", 4)
     await fill(store, [f"a/x/{i:02}" for i in range(10)] + ["a/y/1", "a/y/2"])
     batch = await store.match("a/+/1", limit=5)
     assert topics_of(batch.messages) == ["a/y/1"]

@@ -1,10 +1,10 @@
-"""The heap settling of a node process (router.runtime)."""
+"""The heap settling of a node process (router.ops.node_process)."""
 
 from __future__ import annotations
 
 import gc
 
-from router.runtime import freeze_startup_heap
+from router.ops.node_process import freeze_startup_heap
 
 
 def test_objects_alive_at_the_freeze_leave_the_collectors_scans() -> None:

@@ -16,7 +16,7 @@ from router import (
     UnknownStrategyError,
     strategy_by_name,
 )
-from router.sharing import ShareGroup
+from router.core.sharing import ShareGroup
 
 MEMBERS = ["m0", "m1", "m2", "m3", "m4"]
 # Upper 0.1% point of the chi-square distribution with 4 degrees of freedom.

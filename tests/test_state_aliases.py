@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from router.alias_store import RedisAliasTable
 from router.errors import (
     CorruptStateError,
     InvalidAliasError,
@@ -17,9 +16,10 @@ from router.errors import (
     RouterError,
     ScriptError,
 )
-from router.keys import Keys
-from router.scripts import RedisClient, Scripts
-from router.subscriptions import SubscriptionStore
+from router.state.alias_store import RedisAliasTable
+from router.state.keys import Keys
+from router.state.scripts import RedisClient, Scripts
+from router.state.subscriptions import SubscriptionStore
 from tests.alias_cases import ALIAS_CASES, Step
 
 

@@ -10,10 +10,10 @@ from router.errors import (
     ScriptError,
     StaleIncarnationError,
 )
-from router.keys import Keys
-from router.nodes import NodeInfo, NodeRegistry
-from router.routes import RouteStore
-from router.scripts import RedisClient, Scripts
+from router.state.keys import Keys
+from router.state.node_registry import NodeInfo, NodeRegistry
+from router.state.routes import RouteStore
+from router.state.scripts import RedisClient, Scripts
 from tests.waiting import eventually
 
 DEADLINE = 5.0

@@ -9,15 +9,15 @@ from router.errors import (
     CorruptStateError,
     InvalidIdError,
     InvalidTopicError,
-    ResyncRequired,
+    ResyncRequiredError,
     RouterError,
     RouteSetMissingError,
     ScriptError,
     StaleIncarnationError,
 )
-from router.keys import Keys
-from router.routes import RouteChange, RouteStore
-from router.scripts import RedisClient, Scripts
+from router.state.keys import Keys
+from router.state.routes import RouteChange, RouteStore
+from router.state.scripts import RedisClient, Scripts
 
 NODE = "node-a"
 INC = "inc-1"
@@ -123,7 +123,7 @@ async def test_the_stream_is_trimmed_exactly_and_a_late_reader_must_resync(
         12,
     ]
     for behind in (0, 6):
-        with pytest.raises(ResyncRequired) as info:
+        with pytest.raises(ResyncRequiredError) as info:
             await store.changes(NODE, claim.generation, behind)
         assert info.value.reason == "trimmed"
     assert (await store.changes(NODE, claim.generation, 12)).changes == []
@@ -135,20 +135,20 @@ async def test_readers_resync_when_the_stream_or_route_set_vanishes(
     claim = await store.claim(NODE, INC)
     await store.apply(NODE, INC, [("a", 1), ("b", 1)])
     await redis_client.delete(store.keys.node_stream(NODE))
-    with pytest.raises(ResyncRequired) as info:
+    with pytest.raises(ResyncRequiredError) as info:
         await store.changes(NODE, claim.generation, 1)
     assert info.value.reason == "trimmed"
-    with pytest.raises(ResyncRequired) as info:
+    with pytest.raises(ResyncRequiredError) as info:
         await store.changes(NODE, claim.generation, 3)
     assert info.value.reason == "ahead"
     await store.purge(NODE)
-    with pytest.raises(ResyncRequired) as info:
+    with pytest.raises(ResyncRequiredError) as info:
         await store.changes(NODE, claim.generation, 2)
     assert info.value.reason == "gone"
     # A reader of a node that never had a route set is up to date until one appears.
     assert (await store.changes(NODE, None, 0)).changes == []
     await store.claim(NODE, INC)
-    with pytest.raises(ResyncRequired) as info:
+    with pytest.raises(ResyncRequiredError) as info:
         await store.changes(NODE, None, 0)
     assert info.value.reason == "generation"
 
@@ -163,7 +163,7 @@ async def test_a_new_incarnation_drops_the_old_routes_and_fences_the_old_writer(
     assert int(second.generation) > int(first.generation)
     with pytest.raises(StaleIncarnationError):
         await store.apply(NODE, INC, [("late", 1)])
-    with pytest.raises(ResyncRequired) as info:
+    with pytest.raises(ResyncRequiredError) as info:
         await store.changes(NODE, first.generation, 1)
     assert info.value.reason == "generation"
     snap = await store.snapshot(NODE)

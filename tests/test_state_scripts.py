@@ -15,19 +15,19 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
 
-from router.alias_store import RedisAliasTable
+from router.core.options import SubscriptionOptions
 from router.errors import (
     InvalidIdError,
-    ResyncRequired,
+    ResyncRequiredError,
     RouteSetMissingError,
     ScriptError,
 )
-from router.keys import Keys
-from router.nodes import NodeRegistry
-from router.options import SubscriptionOptions
-from router.routes import RouteStore
-from router.scripts import RedisClient, Scripts, script_source
-from router.subscriptions import SubscriptionStore
+from router.state.alias_store import RedisAliasTable
+from router.state.keys import Keys
+from router.state.node_registry import NodeRegistry
+from router.state.routes import RouteStore
+from router.state.scripts import RedisClient, Scripts, script_source
+from router.state.subscriptions import SubscriptionStore
 from tests.redis_servers import RedisServer
 
 # Every script of the client / route / node state layer (channel_* scripts live elsewhere).
@@ -221,7 +221,7 @@ async def test_everything_survives_a_redis_restart(
         assert await subs.subscribe("c", "after") is True
         with pytest.raises(RouteSetMissingError):
             await routes.add("n", "inc", "s")
-        with pytest.raises(ResyncRequired) as info:
+        with pytest.raises(ResyncRequiredError) as info:
             await routes.changes("n", claim.generation, 0)
         assert info.value.reason == "gone"
         again = await routes.claim("n", "inc", {"r": 1})

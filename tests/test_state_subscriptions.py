@@ -8,6 +8,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from router.core.options import DEFAULT_OPTIONS, SubscriptionOptions
 from router.errors import (
     CorruptStateError,
     InvalidIdError,
@@ -16,10 +17,9 @@ from router.errors import (
     RouterError,
     SessionOwnershipError,
 )
-from router.keys import Keys
-from router.options import DEFAULT_OPTIONS, SubscriptionOptions
-from router.scripts import RedisClient
-from router.subscriptions import Owner, SubscriptionStore, pack_options, unpack_options
+from router.state.keys import Keys
+from router.state.scripts import RedisClient
+from router.state.subscriptions import Owner, SubscriptionStore, pack_options, unpack_options
 
 QOS1 = SubscriptionOptions(qos=1)
 FANCY = SubscriptionOptions(

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from router.keys import Keys
+from router.state.keys import Keys
 from tests.cli_support import Cluster, invoke_json, router_process
 from tests.waiting import wait_until
 

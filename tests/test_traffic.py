@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from router.cli import app
+from router.cluster.traffic_log import FIELDS, TrafficLog, file_stem
+from router.core.messages import Message
 from router.errors import InvalidSettingError
-from router.messages import Message
-from router.traffic import FIELDS, TrafficLog, file_stem
 from tests import waiting
 from tests.nodes import StartNode
 
@@ -112,7 +112,7 @@ def test_a_full_buffer_drops_and_counts_and_warns(
     for index in range(5):  # the writer is not running yet: the buffer fills up
         log.record(message(f"t/{index}"), (), 0)
     assert log.stats()["traffic_dropped"] == 2
-    with caplog.at_level(logging.WARNING, logger="router.traffic"):
+    with caplog.at_level(logging.WARNING, logger="router.cluster.traffic_log"):
         log.start()
         log.close()
     assert [r["topic"] for r in records(tmp_path)] == ["t/0", "t/1", "t/2"]
@@ -128,7 +128,7 @@ def test_a_failed_write_counts_its_records_as_dropped(
     log.start()
     shutil.rmtree(directory)
     log.record(message(), (), 0)
-    with caplog.at_level(logging.ERROR, logger="router.traffic"):
+    with caplog.at_level(logging.ERROR, logger="router.cluster.traffic_log"):
         log.close()
     assert log.stats()["traffic_dropped"] == 1
     assert log.stats()["traffic_records"] == 0

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from router import HashTopicStrategy, SubscriptionTrie
-from router.topics import parse_shared
+from router.core.topics import parse_shared
 from tests.brute import BruteModel
 
 LITERALS = ["a", "b", "", "$x", "$SYS", "ü", "a b", "日本"]

@@ -1,4 +1,4 @@
--- Shared by the channel scripts (included with `--! include clocks`, see router/scripts.py).
+-- Shared by the channel scripts (included with `--! include clocks`, see router/state/scripts.py).
 -- LIMIT: the largest clock; clocks run over +-LIMIT and wrap from LIMIT to -LIMIT.
 -- to_clock(value): the integer clock a stored or given string holds, or nil if it is not one.
 -- tag_of(key): the key up to the end of its hash tag (the first {...}), or nil without one.

@@ -1,4 +1,4 @@
--- Shared by the client scripts (included with `--! include owner`, see router/scripts.py).
+-- Shared by the client scripts (included with `--! include owner`, see router/state/scripts.py).
 -- check_owner(owner_key, node, epoch): nil when the caller may write for the client (node ''
 -- and epoch '': no check asked; else the owner hash holds exactly that node and epoch), or
 -- the coded error message to reply with (ROUTER_INVALID, ROUTER_NOT_OWNER, ROUTER_CORRUPT).

@@ -1,5 +1,5 @@
 -- Shared by the scripts that store subscriptions (included with `--! include pairs`, see
--- router/scripts.py).
+-- router/state/scripts.py).
 -- check_pairs(first): nil when ARGV[first], ARGV[first + 1], ... (an even count, checked by
 -- the caller) are filter / packed options pairs: a filter of 1..65535 bytes and options that
 -- are not empty; else the ROUTER_INVALID error message to reply with.

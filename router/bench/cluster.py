@@ -35,9 +35,11 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from router.embedded import embedded_redis
-from router.node import NodeConfig, Outgoing, RouterNode
-from router.runtime import freeze_startup_heap
+from router.cluster.config import NodeConfig
+from router.cluster.node import RouterNode
+from router.core.messages import Outgoing
+from router.ops.embedded_redis import embedded_redis
+from router.ops.node_process import freeze_startup_heap
 
 PAYLOAD = b"x" * 256
 BATCH = 256  # commands per pipeline round trip, and messages per publish_many call

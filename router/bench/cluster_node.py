@@ -22,9 +22,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from router.messages import Delivery
-from router.node import NodeConfig, RouterNode
-from router.runtime import freeze_startup_heap
+from router.cluster.config import NodeConfig
+from router.cluster.node import RouterNode
+from router.core.messages import Delivery
+from router.ops.node_process import freeze_startup_heap
 
 
 def _quantile(ordered: list[float], fraction: float) -> float:

@@ -47,11 +47,11 @@ from router.bench.match import (
     _device_subscription,
     make_workload,
 )
-from router.cache import TopicIndex
-from router.cached_trie import CachedMatcher
-from router.sharing import HashTopicStrategy, ShareStrategy
-from router.topics import has_wildcard, parse_shared
-from router.trie import SubscriptionTrie
+from router.core.cached_trie import CachedMatcher
+from router.core.hot_topics import TopicIndex
+from router.core.sharing import HashTopicStrategy, ShareStrategy
+from router.core.topics import has_wildcard, parse_shared
+from router.core.trie import SubscriptionTrie
 
 UNIVERSE = SITES * DEVICES_PER_SITE * len(METRICS)
 # rank -> topic number: a fixed permutation of the universe (multiplier coprime to 500k).

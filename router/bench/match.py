@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from router.trie import SubscriptionTrie
+from router.core.trie import SubscriptionTrie
 
 METRICS = ("telemetry", "status", "cmd", "alert", "config")
 SITES = 100
@@ -31,7 +31,7 @@ DEVICES_PER_SITE = 1000
 
 
 @dataclass(frozen=True)
-class Workload:
+class MatchWorkload:
     """Subscriptions (client, filter) and the publish topics to match."""
 
     name: str
@@ -84,7 +84,7 @@ def _topics(rng: random.Random, count: int) -> list[str]:
     return topics
 
 
-def make_workload(name: str, subscriptions: int, topics: int, seed: int) -> Workload:
+def make_workload(name: str, subscriptions: int, topics: int, seed: int) -> MatchWorkload:
     """Build the ``devices`` or ``dashboards`` workload, the same for the same seed."""
     rng = random.Random(seed)
     if name == "devices":
@@ -95,7 +95,7 @@ def make_workload(name: str, subscriptions: int, topics: int, seed: int) -> Work
         subs += [_dashboard_subscription(rng, i) for i in range(broad)]
     else:
         raise ValueError(f"unknown workload {name!r}")
-    return Workload(name, subs, _topics(rng, topics))
+    return MatchWorkload(name, subs, _topics(rng, topics))
 
 
 class PahoPeer:
@@ -156,7 +156,7 @@ def _timed(action: Callable[[], Any]) -> tuple[Any, float]:
     return result, time.perf_counter() - start
 
 
-def _router_memory(workload: Workload) -> tuple[float, float]:
+def _router_memory(workload: MatchWorkload) -> tuple[float, float]:
     """Bytes per subscription while built, and bytes left per subscription once all
     subscriptions were removed again (the trie must return to its baseline)."""
     gc.collect()
@@ -175,7 +175,7 @@ def _router_memory(workload: Workload) -> tuple[float, float]:
     return (built - before) / count, (emptied - before) / count
 
 
-def _paho_memory(workload: Workload) -> float:
+def _paho_memory(workload: MatchWorkload) -> float:
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
@@ -186,7 +186,7 @@ def _paho_memory(workload: Workload) -> float:
     return (after - before) / len(workload.subscriptions)
 
 
-def run_workload(workload: Workload, rounds: int = 3) -> dict[str, Any]:
+def run_workload(workload: MatchWorkload, rounds: int = 3) -> dict[str, Any]:
     """Measure both structures on one workload; best of ``rounds`` for each rate."""
     makers: dict[str, Callable[[], Subject]] = {"router": RouterSubject, "paho": PahoPeer}
     built: dict[str, Subject] = {}

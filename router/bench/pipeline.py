@@ -1,13 +1,14 @@
 """``router bench pipeline``: the Spark report job beside the same computation in one
 Python process, and the Spark import into a real Redis, in one run.
 
-Workload (seeded): ``subscriptions`` subscriptions of device-fleet clients
+PipelineWorkload (seeded): ``subscriptions`` subscriptions of device-fleet clients
 (``filters_per_client`` each, clients spread over ``nodes`` nodes): exact device topics,
 per-device ``+``, per-site ``device/+`` and ``#``, share groups, and filters nothing
 publishes to. A pool of ``topics`` device topics; ``publishes`` traffic-log records (one
-JSON-lines file per node, written with :func:`router.traffic.format_record`), topics drawn
-with a skew (hot topics), each forwarded to the other nodes that have an interested client
-as the router does (one copy per node, share groups served by one member).
+JSON-lines file per node, written with
+:func:`router.cluster.traffic_log.format_record`), topics drawn with a skew (hot topics),
+each forwarded to the other nodes that have an interested client as the router does (one
+copy per node, share groups served by one member).
 
 Measures:
 
@@ -45,23 +46,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from router.connection import open_redis
-from router.embedded import embedded_redis
-from router.errors import RouterError
-from router.keys import Keys
+from router.cluster.traffic_log import format_record
+from router.errors import PipelineBenchError
+from router.ops.embedded_redis import embedded_redis
 from router.pipeline.matching import TopicMatcher
 from router.pipeline.model import Report
 from router.pipeline.plain import plain_report
-from router.traffic import format_record
+from router.state.connection import open_redis
+from router.state.keys import Keys
 
 SPARK_RATIO_TARGET: Final = 1.5
 IMPORT_TARGET: Final = 20_000
 METRICS: Final = ("telemetry", "status", "alarm", "config", "battery")
 WARM_UP_LINES: Final = 20_000
-
-
-class PipelineBenchError(RouterError):
-    """The benchmark could not run, or the two reports disagreed."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +85,7 @@ class PipelineBenchConfig:
 
 
 @dataclass
-class Workload:
+class PipelineWorkload:
     """Generated files and the subscription pairs."""
 
     traffic: Path
@@ -119,7 +116,7 @@ def _filter(rng: random.Random, config: PipelineBenchConfig) -> str:
     return f"fleet/{site}/device/{device}/ota"
 
 
-def generate(config: PipelineBenchConfig, directory: Path) -> Workload:
+def generate(config: PipelineBenchConfig, directory: Path) -> PipelineWorkload:
     """Write the traffic log and the subscriptions CSV under ``directory``."""
     rng = random.Random(config.seed)
     nodes = [f"node-{n + 1}" for n in range(config.nodes)]
@@ -162,20 +159,22 @@ def generate(config: PipelineBenchConfig, directory: Path) -> Workload:
         for stream in streams.values():
             stream.close()
     size = sum(p.stat().st_size for p in traffic.iterdir())
-    return Workload(traffic, csv, pairs, size, len(pool))
+    return PipelineWorkload(traffic, csv, pairs, size, len(pool))
 
 
-def warm_up_workload(workload: Workload, directory: Path, lines: int = WARM_UP_LINES) -> Workload:
+def warm_up_workload(
+    workload: PipelineWorkload, directory: Path, lines: int = WARM_UP_LINES
+) -> PipelineWorkload:
     """A small log (the first ``lines`` records of one file) for an untimed first job, so
     the timed rounds run on started executors and a warm JVM, as a long-lived deployment."""
     directory.mkdir()
     first = min(workload.traffic.iterdir())
     with first.open() as source, (directory / first.name).open("w") as target:
         target.writelines(line for _, line in zip(range(lines), source, strict=False))
-    return Workload(directory, workload.subscriptions_csv, workload.pairs, 0, 0)
+    return PipelineWorkload(directory, workload.subscriptions_csv, workload.pairs, 0, 0)
 
 
-def _timed_spark(spark: Any, workload: Workload) -> tuple[Report, float]:
+def _timed_spark(spark: Any, workload: PipelineWorkload) -> tuple[Report, float]:
     from router.pipeline.report import collect_report, read_traffic, report_tables
 
     start = time.perf_counter()
@@ -186,7 +185,7 @@ def _timed_spark(spark: Any, workload: Workload) -> tuple[Report, float]:
     return report, elapsed
 
 
-def _timed_python(workload: Workload) -> tuple[Report, float]:
+def _timed_python(workload: PipelineWorkload) -> tuple[Report, float]:
     start = time.perf_counter()
     report = plain_report(workload.traffic, workload.pairs)
     return report, time.perf_counter() - start
@@ -202,7 +201,7 @@ async def _delete_namespace(url: str, keys: Keys) -> None:
         await redis.aclose()
 
 
-def _timed_import(spark: Any, url: str, workload: Workload) -> tuple[int, float]:
+def _timed_import(spark: Any, url: str, workload: PipelineWorkload) -> tuple[int, float]:
     from router.pipeline.importer import import_subscriptions
 
     keys = Keys(f"bp{uuid.uuid4().hex[:8]}")
@@ -234,7 +233,7 @@ def _floor(value: float, digits: int = 2) -> float:
 
 def run(config: PipelineBenchConfig, url: str | None = None) -> dict[str, Any]:
     """Generate, measure, compare; the object ``--json`` prints."""
-    from router.pipeline.session import spark_errors, spark_session
+    from router.pipeline.spark_session import spark_errors, spark_session
 
     with tempfile.TemporaryDirectory(prefix="router-bench-pipeline-") as scratch:
         generated = time.perf_counter()

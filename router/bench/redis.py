@@ -1,10 +1,10 @@
 """``router bench redis``: the router's Redis state beside raw redis-py, in one run.
 
 What is measured, against one standalone Redis (started here with
-:func:`router.embedded.embedded_redis`, or given by URL), through one ``redis.asyncio.Redis``
-client with default settings shared by every section (so every section uses the same kind
-of connection); one call is in flight at a time everywhere, so a rate is what one
-sequential caller gets, Python and Redis time included::
+:func:`router.ops.embedded_redis.embedded_redis`, or given by URL), through one
+``redis.asyncio.Redis`` client with default settings shared by every section (so every
+section uses the same kind of connection); one call is in flight at a time everywhere, so
+a rate is what one sequential caller gets, Python and Redis time included::
 
     subscribe_per_s          SubscriptionStore.subscribe: one filter, one round trip each
     subscribe_batched_per_s  SubscriptionStore.subscribe_many: ``subscribe_batch`` filters
@@ -55,13 +55,13 @@ from typing import Any, Final
 
 from redis.asyncio import Redis
 
-from router.channels import Channel, Message
-from router.embedded import embedded_redis
-from router.errors import RouterError
-from router.guid import GuidGenerator, node_part_for
-from router.keys import Keys
-from router.options import SubscriptionOptions, make_options
-from router.subscriptions import SubscriptionStore
+from router.core.guid import GuidGenerator, node_part_for
+from router.core.options import SubscriptionOptions, make_options
+from router.errors import BenchSetupError
+from router.ops.embedded_redis import embedded_redis
+from router.state.channels import Channel, ChannelMessage
+from router.state.keys import Keys
+from router.state.subscriptions import SubscriptionStore
 
 PUBLISH_TARGET_RATIO: Final = 1.0
 """Target: batched channel publish at least this many times the raw pipelined PUBLISH rate."""
@@ -77,10 +77,6 @@ METRICS: Final = ("telemetry", "status", "cmd", "alert", "config")
 PREFIX_STEM: Final = "rb"
 """Key prefixes of a run: this stem, 6 random hex digits and the round number (9 characters,
 7 more than the default ``rt``, so each key name here is 7 bytes longer than in production)."""
-
-
-class BenchSetupError(RouterError, ValueError):
-    """The benchmark cannot run as asked (bad sizes, or a server it does not measure)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,12 +131,12 @@ def subscription_batches(
     return batches
 
 
-def message_batches(config: RedisBenchConfig) -> list[list[Message]]:
+def message_batches(config: RedisBenchConfig) -> list[list[ChannelMessage]]:
     """The channel messages in publish batches: GUID ids, seeded random content."""
     rng = random.Random(config.seed)
     guids = GuidGenerator(node_part_for("router-bench", config.seed))
     messages = [
-        Message(guids.new_hex(), rng.randbytes(config.payload_bytes))
+        ChannelMessage(guids.new_hex(), rng.randbytes(config.payload_bytes))
         for _ in range(config.messages)
     ]
     size = config.publish_batch
@@ -193,7 +189,7 @@ class _Round:
         self.keys = Keys(f"{PREFIX_STEM}{uuid.uuid4().hex[:6]}{number}")
         self.store = SubscriptionStore(redis, self.keys)
 
-    async def run(self, best: _Best, messages: list[list[Message]]) -> None:
+    async def run(self, best: _Best, messages: list[list[ChannelMessage]]) -> None:
         config = self.config
         options = make_options(qos=1)
         single = subscription_batches(config.subscriptions, config.subscribe_batch, "s", options)
@@ -237,7 +233,7 @@ class _Round:
         for client, items in batches:
             await subscribe_many(client, items)
 
-    async def _raw_publish(self, batches: list[list[Message]]) -> None:
+    async def _raw_publish(self, batches: list[list[ChannelMessage]]) -> None:
         redis = self.redis
         for batch in batches:
             pipe = redis.pipeline(transaction=False)
@@ -250,7 +246,9 @@ class _Round:
         if clock is None or int(clock) != self.config.messages:
             raise AssertionError(f"the channel clock is {clock!r}, not {self.config.messages}")
 
-    async def _channel_memory(self, best: _Best, batches: list[list[Message]], grown: int) -> None:
+    async def _channel_memory(
+        self, best: _Best, batches: list[list[ChannelMessage]], grown: int
+    ) -> None:
         keys, count = self.keys, self.config.messages
         ids = [message.id for batch in batches for message in batch]
         names = [keys.channel_body(CHANNEL, clock) for clock in range(1, count + 1)]
@@ -260,7 +258,7 @@ class _Round:
         best.memory["used_memory_per_channel_message"] = grown / count
 
 
-async def _publish(channel: Channel, batches: list[list[Message]]) -> None:
+async def _publish(channel: Channel, batches: list[list[ChannelMessage]]) -> None:
     publish = channel.publish
     for batch in batches:
         await publish(batch)

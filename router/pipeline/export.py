@@ -25,17 +25,17 @@ from typing import Any, Final
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from router.connection import open_redis
-from router.keys import Keys
+from router.errors import PipelineInputError
 from router.pipeline import schemas
-from router.pipeline.errors import PipelineInputError
 from router.pipeline.snapshot import (
     DEFAULT_BATCH,
     retained_batches,
     route_batches,
     subscription_batches,
 )
-from router.scripts import RedisClient
+from router.state.connection import open_redis
+from router.state.keys import Keys
+from router.state.scripts import RedisClient
 
 ROWS_PER_WRITE: Final = 100_000
 TABLES: Final = ("subscriptions", "routes", "retained")

@@ -17,9 +17,9 @@ from typing import Final
 
 from pyspark.sql import Row, SparkSession
 
-from router.keys import Keys
 from router.pipeline.loader import ImportCounts, Progress, import_rows
 from router.pipeline.sources import read_subscriptions
+from router.state.keys import Keys
 
 ROWS_PER_PARTITION: Final = 20_000
 POLL: Final = 0.2

@@ -10,13 +10,18 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from router.connection import open_redis
-from router.keys import Keys
 from router.pipeline.export import ExportSummary
 from router.pipeline.loader import ImportCounts, Progress
 from router.pipeline.model import Report
-from router.pipeline.session import DEFAULT_MASTER, pipeline_session, require_java, require_pyspark
 from router.pipeline.snapshot import subscription_batches
+from router.pipeline.spark_session import (
+    DEFAULT_MASTER,
+    pipeline_session,
+    require_java,
+    require_pyspark,
+)
+from router.state.connection import open_redis
+from router.state.keys import Keys
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 

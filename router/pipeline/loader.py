@@ -26,12 +26,12 @@ from typing import Any, Final
 import redis
 from redis.exceptions import ResponseError
 
-from router.errors import InvalidIdError, InvalidOptionsError, InvalidTopicError
-from router.keys import Keys, check_id
-from router.options import SubscriptionOptions, make_options
-from router.scripts import script_source, translate_error
-from router.subscriptions import pack_options
-from router.topics import parse_shared, validate_filter
+from router.core.options import SubscriptionOptions, make_options
+from router.core.topics import parse_shared, validate_filter
+from router.errors import ImportRowError, InvalidIdError, InvalidOptionsError, InvalidTopicError
+from router.state.keys import Keys, check_id
+from router.state.scripts import script_source, translate_error
+from router.state.subscriptions import pack_options
 
 COLUMNS: Final = ("client_id", "filter", "qos")
 """The columns every import source must have."""
@@ -51,10 +51,6 @@ CLIENT_REJECTED: Final = "another row of this client was rejected"
 Row = Sequence[str | None]
 Progress = Callable[[int, int], None]
 """Called with (partitions done, partitions in all) while an import runs."""
-
-
-class RowError(ValueError):
-    """A row the import cannot load (the message is the reason)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +101,7 @@ def _flag(value: str | None, name: str) -> bool:
         return True
     if text in _FALSE:
         return False
-    raise RowError(f"{name} must be true or false, not {value!r}")
+    raise ImportRowError(f"{name} must be true or false, not {value!r}")
 
 
 def _integer(value: str | None, name: str) -> int | None:
@@ -115,19 +111,19 @@ def _integer(value: str | None, name: str) -> int | None:
     try:
         return int(text)
     except ValueError:
-        raise RowError(f"{name} must be an integer, not {value!r}") from None
+        raise ImportRowError(f"{name} must be an integer, not {value!r}") from None
 
 
 def parse_row(row: Row) -> tuple[str, str, SubscriptionOptions]:
-    """``(client_id, filter, options)`` of a row; :class:`RowError` with the reason."""
+    """``(client_id, filter, options)`` of a row; :class:`ImportRowError` with the reason."""
     client_id, topic_filter, qos = row[0], row[1], row[2]
     extra = list(row[3:]) + [None] * (len(OPTION_COLUMNS) - len(row[3:]))
     if client_id is None or client_id == "":
-        raise RowError("client_id is missing")
+        raise ImportRowError("client_id is missing")
     if topic_filter is None:
-        raise RowError("filter is missing")
+        raise ImportRowError("filter is missing")
     if qos is None or qos.strip() == "":
-        raise RowError("qos is missing")
+        raise ImportRowError("qos is missing")
     try:
         check_id(client_id, "client id")
         validate_filter(topic_filter)
@@ -141,9 +137,9 @@ def parse_row(row: Row) -> tuple[str, str, SubscriptionOptions]:
             subscription_identifier=_integer(extra[3], "subscription_identifier"),
         )
     except (InvalidIdError, InvalidTopicError, InvalidOptionsError) as exc:
-        raise RowError(str(exc)) from None
+        raise ImportRowError(str(exc)) from None
     if options.no_local and parse_shared(topic_filter) is not None:
-        raise RowError("a shared subscription cannot set no_local (MQTT-3.8.3-4)")
+        raise ImportRowError("a shared subscription cannot set no_local (MQTT-3.8.3-4)")
     return client_id, topic_filter, options
 
 
@@ -162,7 +158,7 @@ def plan_clients(
         for index, row in enumerate(client_rows):
             try:
                 parsed.append(parse_row(row))
-            except RowError as exc:
+            except ImportRowError as exc:
                 failures[index] = str(exc)
         if failures:
             for index, row in enumerate(client_rows):

@@ -10,9 +10,9 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from router.core.topics import validate_filter
+from router.core.trie import SubscriptionTrie
 from router.errors import InvalidIdError, InvalidOptionsError, InvalidTopicError
-from router.topics import validate_filter
-from router.trie import SubscriptionTrie
 
 
 class MatchedFilter(NamedTuple):

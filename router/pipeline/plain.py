@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from router.pipeline.errors import PipelineInputError
+from router.errors import PipelineInputError
 from router.pipeline.matching import FilterCosts, TopicMatcher, add_filter_costs
 from router.pipeline.model import (
     FilterCost,

@@ -28,7 +28,7 @@ TRAFFIC: Final = StructType(
         StructField("local_deliveries", LongType()),
     ]
 )
-"""One traffic-log record (:mod:`router.traffic` writes them, fields in this order)."""
+"""One traffic-log record (:mod:`router.cluster.traffic_log` writes them, fields in this order)."""
 
 MATCHED: Final = StructType(
     [

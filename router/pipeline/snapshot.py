@@ -20,11 +20,11 @@ from typing import Any, Final, NamedTuple
 
 from redis.asyncio.cluster import RedisCluster
 
-from router.keys import Keys
-from router.retained import RetainedStore
-from router.routes import RouteStore
-from router.scripts import RedisClient
-from router.subscriptions import unpack_options
+from router.state.keys import Keys
+from router.state.retained_store import RetainedStore
+from router.state.routes import RouteStore
+from router.state.scripts import RedisClient
+from router.state.subscriptions import unpack_options
 
 SCAN_COUNT: Final = 1000
 DEFAULT_BATCH: Final = 1000

@@ -15,7 +15,7 @@ from typing import Final
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from router.pipeline.errors import PipelineInputError
+from router.errors import PipelineInputError
 from router.pipeline.loader import COLUMNS, OPTION_COLUMNS
 
 FORMATS: Final = ("csv", "jsonl", "parquet")

@@ -1,0 +1,146 @@
+"""Session claims: which clients' sessions this node serves, and their takeover.
+
+A node serves a client's session under a *claim*: the session owner it wrote in Redis
+(node id and an epoch that grows with every claim, :class:`~router.state.subscriptions.Owner`).
+Every change to the client's state is fenced by that claim, so a node that lost it can
+no longer write.
+
+A client that connects to another node is taken over there (MQTT-3.1.4-3):
+
+1. the new node claims the session (a newer epoch) and leaves a takeover notice in the
+   old node's inbox (:class:`~router.cluster.inbox.Takeover`);
+2. the old node, reading the notice, closes its copy of the session unless its own claim
+   is the newer one (a notice older than the node's claim is ignored);
+3. should a notice be lost, :meth:`SessionClaims.audit` (run each heartbeat) checks the
+   Redis claims of up to :data:`AUDIT_BATCH` local sessions in turn, with one pipelined
+   round trip, and closes those another node claimed since.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final
+
+from redis.exceptions import RedisError
+
+from router.cluster.forwarding import Forwarder
+from router.cluster.inbox import Takeover
+from router.errors import RouterError
+from router.state.subscriptions import Owner, SubscriptionStore
+
+log = logging.getLogger(__name__)
+
+#: Local sessions whose Redis claim one audit checks, at most.
+AUDIT_BATCH: Final = 256
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A new claim: ``owner`` is this node's, ``previous`` the claim it replaced (None
+    when the client had no session anywhere)."""
+
+    owner: Owner
+    previous: Owner | None
+
+
+class SessionClaims:
+    """The claims this node holds, by client id.
+
+    ``close_taken_over(client_id)`` closes the local copy of a session that another node
+    took over; it is called after the claim is forgotten here.
+    """
+
+    def __init__(
+        self,
+        node_id: str,
+        store: SubscriptionStore,
+        forwarder: Forwarder,
+        close_taken_over: Callable[[str], Awaitable[None]],
+    ) -> None:
+        self.node_id = node_id
+        self._store = store
+        self._forwarder = forwarder
+        self._close_taken_over = close_taken_over
+        self._held: dict[str, Owner] = {}
+        self._audit_queue: list[str] = []  # local clients whose claim is checked next
+        self.taken_over = 0
+
+    def __contains__(self, client_id: object) -> bool:
+        return client_id in self._held
+
+    def held(self, client_id: str) -> Owner | None:
+        """This node's claim on the client's session, None if it holds none."""
+        return self._held.get(client_id)
+
+    def release(self, client_id: str) -> Owner | None:
+        """Forget the claim (the session ends here); returns it, None if none was held."""
+        return self._held.pop(client_id, None)
+
+    async def claim(self, client_id: str) -> Claimed | None:
+        """Claim the client's session for a clean start.
+
+        Returns None when this node already holds the current claim (the session goes
+        on). Otherwise a local copy that lost its claim is closed first, the client's
+        earlier state is removed from Redis, and the new claim is returned; the caller
+        then tells the previous owner with :meth:`notify_previous`.
+        """
+        previous = await self._store.owner(client_id)
+        local = self._held.get(client_id)
+        if local is not None:
+            if local == previous:
+                return None
+            await self._drop(client_id)  # taken over before its notice arrived
+        await self._store.remove_client(client_id)
+        owner = self._held[client_id] = await self._store.claim(client_id, self.node_id)
+        return Claimed(owner, previous)
+
+    async def notify_previous(self, client_id: str, claimed: Claimed) -> None:
+        """Leave a takeover notice for the node that served the session before, if it is
+        another node. A failure is logged: that node's audit finds the claim later."""
+        previous = claimed.previous
+        if previous is None or previous.node_id == self.node_id:
+            return
+        try:
+            await self._forwarder.notify(previous.node_id, Takeover(client_id, claimed.owner.epoch))
+        except (RouterError, RedisError):
+            log.error(
+                "could not tell node %s that client %s was taken over; that node "
+                "closes its copy of the session once a heartbeat finds the new claim",
+                previous.node_id,
+                client_id,
+                exc_info=True,
+            )
+
+    async def on_notice(self, notice: Takeover) -> None:
+        """Another node claimed a client's session: close the local copy, unless this
+        node's own claim is the newer one. The client's Redis state is the new owner's."""
+        owner = self._held.get(notice.client_id)
+        if owner is not None and owner.epoch < notice.epoch:
+            await self._drop(notice.client_id)
+
+    async def audit(self) -> None:
+        """Check the Redis claim of the next :data:`AUDIT_BATCH` local sessions (all of
+        them in turn, a call at a time); close those another node claimed since."""
+        batch: list[tuple[str, Owner]] = []
+        queue = self._audit_queue
+        while queue and len(batch) < AUDIT_BATCH:
+            client_id = queue.pop()
+            owner = self._held.get(client_id)
+            if owner is not None:
+                batch.append((client_id, owner))
+        if not queue:
+            self._audit_queue = list(self._held)
+        claims = await self._store.owners([client_id for client_id, _ in batch])
+        for (client_id, held), claim in zip(batch, claims, strict=True):
+            if claim is None or claim.epoch <= held.epoch:
+                continue
+            if self._held.get(client_id) == held:  # (not reconnected meanwhile)
+                log.warning("client %s was taken over by node %s", client_id, claim.node_id)
+                await self._drop(client_id)
+
+    async def _drop(self, client_id: str) -> None:
+        del self._held[client_id]
+        self.taken_over += 1
+        await self._close_taken_over(client_id)

@@ -1,0 +1,32 @@
+"""How one node behaves: :class:`NodeConfig`, the fields ``router.connect`` and
+``router node run`` accept."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from router.cluster.local_sessions import Overflow
+from router.core.acl import Acl
+from router.core.hot_topics import DEFAULT_CACHE, CacheSettings
+from router.state.retained_store import DEFAULT_RETAINED, RetainedConfig
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """How one node behaves. Times are seconds."""
+
+    node_id: str
+    prefix: str = "rt"
+    heartbeat_interval: float = 1.0
+    heartbeat_ttl: float = 3.0
+    inbox_expire: float = 300.0
+    inbox_poll: float = 5.0
+    queue_limit: int = 10_000
+    overflow: Overflow = "drop_oldest"
+    share_strategy: str = "random"
+    stream_length: int = 10_000
+    acl: Acl | None = None  # registered at client.check_acl of the node's hooks
+    retained: RetainedConfig = DEFAULT_RETAINED  # limits of the shared retained store
+    traffic_dir: str | None = None  # the traffic log's directory (None: no log)
+    traffic_sample: float = 1.0  # the fraction of publishes the traffic log keeps
+    match_cache: CacheSettings | None = DEFAULT_CACHE  # hot-topic match caches (None: off)

@@ -1,0 +1,266 @@
+"""Moving messages between nodes through their inbox channels.
+
+Every node has an inbox: a channel-clock channel (:mod:`router.state.channels`) named after the
+node, read only by that node. A publisher sends each interested node exactly one copy of
+a message, whatever the number of subscribers there.
+
+Outbound (:class:`Forwarder`): copies for one node gather while the previous write to that
+node is in flight and go out together as one channel message (group commit), so the Redis
+cost is paid per batch, not per message. A batch's channel id is a digest of its message
+ids: a retried batch is recognised by the channel's dedup window and stored once.
+
+Publishers *push* (``Channel.publish(..., push=True)``): the inbox's wake-up announcement
+carries the batch itself, so the receiving node dispatches it without reading Redis.
+
+Besides batches, an inbox carries takeover notices (:class:`~router.core.messages.Takeover`):
+a node that took a client's session over tells the node that served it
+(:meth:`Forwarder.notify`), which closes its copy.
+
+Inbound (:class:`InboxReader`): a :class:`~router.cluster.follower.ChannelFollower` of the node's
+own inbox hands on each batch as it is announced (reading Redis only to catch up); it is
+dispatched to local clients, then acknowledged, so a node that dies before acking gets
+the batch again (at-least-once between nodes). The node drops message ids it already
+dispatched, so a client never receives a redelivered copy twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from router.cluster.follower import ChannelFollower
+from router.cluster.inbox import Forward, Takeover, pack_batch, pack_takeover, unpack_record
+from router.cluster.tasks import stop_task
+from router.errors import MalformedMessageError, RouterError, SubscriptionNotFoundError
+from router.state.channels import Channel
+from router.state.keys import Keys
+from router.state.scripts import RedisClient
+
+log = logging.getLogger(__name__)
+
+RETRY_DELAYS = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def batch_id(forwards: list[Forward]) -> str:
+    """The dedup id of a batch: a digest of its message ids (the same for a retry)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for forward in forwards:
+        digest.update(forward.message.id)
+    return digest.hexdigest()
+
+
+class _Outbox:
+    __slots__ = ("channel", "pending", "task")
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        # Each send: its forwards and the future that resolves once they are stored.
+        self.pending: list[tuple[list[Forward], asyncio.Future[None]]] = []
+        self.task: asyncio.Task[None] | None = None
+
+
+class Forwarder:
+    """Sends forwards to other nodes' inboxes, batched per node."""
+
+    def __init__(
+        self, redis: RedisClient, keys: Keys, expire: float, max_batch: int = 1024
+    ) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._expire = expire
+        self._max_batch = max_batch
+        self._outboxes: dict[str, _Outbox] = {}
+        self.batches = 0
+        self.forwarded = 0
+
+    def _outbox(self, node_id: str) -> _Outbox:
+        outbox = self._outboxes.get(node_id)
+        if outbox is None:
+            channel = Channel(self._redis, self._keys.inbox(node_id), self._expire, self._keys)
+            outbox = self._outboxes[node_id] = _Outbox(channel)
+        return outbox
+
+    def send(self, node_id: str, forwards: list[Forward]) -> asyncio.Future[None]:
+        """Queue copies for ``node_id``; the future resolves once they are in its inbox."""
+        outbox = self._outbox(node_id)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        outbox.pending.append((forwards, waiter))
+        if outbox.task is None:
+            outbox.task = asyncio.create_task(self._drain(outbox), name=f"forward:{node_id}")
+        return waiter
+
+    def _take(self, outbox: _Outbox) -> tuple[list[Forward], list[asyncio.Future[None]]]:
+        """Whole sends from the queue, up to ``max_batch`` forwards (at least one send)."""
+        batch: list[Forward] = []
+        waiters: list[asyncio.Future[None]] = []
+        taken = 0
+        for forwards, waiter in outbox.pending:
+            if batch and len(batch) + len(forwards) > self._max_batch:
+                break
+            batch += forwards
+            waiters.append(waiter)
+            taken += 1
+        del outbox.pending[:taken]
+        return batch, waiters
+
+    async def _drain(self, outbox: _Outbox) -> None:
+        try:
+            while outbox.pending:
+                batch, waiters = self._take(outbox)
+                try:
+                    await self._write(outbox.channel, batch)
+                except (RouterError, RedisError) as exc:
+                    for waiter in waiters:
+                        if not waiter.done():
+                            waiter.set_exception(exc)
+                    continue
+                self.batches += 1
+                self.forwarded += len(batch)
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+        finally:
+            outbox.task = None
+
+    async def notify(self, node_id: str, notice: Takeover) -> None:
+        """Store a takeover notice in ``node_id``'s inbox (once, however often retried)."""
+        digest = hashlib.blake2b(f"{notice.epoch}:{notice.client_id}".encode(), digest_size=16)
+        record_id = "takeover:" + digest.hexdigest()
+        await self._store(self._outbox(node_id).channel, (record_id, pack_takeover(notice)))
+
+    async def _write(self, channel: Channel, batch: list[Forward]) -> None:
+        await self._store(channel, (batch_id(batch), pack_batch(batch)))
+
+    async def _store(self, channel: Channel, record: tuple[str, bytes]) -> None:
+        for delay in (*RETRY_DELAYS, None):
+            try:
+                await channel.publish([record], push=True)
+                return
+            except (RedisConnectionError, RedisTimeoutError):
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
+
+    async def stop(self) -> None:
+        """Finish what is queued, then release the channels."""
+        tasks = [o.task for o in self._outboxes.values() if o.task is not None]
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for outbox in self._outboxes.values():
+            await outbox.channel.aclose()
+        self._outboxes.clear()
+
+
+class _SeenIds:
+    """The most recent message ids, to drop a redelivered copy (bounded memory)."""
+
+    def __init__(self, limit: int) -> None:
+        self._ids: OrderedDict[bytes, None] = OrderedDict()
+        self._limit = limit
+
+    def add(self, message_id: bytes) -> bool:
+        """Remember ``message_id``; False if it was already seen."""
+        if message_id in self._ids:
+            return False
+        self._ids[message_id] = None
+        if len(self._ids) > self._limit:
+            self._ids.popitem(last=False)
+        return True
+
+
+Dispatch = Callable[[list[Forward]], Awaitable[None]]
+TakeoverHandler = Callable[[Takeover], Awaitable[None]]
+
+
+class InboxReader:
+    """Reads this node's inbox and dispatches every batch before acknowledging it;
+    takeover notices go to ``on_takeover``."""
+
+    def __init__(
+        self,
+        redis: RedisClient,
+        keys: Keys,
+        node_id: str,
+        expire: float,
+        dispatch: Dispatch,
+        on_takeover: TakeoverHandler,
+        *,
+        poll: float = 5.0,
+        max_fetch: int = 64,
+        remember: int = 200_000,
+    ) -> None:
+        self._node_id = node_id
+        self._channel = Channel(redis, keys.inbox(node_id), expire, keys)
+        self._follower = ChannelFollower(self._channel, node_id, max_fetch=max_fetch, poll=poll)
+        self._dispatch = dispatch
+        self._on_takeover = on_takeover
+        self._seen = _SeenIds(remember)
+        self._task: asyncio.Task[None] | None = None
+        self.received = 0
+        self.duplicates = 0
+        self.malformed = 0
+        self.restarts = 0
+
+    async def start(self) -> None:
+        """Make sure the inbox cursor exists (a restart keeps it), then start reading."""
+        await self._channel.add_subscriber(self._node_id)
+        self._task = asyncio.create_task(self._run(), name=f"inbox:{self._node_id}")
+
+    async def stop(self) -> None:
+        await stop_task(self._task)
+        self._task = None
+        await self._follower.close()
+        await self._channel.aclose()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.read_once()
+            except (RedisConnectionError, RedisTimeoutError):
+                log.warning("inbox of node %s unreachable; retrying", self._node_id, exc_info=True)
+                await asyncio.sleep(0.5)
+            except SubscriptionNotFoundError:
+                log.error(
+                    "inbox of node %s vanished from Redis (flushed?); starting it anew, "
+                    "copies stored since then may be lost",
+                    self._node_id,
+                )
+                await self._channel.add_subscriber(self._node_id)
+                self._follower.forget()
+                self.restarts += 1
+
+    async def read_once(self) -> int:
+        """Dispatch one batch of the inbox and acknowledge it; return the copies dispatched."""
+        dispatched = 0
+        for stored in await self._follower.next():
+            try:
+                record = unpack_record(stored.content)
+            except MalformedMessageError:
+                self.malformed += 1
+                log.error(
+                    "dropped a malformed inbox record %s on node %s", stored.id, self._node_id
+                )
+                continue
+            if isinstance(record, Takeover):
+                await self._on_takeover(record)
+                continue
+            fresh = []
+            for forward in record:
+                if self._seen.add(forward.message.id):
+                    fresh.append(forward)
+                else:
+                    self.duplicates += 1
+            self.received += len(fresh)
+            if fresh:
+                await self._dispatch(fresh)
+                dispatched += len(fresh)
+        self._follower.done()
+        # Announced batches need no I/O: let the clients' consumers (and heartbeats) run.
+        await asyncio.sleep(0)
+        return dispatched

@@ -1,0 +1,255 @@
+"""Clients attached to this node: their subscriptions, delivery queues and route counts.
+
+Each local client has a bounded delivery queue. When a queue is full, the overflow policy
+decides: ``drop_oldest`` (the default, as EMQX's message queue) discards the oldest queued
+message to make room, ``drop_newest`` (as Mosquitto's queue limit) refuses the new one.
+Either way the drop is counted on the session and reported by the node; nothing is lost
+silently.
+
+Route counting (STYLE.md 12, EMQX's lesson): the node has a route for a plain filter while
+at least one local client subscribes to it (count 1), and a route for a shared filter
+whose count is the number of local members of that group. Only the changes of those
+counts (0 -> 1, 1 -> 0, member count changes) reach Redis; they are computed here from
+local state, never from a read of the global table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Collection
+from typing import Any, Literal
+
+from router.core.cached_trie import CachedMatcher
+from router.core.hot_topics import DEFAULT_CACHE, CacheSettings, CacheStats
+from router.core.messages import Delivery, Message
+from router.core.sharing import ShareStrategy
+from router.core.topics import parse_shared
+from router.core.trie import SubscriptionTrie
+from router.errors import ClientNotConnectedError
+
+Overflow = Literal["drop_oldest", "drop_newest"]
+OVERFLOW_POLICIES: tuple[Overflow, ...] = ("drop_oldest", "drop_newest")
+
+
+class ClientSession:
+    """One local client's delivery queue."""
+
+    def __init__(self, client_id: str, limit: int, overflow: Overflow) -> None:
+        self.client_id = client_id
+        self.limit = limit
+        self.overflow = overflow
+        self.delivered = 0
+        self.dropped = 0
+        self.closed = False
+        self._queue: deque[Delivery] = deque()
+        self._ready = asyncio.Event()
+
+    def put(self, delivery: Delivery) -> bool:
+        """Queue one delivery; False when the overflow policy dropped a message."""
+        return self.offer(delivery) is None
+
+    def offer(self, delivery: Delivery) -> Delivery | None:
+        """Queue one delivery; returns what the overflow policy dropped (the oldest queued
+        delivery, or ``delivery`` itself with drop_newest), None when nothing was."""
+        lost = None
+        if len(self._queue) >= self.limit:
+            self.dropped += 1
+            if self.overflow == "drop_newest":
+                return delivery
+            lost = self._queue.popleft()
+        self._queue.append(delivery)
+        self.delivered += 1
+        self._ready.set()
+        return lost
+
+    def pending(self) -> int:
+        return len(self._queue)
+
+    async def get(self) -> Delivery | None:
+        """The next delivery, waiting for one; None once the session is closed and empty."""
+        while not self._queue:
+            if self.closed:
+                return None
+            self._ready.clear()
+            await self._ready.wait()
+        return self._queue.popleft()
+
+    def close(self) -> None:
+        self.closed = True
+        self._ready.set()
+
+    async def __aiter__(self) -> AsyncIterator[Delivery]:
+        while True:
+            delivery = await self.get()
+            if delivery is None:
+                return
+            yield delivery
+
+
+RouteChange = tuple[str, int]  # (route, new count); count 0 removes the route
+#: Told of each local copy: (client id, the copy, what its queue dropped for it or None).
+DeliveryObserver = Callable[[str, Delivery, Delivery | None], None]
+
+
+class LocalSessions:
+    """The clients of one node, their subscriptions and the node's route counts."""
+
+    def __init__(
+        self,
+        strategy: ShareStrategy | None = None,
+        queue_limit: int = 10_000,
+        overflow: Overflow = "drop_oldest",
+        *,
+        match_cache: CacheSettings | None = DEFAULT_CACHE,
+    ) -> None:
+        if overflow not in OVERFLOW_POLICIES:
+            raise ValueError(f"overflow must be one of {OVERFLOW_POLICIES}")
+        #: The local subscriptions; unless ``match_cache`` is None, hot topics are
+        #: answered from the trie's caches (:class:`CachedMatcher`) with those settings.
+        self.trie = (
+            CachedMatcher(strategy, **match_cache.as_kwargs())
+            if match_cache is not None
+            else SubscriptionTrie(strategy)
+        )
+        self._sessions: dict[str, ClientSession] = {}
+        self._counts: dict[str, int] = {}
+        self._queue_limit = queue_limit
+        self._overflow: Overflow = overflow
+
+    # -- sessions --------------------------------------------------------------------
+
+    def open(self, client_id: str) -> ClientSession:
+        """The client's session, created on first use."""
+        session = self._sessions.get(client_id)
+        if session is None:
+            session = self._sessions[client_id] = ClientSession(
+                client_id, self._queue_limit, self._overflow
+            )
+        return session
+
+    def session(self, client_id: str) -> ClientSession:
+        """The client's session; raises :class:`ClientNotConnectedError`."""
+        session = self._sessions.get(client_id)
+        if session is None:
+            raise ClientNotConnectedError(f"client {client_id!r} is not connected to this node")
+        return session
+
+    def clients(self) -> list[str]:
+        return sorted(self._sessions)
+
+    def dropped(self) -> int:
+        """Deliveries dropped by full queues, over every session."""
+        return sum(session.dropped for session in self._sessions.values())
+
+    # -- subscriptions and route counts ----------------------------------------------
+
+    def subscribe(
+        self, client_id: str, topic_filter: str, **options: Any
+    ) -> tuple[bool, RouteChange | None]:
+        """Subscribe locally; returns (new subscription?, route change or None)."""
+        self.open(client_id)
+        is_new = self.trie.subscribe(client_id, topic_filter, **options)
+        return is_new, (self._count(topic_filter, +1) if is_new else None)
+
+    def unsubscribe(self, client_id: str, topic_filter: str) -> tuple[bool, RouteChange | None]:
+        """Unsubscribe locally; returns (was subscribed?, route change or None)."""
+        if not self.trie.unsubscribe(client_id, topic_filter):
+            return False, None
+        return True, self._count(topic_filter, -1)
+
+    def disconnect(self, client_id: str) -> list[RouteChange]:
+        """Remove the client's subscriptions and close its session; the route changes."""
+        subscriptions = list(self.trie.subscriptions(client_id))
+        self.trie.remove_client(client_id)
+        changes = [c for f in subscriptions if (c := self._count(f, -1)) is not None]
+        session = self._sessions.pop(client_id, None)
+        if session is not None:
+            session.close()
+        return changes
+
+    def routes(self) -> dict[str, int]:
+        """The node's routes as counted now: route -> count."""
+        return {
+            route: (count if parse_shared(route) is not None else 1)
+            for route, count in self._counts.items()
+        }
+
+    def _count(self, topic_filter: str, delta: int) -> RouteChange | None:
+        before = self._counts.get(topic_filter, 0)
+        after = before + delta
+        if after:
+            self._counts[topic_filter] = after
+        else:
+            del self._counts[topic_filter]
+        if parse_shared(topic_filter) is not None:
+            return topic_filter, after
+        if (before == 0) != (after == 0):
+            return topic_filter, 1 if after else 0
+        return None
+
+    # -- delivery --------------------------------------------------------------------
+
+    def deliver(
+        self,
+        message: Message,
+        only_groups: Collection[str] | None,
+        observer: DeliveryObserver | None = None,
+    ) -> tuple[int, int]:
+        """Queue the message for every matching local client; returns (queued, dropped).
+
+        ``only_groups`` limits the share groups this node serves for this message (the
+        publisher's route match chose the node for them). ``no_local`` subscriptions of
+        the publisher itself are skipped. ``observer`` (the node's hooks) is told of
+        every copy and of what the overflow policy dropped for it.
+        """
+        matched = self.trie.match_subscriptions(
+            message.topic, message.publisher, only_groups=only_groups
+        )
+        queued = dropped = 0
+        for client_id, found in matched.items():
+            subscriptions = found
+            if client_id == message.publisher:
+                subscriptions = [s for s in found if not s.options.no_local]
+                if not subscriptions:
+                    continue
+            session = self._sessions.get(client_id)
+            if session is None:
+                continue
+            best = max(s.options.qos for s in subscriptions)
+            keep_retain = message.retain and any(
+                s.options.retain_as_published for s in subscriptions
+            )
+            ids = tuple(
+                s.options.subscription_identifier
+                for s in subscriptions
+                if s.options.subscription_identifier is not None
+            )
+            delivery = Delivery(
+                message.topic,
+                message.payload,
+                min(best, message.qos),
+                keep_retain,
+                message.id,
+                message.publisher,
+                ids,
+                message.sent_at,
+            )
+            lost = session.offer(delivery)
+            if lost is None:
+                queued += 1
+            else:
+                dropped += 1
+            if observer is not None:
+                observer(client_id, delivery, lost)
+        return queued, dropped
+
+    def cache_stats(self) -> CacheStats | None:
+        """The local match cache's counters (the cache that delivery asks), or None."""
+        if isinstance(self.trie, CachedMatcher):
+            return self.trie.subscriptions_cache.stats()
+        return None
+
+    def group_members(self, share_filter: str) -> int:
+        """How many local members the share group has."""
+        return self._counts.get(share_filter, 0)

@@ -1,0 +1,203 @@
+"""Keeps a node's route mirror equal to the route sets of the live nodes in Redis.
+
+How the mirror learns about changes:
+
+* every node publishes a *hint* (its node id) on the route-hints pub/sub channel after it
+  changed its route set; a hint makes the other nodes read that node's change stream
+  from the version they hold (pub/sub is fire-and-forget, so a hint is never the data);
+* every ``interval`` seconds each node also reads every known node's stream, lists the
+  registry (loading new nodes, dropping nodes that are not alive anymore) and purges
+  nodes whose heartbeat expired; a lost hint costs at most one interval;
+* when a stream cannot be followed (trimmed past the reader, Redis flushed or restarted,
+  the route set claimed again, or a version gap) the node is reloaded from a snapshot,
+  which carries its generation and version together.
+
+The node's own routes enter its mirror directly from its route writer, not from Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+from redis.exceptions import RedisError
+
+from router.cluster.tasks import stop_task
+from router.core.route_mirror import RouteMirror
+from router.errors import ResyncRequiredError
+from router.state.connection import pubsub_client
+from router.state.keys import Keys
+from router.state.node_registry import NodeRegistry
+from router.state.routes import RouteStore
+from router.state.scripts import RedisClient
+
+log = logging.getLogger(__name__)
+
+
+class MirrorSync:
+    """The background work that keeps one node's :class:`RouteMirror` current."""
+
+    def __init__(
+        self,
+        redis: RedisClient,
+        keys: Keys,
+        routes: RouteStore,
+        registry: NodeRegistry,
+        mirror: RouteMirror,
+        node_id: str,
+        interval: float,
+        on_dropped: Callable[[str], None] | None = None,
+    ) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._routes = routes
+        self._registry = registry
+        self._mirror = mirror
+        self._node_id = node_id
+        self._interval = interval
+        self._on_dropped = on_dropped
+        self._hint_client: Redis | None = None
+        self._pubsub: PubSub | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._again: set[str] = set()
+        self.resyncs = 0
+        self.purged = 0
+
+    async def start(self) -> None:
+        """Listen for hints first (no hint is lost), then load every live node."""
+        self._hint_client = pubsub_client(self._redis)
+        self._pubsub = self._hint_client.pubsub(ignore_subscribe_messages=True)
+        await self._pubsub.subscribe(self._keys.route_hints())
+        self._tasks.append(asyncio.create_task(self._listen(), name="route-hints"))
+        await self.refresh()
+        # Start returns with every live node loaded: a publish right after start is routed.
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        self._tasks.append(asyncio.create_task(self._periodic(), name="route-refresh"))
+
+    async def stop(self) -> None:
+        for task in [*self._tasks, *self._running.values()]:
+            await stop_task(task)
+        self._tasks.clear()
+        self._running.clear()
+        if self._pubsub is not None:
+            with contextlib.suppress(RedisError):
+                await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+            self._pubsub = None
+        if self._hint_client is not None:
+            await self._hint_client.aclose()
+            self._hint_client = None
+
+    async def announce(self) -> None:
+        """Tell every node that this node's route set changed."""
+        await self._redis.publish(self._keys.route_hints(), self._node_id)
+
+    # -- catching up -----------------------------------------------------------------
+
+    def request(self, node_id: str) -> None:
+        """Read ``node_id``'s new changes soon (one reader per node at a time)."""
+        if node_id == self._node_id:
+            return
+        if node_id in self._running:
+            self._again.add(node_id)
+            return
+        self._running[node_id] = asyncio.create_task(self._catch_up_loop(node_id))
+
+    async def _catch_up_loop(self, node_id: str) -> None:
+        try:
+            while True:
+                self._again.discard(node_id)
+                try:
+                    await self.catch_up(node_id)
+                except RedisError:
+                    log.warning("reading routes of node %s failed", node_id, exc_info=True)
+                if node_id not in self._again:
+                    return
+        finally:
+            self._running.pop(node_id, None)
+
+    async def catch_up(self, node_id: str) -> None:
+        """Apply the node's changes after the mirrored version, or reload it."""
+        position = self._mirror.position(node_id)
+        if position is None:
+            await self.reload(node_id)
+            return
+        generation, version = position
+        while True:
+            try:
+                found = await self._routes.changes(node_id, generation, version)
+            except ResyncRequiredError as exc:
+                log.info("route mirror of node %s resyncs: %s", node_id, exc.reason)
+                await self.reload(node_id)
+                return
+            if not found.changes:
+                return
+            if not self._mirror.apply(node_id, generation, found.changes):
+                await self.reload(node_id)
+                return
+            version = found.changes[-1].version
+
+    async def reload(self, node_id: str) -> None:
+        """Replace the node's mirrored routes with a fresh snapshot (or drop them)."""
+        self.resyncs += 1
+        snapshot = await self._routes.snapshot(node_id)
+        if snapshot.generation is None:
+            self._drop(node_id)
+            return
+        self._mirror.load(node_id, snapshot.generation, snapshot.version, snapshot.routes)
+
+    def _drop(self, node_id: str) -> None:
+        if self._mirror.drop(node_id) and self._on_dropped is not None:
+            self._on_dropped(node_id)
+
+    # -- membership ------------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        """Load live nodes that are new, drop nodes that are not alive, catch up the rest."""
+        live = {node.node_id for node in await self._registry.live_nodes()}
+        for node_id in self._mirror.nodes():
+            if node_id != self._node_id and node_id not in live:
+                self._drop(node_id)
+        for node_id in sorted(live - {self._node_id}):
+            self.request(node_id)
+
+    async def purge_dead(self) -> None:
+        """Purge nodes whose heartbeat expired (any live node may; purges are idempotent)."""
+        results = await self._registry.purge_dead()
+        for result in results:
+            self._drop(result.node_id)
+            if result.status == "purged":
+                self.purged += 1
+                log.warning("purged dead node %s (%d routes)", result.node_id, result.routes)
+        if results:
+            await self._redis.publish(self._keys.route_hints(), self._node_id)
+
+    async def _periodic(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.purge_dead()
+                await self.refresh()
+            except RedisError:
+                log.warning("route refresh failed", exc_info=True)
+
+    async def _listen(self) -> None:
+        assert self._pubsub is not None
+        while True:
+            try:
+                message = await self._pubsub.get_message(timeout=self._interval)
+            except RedisError:
+                log.warning("route hints connection failed; resubscribing", exc_info=True)
+                await asyncio.sleep(self._interval)
+                with contextlib.suppress(RedisError):
+                    await self._pubsub.subscribe(self._keys.route_hints())
+                continue
+            if message is None or message.get("type") != "message":
+                continue
+            data = message["data"]
+            node_id = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+            self.request(node_id)

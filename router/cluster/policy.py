@@ -1,0 +1,304 @@
+"""How a node runs its hooks: authentication, the ACL, and the client and message points.
+
+The node owns one :class:`~router.core.hooks.HookRegistry` (``node.hooks``) and one
+:class:`Policy` over it. The node calls the policy at each point; this module says what
+each fold means to the node:
+
+=======================  ==================================================================
+point                    what the node does with it
+=======================  ==================================================================
+client.authenticate      ``connect(client_id, username, password)``: with no callback every
+                         client is accepted; with callbacks the fold starts from *deny*, so
+                         a callback must return ``Ok``/``Stop(Decision.allow(...))``. A deny
+                         raises :class:`NotAuthorizedError` and changes nothing.
+client.check_acl         subscribe (on the filter after ``client.subscribe``) and publish
+                         (on the topic, only for a publish with a ``publisher``; the
+                         embedding program's own publishes are trusted). With no callback
+                         everything is allowed; with callbacks the fold starts from *deny*
+                         (a crashing ACL fails closed). A deny raises
+                         :class:`NotAuthorizedError` with the decision's reason before
+                         anything is written, in Redis or locally; a denied publish is also
+                         reported to ``message.dropped`` with reason ``denied``.
+client.connected         after a client is attached (not again for one already attached).
+client.disconnected      after ``disconnect`` (reason ``"normal"``) or the node's stop
+                         (reason ``"node_stopped"``).
+client.subscribe         folds ``(filter, options)``: a callback may *rewrite* both (a valid
+                         filter and a :class:`SubscriptionOptions`); None refuses the
+                         subscribe (:class:`NotAuthorizedError`). The ACL checks the result.
+client.unsubscribe       folds the filter: a callback may rewrite it (so a rewriting module
+                         can undo its own subscribe rewrite); None keeps the subscription
+                         (``unsubscribe`` returns False).
+message.publish          folds the :class:`Message`: a callback may rewrite topic, payload,
+                         QoS and retain (never the id); None drops it (``message.dropped``
+                         with ``stopped``; the publish returns a result with no nodes).
+                         Runs after the ACL check, so the ACL judges what the client sent.
+message.delivered        each copy queued for a local client (the node's "delivered": the
+                         copy is in the client's queue; what the embedding program does next
+                         is its own). Args ``(client, delivery)``.
+message.dropped          ``no_subscribers`` (no node in the cluster is interested, seen by
+                         the publishing node), ``queue_full`` (a client's bounded queue
+                         dropped a copy: the dropped one), ``denied``, ``stopped``.
+message.acked            not run by the node: its clients have no acknowledgements (the MQTT
+                         front end will run it for QoS 1/2).
+=======================  ==================================================================
+
+A rewrite a fold cannot use (a bad filter or topic, a changed id) is logged and skips that
+callback (the registry's ``check``), like a callback that raised.
+
+Cost when nothing is registered: the node reads one flag per publish (``guards_publish``),
+one per subscribe, and passes ``delivery_observer`` (None) to the local delivery; the
+flags are recomputed only when callbacks are registered or removed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from router.cluster.local_sessions import DeliveryObserver
+from router.core.acl import Acl, AclAction, Permission
+from router.core.hooks import Check, ClientInfo, Decision, DropReason, HookPoint, HookRegistry
+from router.core.messages import Delivery, Message
+from router.core.options import SubscriptionOptions
+from router.core.topics import validate_filter, validate_topic
+from router.errors import AclRuleError, HookError, NotAuthorizedError
+
+NO_AUTHENTICATOR_ALLOWED = Decision.deny("no authentication hook accepted the client")
+NO_ACL_ALLOWED = Decision.deny("no ACL hook allowed it")
+
+Subscription = tuple[str, SubscriptionOptions]
+
+
+class Policy:
+    """The hook points of one node, with flags that say which ones have callbacks."""
+
+    def __init__(self, hooks: HookRegistry, acl: Acl | None = None) -> None:
+        self.hooks = hooks
+        self._clients: dict[str, ClientInfo] = {}
+        self.guards_publish = False
+        self.guards_subscribe = False
+        self.reports_drops = False
+        self.delivery_observer: DeliveryObserver | None = None
+        hooks.add_listener(self._refresh)
+        self._refresh()
+        if acl is not None:
+            acl.register(hooks)
+
+    def _refresh(self) -> None:
+        active = self.hooks.active
+        acl = active(HookPoint.CLIENT_CHECK_ACL)
+        self.guards_publish = acl or active(HookPoint.MESSAGE_PUBLISH)
+        self.guards_subscribe = acl or active(HookPoint.CLIENT_SUBSCRIBE)
+        self.reports_drops = active(HookPoint.MESSAGE_DROPPED)
+        observed = self.reports_drops or active(HookPoint.MESSAGE_DELIVERED)
+        self.delivery_observer = self._observe if observed else None
+
+    # -- clients ---------------------------------------------------------------------
+
+    def client(self, client_id: str) -> ClientInfo:
+        """What the hooks know of ``client_id``: its username once it connected."""
+        return self._clients.get(client_id) or ClientInfo(client_id)
+
+    async def authenticate(
+        self, client_id: str, username: str | None, password: str | bytes | None
+    ) -> ClientInfo:
+        """Run ``client.authenticate``; returns the client's info if it is accepted.
+
+        Raises :class:`InvalidIdError` for a username that is not a str and
+        :class:`NotAuthorizedError` if the client is refused.
+        """
+        client = ClientInfo(client_id, username)
+        if not self.hooks.active(HookPoint.CLIENT_AUTHENTICATE):
+            return client
+        decision = await self.hooks.arun_fold(
+            HookPoint.CLIENT_AUTHENTICATE, (client, password), NO_AUTHENTICATOR_ALLOWED, _decision
+        )
+        if not decision.allowed:
+            raise NotAuthorizedError(client_id, "connect", None, decision.reason)
+        return client
+
+    async def attached(self, client: ClientInfo, new: bool) -> None:
+        """Remember the client (its username for the ACL); run ``client.connected`` if
+        it is ``new`` on this node (not for a client that connected again)."""
+        self._clients[client.client_id] = client
+        if new and self.hooks.active(HookPoint.CLIENT_CONNECTED):
+            await self.hooks.arun(HookPoint.CLIENT_CONNECTED, (client,))
+
+    async def detached(self, client_id: str, reason: str) -> None:
+        """Forget the client; run ``client.disconnected`` if it was attached."""
+        client = self._clients.pop(client_id, None)
+        if client is not None and self.hooks.active(HookPoint.CLIENT_DISCONNECTED):
+            await self.hooks.arun(HookPoint.CLIENT_DISCONNECTED, (client, reason))
+
+    # -- subscribing -----------------------------------------------------------------
+
+    async def admit_subscribe(
+        self, client_id: str, topic_filter: str, options: SubscriptionOptions
+    ) -> Subscription:
+        """``client.subscribe`` then the ACL; returns the (possibly rewritten) subscription.
+
+        Raises :class:`NotAuthorizedError` if a hook removed it or the ACL denies it.
+        """
+        client = self.client(client_id)
+        wanted: Subscription | None = (topic_filter, options)
+        if self.hooks.active(HookPoint.CLIENT_SUBSCRIBE):
+            wanted = await self.hooks.arun_fold(
+                HookPoint.CLIENT_SUBSCRIBE, (client,), wanted, _subscription
+            )
+        if wanted is None:
+            reason = "refused by a client.subscribe hook"
+            raise NotAuthorizedError(client_id, "subscribe", topic_filter, reason)
+        decision = await self.check(client, AclAction.SUBSCRIBE, wanted[0])
+        if not decision.allowed:
+            raise NotAuthorizedError(client_id, "subscribe", wanted[0], decision.reason)
+        return wanted
+
+    async def admit_unsubscribe(self, client_id: str, topic_filter: str) -> str | None:
+        """``client.unsubscribe``: the filter to remove, or None to keep the subscription."""
+        if not self.hooks.active(HookPoint.CLIENT_UNSUBSCRIBE):
+            return topic_filter
+        found: str | None = await self.hooks.arun_fold(
+            HookPoint.CLIENT_UNSUBSCRIBE, (self.client(client_id),), topic_filter, _filter
+        )
+        return found
+
+    async def check(self, client: ClientInfo, action: AclAction, topic: str) -> Decision:
+        """The ``client.check_acl`` decision (allow when no callback is registered)."""
+        if not self.hooks.active(HookPoint.CLIENT_CHECK_ACL):
+            return Decision.allow("no ACL")
+        return await self.hooks.arun_fold(
+            HookPoint.CLIENT_CHECK_ACL, (client, action, topic), NO_ACL_ALLOWED, _decision
+        )
+
+    # -- messages --------------------------------------------------------------------
+
+    async def admit_publish(self, messages: list[Message]) -> list[Message | None]:
+        """The ACL for every message with a publisher, then ``message.publish`` for each.
+
+        Returns, per message, the message to route (possibly rewritten) or None if a hook
+        stopped it. Raises :class:`NotAuthorizedError` for the first message the ACL
+        denies; no ``message.publish`` callback has run then.
+        """
+        for message in messages:
+            publisher = self.publisher(message)
+            if publisher is None:
+                continue
+            decision = await self.check(publisher, AclAction.PUBLISH, message.topic)
+            if not decision.allowed:
+                self.dropped(message, DropReason.DENIED, publisher)
+                raise NotAuthorizedError(
+                    publisher.client_id, "publish", message.topic, decision.reason
+                )
+        if not self.hooks.active(HookPoint.MESSAGE_PUBLISH):
+            return list(messages)
+        return [await self._fold_publish(message) for message in messages]
+
+    async def _fold_publish(self, message: Message) -> Message | None:
+        publisher = self.publisher(message)
+        start: Message | None = message
+        checked = await self.hooks.arun_fold(
+            HookPoint.MESSAGE_PUBLISH, (publisher,), start, _same_id(message.id)
+        )
+        if checked is None:
+            self.dropped(message, DropReason.STOPPED, publisher)
+        return checked
+
+    def unrouted(self, message: Message) -> None:
+        """Report a message that no node in the cluster wants (``no_subscribers``)."""
+        self.dropped(message, DropReason.NO_SUBSCRIBERS, self.publisher(message))
+
+    def dropped(self, message: Message, reason: DropReason, client: ClientInfo | None) -> None:
+        """Run ``message.dropped`` (callers check :attr:`reports_drops` on hot paths)."""
+        if self.reports_drops:
+            self.hooks.run(HookPoint.MESSAGE_DROPPED, (message, reason, client))
+
+    def publisher(self, message: Message) -> ClientInfo | None:
+        """The publisher's info, None for a message without one."""
+        return None if message.publisher is None else self.client(message.publisher)
+
+    def _observe(self, client_id: str, delivery: Delivery, lost: Delivery | None) -> None:
+        client = self.client(client_id)
+        if lost is not delivery and self.hooks.active(HookPoint.MESSAGE_DELIVERED):
+            self.hooks.run(HookPoint.MESSAGE_DELIVERED, (client, delivery))
+        if lost is not None:
+            self.dropped(_as_message(lost), DropReason.QUEUE_FULL, client)
+
+
+def _as_message(delivery: Delivery) -> Message:
+    """A dropped client copy as a message (with the QoS and retain flag of that copy)."""
+    return Message(
+        delivery.message_id,
+        delivery.topic,
+        delivery.payload,
+        delivery.qos,
+        delivery.retain,
+        delivery.publisher,
+        delivery.sent_at,
+    )
+
+
+def load_acl(acl: Acl | str | Path | None, default: str | Permission | None = None) -> Acl | None:
+    """The ACL that ``connect(acl=..., acl_default=...)`` and ``router node run`` ask for.
+
+    ``acl`` is an :class:`Acl` or the path of an ACL file; ``default`` (``"allow"`` or
+    ``"deny"``, default deny) decides what no rule matches and replaces the default of
+    a given :class:`Acl`. Raises :class:`AclRuleError` naming the file and line for a bad
+    file, for a bad ``default``, and for a ``default`` without an ``acl``.
+    """
+    if acl is None:
+        if default is not None:
+            raise AclRuleError("an ACL default needs an ACL (give an ACL file)")
+        return None
+    try:
+        permission = Permission.DENY if default is None else Permission(default)
+    except ValueError:
+        raise AclRuleError(f"the ACL default must be 'allow' or 'deny', not {default!r}") from None
+    if isinstance(acl, Acl):
+        return acl if default is None else Acl(acl.rules, permission)
+    return Acl.from_file(acl, permission)
+
+
+# -- what a fold may return -------------------------------------------------------------
+
+
+def _decision(value: Any) -> Decision:
+    if not isinstance(value, Decision):
+        raise HookError(f"expected a Decision, not {type(value).__name__}")
+    return value
+
+
+def _filter(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise HookError(f"expected a topic filter or None, not {type(value).__name__}")
+    return validate_filter(value)
+
+
+def _subscription(value: Any) -> Subscription | None:
+    if value is None:
+        return None
+    if not (isinstance(value, tuple) and len(value) == 2):
+        raise HookError(f"expected (filter, options) or None, not {value!r}")
+    topic_filter, options = value
+    if not isinstance(options, SubscriptionOptions):
+        raise HookError(f"expected SubscriptionOptions, not {type(options).__name__}")
+    _filter(topic_filter)
+    return topic_filter, options
+
+
+def _same_id(message_id: bytes) -> Check[Message | None]:
+    def check(value: Any) -> Message | None:
+        if value is None:
+            return None
+        if not isinstance(value, Message):
+            raise HookError(f"expected a Message or None, not {type(value).__name__}")
+        if value.id != message_id:
+            raise HookError("a message.publish hook may not change the message id")
+        validate_topic(value.topic)
+        if not isinstance(value.payload, bytes) or value.qos not in (0, 1, 2):
+            raise HookError("the payload must be bytes and the QoS 0, 1 or 2")
+        return dataclasses.replace(value, retain=bool(value.retain))
+
+    return check

@@ -1,0 +1,116 @@
+"""Writes a node's route changes to Redis in coalesced batches (group commit).
+
+Callers :meth:`~RouteWriter.submit` (route, count) changes and await the returned future:
+it resolves once a batch holding the change is durable in Redis, with the effective
+changes of that batch (versions included). While one batch is being written, new changes
+gather; several changes of one route in a gathering batch collapse to the last one
+(EMQX's lesson: add/delete of the same route coalesce, last wins).
+
+If the route set vanished in Redis (the node was purged as dead, or Redis lost its data),
+the writer claims it again and republishes every route the node holds (``current_routes``),
+so Redis converges to the node's local state whatever happened in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from router.cluster.tasks import stop_task
+from router.errors import RouteSetMissingError
+from router.state.routes import RouteChange, RouteStore
+
+log = logging.getLogger(__name__)
+
+RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+class RouteWriter:
+    """The single writer of one node's route set."""
+
+    def __init__(
+        self,
+        store: RouteStore,
+        node_id: str,
+        incarnation: str,
+        current_routes: Callable[[], dict[str, int]],
+        on_applied: Callable[[list[RouteChange]], None],
+        on_claimed: Callable[[str], Awaitable[None]],
+    ) -> None:
+        self._store = store
+        self._node_id = node_id
+        self.incarnation = incarnation
+        self._current_routes = current_routes
+        self._on_applied = on_applied
+        self._on_claimed = on_claimed
+        self._pending: dict[str, int] = {}
+        self._waiters: list[asyncio.Future[None]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"route-writer:{self._node_id}")
+
+    async def stop(self) -> None:
+        await stop_task(self._task)
+        self._task = None
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_exception(asyncio.CancelledError("route writer stopped"))
+        self._waiters.clear()
+
+    def submit(self, route: str, count: int) -> asyncio.Future[None]:
+        """Queue a change; the future resolves when it is durable in Redis."""
+        self._pending.pop(route, None)
+        self._pending[route] = count
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        self._wake.set()
+        return waiter
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._pending = self._pending, {}
+            waiters, self._waiters = self._waiters, []
+            if not batch:
+                continue
+            try:
+                await self._write(batch)
+            except Exception as exc:  # report to every caller of this batch
+                log.exception("route batch failed on node %s", self._node_id)
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_exception(exc)
+                continue
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def _write(self, batch: dict[str, int]) -> None:
+        for delay in (*RETRY_DELAYS, None):
+            try:
+                changes = await self._store.apply(self._node_id, self.incarnation, batch.items())
+            except RouteSetMissingError:
+                await self.republish()
+                return
+            except (RedisConnectionError, RedisTimeoutError):
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
+                continue
+            self._on_applied(changes)
+            return
+
+    async def republish(self) -> None:
+        """Claim the route set again with every route the node holds now."""
+        claim = await self._store.claim(self._node_id, self.incarnation, self._current_routes())
+        log.warning(
+            "node %s claimed its route set again (generation %s)", self._node_id, claim.generation
+        )
+        await self._on_claimed(claim.generation)

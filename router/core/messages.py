@@ -1,0 +1,72 @@
+"""Messages as they travel: what a publisher sent, and what one client receives.
+
+A :class:`Message` is one publish as the cluster routes it (it crosses between nodes
+packed into an inbox record, see :mod:`router.cluster.inbox`); a :class:`Delivery` is one
+client's copy, with the QoS and retain flag that MQTT gives that client's subscription.
+:class:`Outgoing` is what a caller hands to ``publish_many`` and :class:`PublishResult`
+what a publish did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One publish: ``id`` (16 bytes, unique cluster-wide), ``topic``, ``payload`` bytes,
+    ``qos`` 0..2, ``retain``, the publishing client (if any) and the monotonic clock
+    reading when it was published (for latency measurements on one machine)."""
+
+    id: bytes
+    topic: str
+    payload: bytes
+    qos: int = 0
+    retain: bool = False
+    publisher: str | None = None
+    sent_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One client's copy of a message.
+
+    ``qos`` is min(message QoS, the best matching subscription's QoS); ``retain`` is the
+    message's flag only where a matching subscription asked for retain-as-published (or
+    the copy comes from the retained store); ``subscription_ids`` lists the MQTT 5
+    subscription identifiers of the matching subscriptions; ``expiry_interval`` is the
+    seconds the message has left (set on copies from the retained store), None for never.
+    """
+
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    message_id: bytes
+    publisher: str | None = None
+    subscription_ids: tuple[int, ...] = ()
+    sent_at: float = 0.0
+    expiry_interval: int | None = None
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One message for :meth:`RouterNode.publish_many`."""
+
+    topic: str
+    payload: bytes
+    qos: int = 0
+    retain: bool = False
+    publisher: str | None = None
+    expiry_interval: int | None = None  # seconds; kept with a retained message
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What a publish did: its message id, the nodes that got a copy (this node included
+    when it had an interested client), and the local copies queued and dropped."""
+
+    message_id: bytes
+    nodes: list[str]
+    local_deliveries: int
+    local_drops: int

@@ -1,0 +1,111 @@
+"""Opening Redis: standalone or Redis Cluster, told apart by asking the server.
+
+``open_redis(url)`` returns a ``redis.asyncio.Redis`` for a standalone server and a
+``redis.asyncio.cluster.RedisCluster`` when the server says ``cluster_enabled:1``, so users
+give one URL either way. A cluster must run Redis 7.0 or later: channel wake-ups are shard
+channels (SPUBLISH / SSUBSCRIBE, see :mod:`router.state.channels`). Pub/sub needs a plain
+connection even on a cluster (redis-py's asyncio cluster client has none; a wake-up
+listener connects to the primary of its channel's slot): :func:`pubsub_client` gives it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError, ResponseError
+
+from router.errors import BadRedisURLError, UnsupportedServerError
+from router.state.scripts import RedisClient
+
+#: The oldest Redis a cluster may run: shard channels came with 7.0.
+MIN_CLUSTER_VERSION: Final = (7, 0)
+
+
+def check_cluster_version(version: str) -> None:
+    """Raise :class:`UnsupportedServerError` if ``version`` (INFO's ``redis_version``) is
+    older than :data:`MIN_CLUSTER_VERSION`; a version that does not parse passes (a
+    Redis-compatible server may report its own)."""
+    parts = version.split(".")
+    if len(parts) < 2 or not all(part.isdigit() for part in parts[:2]):
+        return
+    if (int(parts[0]), int(parts[1])) < MIN_CLUSTER_VERSION:
+        needed = ".".join(map(str, MIN_CLUSTER_VERSION))
+        raise UnsupportedServerError(
+            f"a Redis Cluster must run Redis {needed} or later (shard channels); "
+            f"this one runs {version}"
+        )
+
+
+def _plain(url: str, **options: Any) -> Redis:
+    try:
+        return Redis.from_url(url, **options)
+    except ValueError as exc:
+        raise BadRedisURLError(f"bad Redis URL {url!r}: {exc}") from None
+
+
+async def open_redis(url: str, **options: Any) -> RedisClient:
+    """Connect to ``url`` and return the right client for a standalone server or a cluster.
+
+    Raises redis-py's ConnectionError when the server cannot be reached and
+    :class:`BadRedisURLError` for a malformed URL.
+    """
+    probe = _plain(url, **options)
+    try:
+        info = await probe.info("cluster")
+    except ResponseError:
+        # A Redis-compatible server without INFO (fakeredis's TCP server) is no cluster.
+        # That server closes a connection after an error reply: reconnect and retry.
+        await probe.aclose()
+        return _plain(url, retry=Retry(NoBackoff(), 3), **options)
+    except RedisError:
+        await probe.aclose()
+        raise
+    if int(info.get("cluster_enabled", 0)) != 1:
+        return probe
+    try:
+        check_cluster_version(str((await probe.info("server")).get("redis_version", "")))
+    finally:
+        await probe.aclose()
+    cluster = RedisCluster.from_url(url, **options)
+    await cluster.initialize()
+    return cluster
+
+
+# Connection keyword arguments that a pool adds for itself and a new pool must not get.
+_POOL_INTERNALS: Final = frozenset({"maint_notifications_pool_handler", "himport_registry"})
+CONNECT_TIMEOUT: Final = 10.0
+
+
+def pubsub_client(redis: RedisClient, key: str | None = None) -> Redis:
+    """A plain client of its own for a pub/sub subscription on ``redis``'s deployment.
+
+    Same connection settings (address, credentials, TLS, ...) except: no socket timeout
+    (a subscriber waits as long as it likes; reads use explicit timeouts) and no hidden
+    retries (a silent reconnect could lose messages; the reader sees the error instead).
+    On a cluster every node sees every PUBLISH: the node serving ``key`` is used, or the
+    default node.
+    """
+    connection_class: Any
+    if isinstance(redis, RedisCluster):
+        node = redis.get_node_from_key(key) if key is not None else None
+        if node is None:
+            node = redis.get_default_node() or redis.get_nodes()[0]
+        connection_class, source = node.connection_class, node.connection_kwargs
+    else:
+        pool = redis.connection_pool
+        connection_class, source = pool.connection_class, pool.connection_kwargs
+    kwargs = {
+        name: value
+        for name, value in source.items()
+        if name not in _POOL_INTERNALS and not name.startswith("orig_")
+    }
+    kwargs["socket_connect_timeout"] = (
+        source.get("socket_connect_timeout") or source.get("socket_timeout") or CONNECT_TIMEOUT
+    )
+    kwargs["socket_timeout"] = None
+    kwargs["retry"] = Retry(NoBackoff(), 0)
+    return Redis.from_pool(ConnectionPool(connection_class=connection_class, **kwargs))

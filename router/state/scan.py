@@ -1,0 +1,68 @@
+"""Bounded SCAN over a standalone Redis or every primary of a Redis Cluster (never KEYS).
+
+Operator tools find entities that no index lists (route sets of unregistered nodes,
+channels, clients) by scanning key names. :func:`scan_keys` walks the keyspace in batches
+of ``count`` keys a call (SCAN never blocks the server for long), stops after ``limit``
+matches and says whether it saw everything. Keys that are not UTF-8 text cannot be
+router keys and are skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, NamedTuple
+
+from redis.asyncio.cluster import RedisCluster
+
+from router.state.scripts import RedisClient
+
+SCAN_COUNT: Final = 500
+"""Keys examined per SCAN call (a hint to the server)."""
+DEFAULT_LIMIT: Final = 10_000
+"""Matches returned at most, unless the caller says otherwise."""
+
+
+class ScanResult(NamedTuple):
+    """Matching key names (at most the limit) and whether the scan covered the keyspace."""
+
+    keys: list[str]
+    complete: bool
+
+
+async def scan_keys(
+    redis: RedisClient,
+    pattern: str,
+    *,
+    limit: int = DEFAULT_LIMIT,
+    count: int = SCAN_COUNT,
+    slot_key: str | None = None,
+) -> ScanResult:
+    """Key names matching the glob ``pattern``, at most ``limit`` of them.
+
+    On a cluster every primary is scanned, or only the one serving ``slot_key`` when the
+    pattern matches keys of one hash tag. A key may be returned twice when the keyspace
+    changes during the scan (SCAN's guarantee); duplicates are dropped. Raises
+    ``ValueError`` for a ``limit`` below 1.
+    """
+    if type(limit) is not int or limit < 1:
+        raise ValueError(f"limit must be a positive int, not {limit!r}")
+    options: dict[str, Any] = {"match": pattern, "count": count}
+    if isinstance(redis, RedisCluster):
+        target = redis.get_node_from_key(slot_key) if slot_key is not None else None
+        options["target_nodes"] = target if target is not None else RedisCluster.PRIMARIES
+    found: dict[str, None] = {}
+    iterator = redis.scan_iter(**options)
+    try:
+        async for raw in iterator:
+            try:
+                key = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+            except UnicodeDecodeError:
+                continue
+            found[key] = None
+            if len(found) >= limit:
+                # Full: complete only if nothing follows.
+                async for _ in iterator:
+                    return ScanResult(list(found), False)
+                return ScanResult(list(found), True)
+    finally:
+        await iterator.aclose()  # type: ignore[attr-defined]
+    return ScanResult(list(found), True)

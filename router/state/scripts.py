@@ -1,0 +1,122 @@
+"""Lua scripts from ``lua/``: loaded once, called through redis-py ``Script`` objects.
+
+Each script is registered once per Redis client and called with EVALSHA; redis-py loads it
+again when the server answers NOSCRIPT (after SCRIPT FLUSH or a restart). Batches travel
+inside one call as ARGV items: EVALSHA is never pipelined (a cluster refuses it).
+
+Scripts report refusals as error replies whose first word is a code
+(``redis.error_reply("ROUTER_INVALID <message>")``); :meth:`Scripts.run` turns each code
+into the matching :class:`RouterError` subclass, so callers catch domain errors only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from importlib import resources
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.commands.core import AsyncScript
+from redis.exceptions import ResponseError
+
+from router.errors import (
+    CorruptStateError,
+    InvalidAliasError,
+    InvalidIdError,
+    MalformedAckHandleError,
+    NodeNotRegisteredError,
+    RouterError,
+    RouteSetMissingError,
+    ScriptError,
+    SessionOwnershipError,
+    StaleIncarnationError,
+    SubscriptionNotFoundError,
+)
+
+RedisClient = Redis | RedisCluster
+
+
+def _bad_alias(message: str) -> RouterError:
+    """``ROUTER_BAD_ALIAS <alias> <reason>`` -> InvalidAliasError with the alias on it."""
+    alias, _, reason = message.partition(" ")
+    return InvalidAliasError(int(alias) if alias.isdigit() else alias, reason)
+
+
+# The error codes scripts may reply with, and the exception (factory) each becomes.
+ERROR_CODES: Final[dict[str, Callable[[str], RouterError]]] = {
+    "ROUTER_INVALID": ScriptError,
+    "ROUTER_BAD_ID": InvalidIdError,
+    "ROUTER_CORRUPT": CorruptStateError,
+    "ROUTER_NOT_OWNER": SessionOwnershipError,
+    "ROUTER_NO_SUBSCRIPTION": SubscriptionNotFoundError,
+    "ROUTER_BAD_HANDLE": MalformedAckHandleError,
+    "ROUTER_BAD_ALIAS": _bad_alias,
+    "ROUTER_STALE_INCARNATION": StaleIncarnationError,
+    "ROUTER_NOT_REGISTERED": NodeNotRegisteredError,
+    "ROUTER_NO_ROUTES": RouteSetMissingError,
+}
+
+
+#: A script line ``--! include NAME`` stands for the text of ``lua/lib/NAME.lua``.
+INCLUDE: Final = "--! include "
+
+
+@cache
+def script_source(name: str) -> str:
+    """The text of ``lua/{name}.lua`` as shipped in the package, its includes expanded.
+
+    Scripts share helpers through ``lua/lib/``: each ``--! include NAME`` line (a Lua
+    comment, so a script file stays valid Lua) becomes the text of ``lua/lib/NAME.lua``.
+    Redis still gets one self-contained script body; libraries include nothing themselves.
+    """
+    lua = resources.files("router.lua")
+    lines = lua.joinpath(f"{name}.lua").read_text(encoding="utf-8").splitlines(keepends=True)
+    return "".join(
+        lua.joinpath("lib", f"{line.removeprefix(INCLUDE).strip()}.lua").read_text(encoding="utf-8")
+        if line.startswith(INCLUDE)
+        else line
+        for line in lines
+    )
+
+
+def translate_error(exc: ResponseError) -> RouterError | None:
+    """The domain error for a script's coded error reply, or None for any other error."""
+    message = str(exc)
+    code, _, rest = message.partition(" ")
+    kind = ERROR_CODES.get(code)
+    if kind is None:
+        return None
+    return kind(rest or code)
+
+
+class Scripts:
+    """The router's scripts, registered with one Redis (or Redis Cluster) client."""
+
+    def __init__(self, redis: RedisClient) -> None:
+        self._redis = redis
+        self._scripts: dict[str, AsyncScript] = {}
+
+    async def _script(self, name: str) -> AsyncScript:
+        script = self._scripts.get(name)
+        if script is None:
+            source = script_source(name)
+            # Loaded up front: saves the NOSCRIPT round trip of the first call, and
+            # fakeredis's TCP server (the embedded fallback) drops the connection on
+            # SCRIPT LOAD right after a NOSCRIPT reply. redis-py still reloads on NOSCRIPT
+            # later (after SCRIPT FLUSH or a restart).
+            await self._redis.script_load(source)
+            script = self._scripts[name] = self._redis.register_script(source)
+        return script
+
+    async def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """Run script ``name`` with KEYS and ARGV; coded error replies raise domain errors."""
+        try:
+            script = self._scripts.get(name) or await self._script(name)
+            return await script(keys=keys, args=args)
+        except ResponseError as exc:
+            domain = translate_error(exc)
+            if domain is None:
+                raise
+            raise domain from None

@@ -1,0 +1,268 @@
+"""A client's shared state in Redis: subscriptions and the session owner, atomic per client.
+
+Every key of a client carries the client's hash tag (see :mod:`router.state.keys`), so each
+operation is one Lua script on one slot, also on Redis Cluster::
+
+    rt:{c:ID}:subs    hash  filter -> packed options (msgpack [qos, no_local, rap, rh, id])
+    rt:{c:ID}:owner   hash  node -> owning node id, epoch -> its epoch
+
+Session ownership: :meth:`SubscriptionStore.claim` makes a node the owner with a new epoch
+(epochs only grow, even across :meth:`~SubscriptionStore.remove_client`). A write may carry
+the :class:`Owner` the caller believes in; if another node (or a newer epoch of the same
+node) took the session over since, the write raises :class:`SessionOwnershipError` and
+changes nothing, so a node that lost a client cannot change its state anymore.
+``owner=None`` skips the check (for tools and tests, not for nodes serving clients).
+
+Input is validated twice: in Python (filters, ids, options) and again in Lua (a script
+called with missing or malformed ARGV refuses with :class:`ScriptError`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from typing import Any, Final, NamedTuple
+
+import msgpack  # type: ignore[import-untyped,unused-ignore]
+
+from router.core.aliases import NAMESPACES
+from router.core.options import DEFAULT_OPTIONS, SubscriptionOptions, make_options
+from router.core.topics import validate_filter
+from router.errors import CorruptStateError, InvalidIdError, InvalidOptionsError
+from router.state.keys import Keys, check_id
+from router.state.scripts import RedisClient, Scripts
+
+_OPTION_FIELDS: Final = 5
+
+
+class Owner(NamedTuple):
+    """The node that serves a client's session, and the epoch of its claim."""
+
+    node_id: str
+    epoch: int
+
+
+class RemovedClient(NamedTuple):
+    """What :meth:`SubscriptionStore.remove_client` deleted."""
+
+    subscriptions: int
+    aliases: int
+    owner: bool
+
+
+@lru_cache(maxsize=4096)
+def pack_options(options: SubscriptionOptions) -> bytes:
+    """The compact stored form of subscription options (cached: options are few and frozen)."""
+    packed: bytes = msgpack.packb(
+        [
+            options.qos,
+            options.no_local,
+            options.retain_as_published,
+            options.retain_handling,
+            options.subscription_identifier,
+        ]
+    )
+    return packed
+
+
+def unpack_options(data: bytes) -> SubscriptionOptions:
+    """Options from their stored form; :class:`CorruptStateError` if it is not one."""
+    try:
+        fields = msgpack.unpackb(data)
+    except Exception as exc:  # msgpack raises several unrelated types for garbage
+        raise CorruptStateError(f"stored subscription options are not msgpack: {exc}") from None
+    if not isinstance(fields, list) or len(fields) != _OPTION_FIELDS:
+        raise CorruptStateError(f"stored subscription options have the wrong shape: {fields!r}")
+    qos, no_local, rap, handling, ident = fields
+    try:
+        return make_options(
+            qos=qos,
+            no_local=no_local,
+            retain_as_published=rap,
+            retain_handling=handling,
+            subscription_identifier=ident,
+        )
+    except InvalidOptionsError as exc:
+        raise CorruptStateError(f"stored subscription options are invalid: {exc}") from None
+
+
+def _owner_args(owner: Owner | None) -> list[str | bytes]:
+    if owner is None:
+        return ["", ""]
+    if not isinstance(owner, Owner):
+        raise TypeError(f"owner must be an Owner or None, not {owner!r}")
+    check_id(owner.node_id, "node id")
+    if type(owner.epoch) is not int or owner.epoch < 1:
+        raise InvalidIdError(f"an owner epoch is a positive int, not {owner.epoch!r}")
+    return [owner.node_id, str(owner.epoch)]
+
+
+def _decode(value: Any, what: str) -> str:
+    try:
+        return bytes(value).decode("utf-8")
+    except (TypeError, UnicodeDecodeError):
+        raise CorruptStateError(f"a stored {what} is not UTF-8 text: {value!r}") from None
+
+
+def _owner_of(node: Any, epoch: Any) -> Owner | None:
+    """The :class:`Owner` an owner hash's (node, epoch) fields hold, None without a node."""
+    if node is None:
+        return None
+    text = _decode(epoch, "owner epoch") if epoch is not None else ""
+    if not text.isdigit() or not text.isascii():
+        raise CorruptStateError(f"the stored owner epoch is not an integer: {epoch!r}")
+    return Owner(_decode(node, "owner node id"), int(text))
+
+
+class SubscriptionStore:
+    """Subscriptions and session owners of clients, in one Redis (or Redis Cluster)."""
+
+    def __init__(self, redis: RedisClient, keys: Keys | None = None) -> None:
+        self.redis = redis
+        self.keys = keys if keys is not None else Keys()
+        self._scripts = Scripts(redis)
+
+    def client_keys(self, client_id: str) -> list[str]:
+        """Every key of the client, in the order ``client_remove.lua`` expects them."""
+        keys = self.keys
+        aliases: list[str] = []
+        for namespace in NAMESPACES:
+            aliases += [
+                keys.client_aliases(client_id, namespace),
+                keys.client_alias_topics(client_id, namespace),
+            ]
+        return [
+            keys.client_subscriptions(client_id),
+            keys.client_owner(client_id),
+            *aliases,
+            keys.client_alias_maximum(client_id),
+        ]
+
+    # -- session owner ---------------------------------------------------------------
+
+    async def claim(self, client_id: str, node_id: str) -> Owner:
+        """Make ``node_id`` the owner of the client's session; return the new :class:`Owner`.
+
+        The new epoch is larger than every epoch the client had before. Raises
+        :class:`InvalidIdError` for a bad id, :class:`CorruptStateError` if the stored epoch
+        is not an integer.
+        """
+        check_id(node_id, "node id")
+        key = self.keys.client_owner(client_id)
+        _previous, epoch = await self._scripts.run("client_claim", [key], [node_id])
+        return Owner(node_id, int(epoch))
+
+    async def owner(self, client_id: str) -> Owner | None:
+        """The client's session owner, or None if no node owns it."""
+        node, epoch = await self.redis.hmget(self.keys.client_owner(client_id), ["node", "epoch"])
+        return _owner_of(node, epoch)
+
+    async def owners(self, client_ids: Sequence[str]) -> list[Owner | None]:
+        """The session owner of each client, in order (one pipelined round trip per Redis
+        node); :class:`CorruptStateError` if a stored epoch is not an integer."""
+        if not client_ids:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for client_id in client_ids:
+            pipe.hmget(self.keys.client_owner(client_id), ["node", "epoch"])
+        return [_owner_of(node, epoch) for node, epoch in await pipe.execute()]
+
+    # -- subscriptions ---------------------------------------------------------------
+
+    async def subscribe(
+        self,
+        client_id: str,
+        topic_filter: str,
+        options: SubscriptionOptions = DEFAULT_OPTIONS,
+        *,
+        owner: Owner | None = None,
+    ) -> bool:
+        """Subscribe the client to one filter; True if it is new, False if it replaced one."""
+        (new,) = await self.subscribe_many(client_id, [(topic_filter, options)], owner=owner)
+        return new
+
+    async def subscribe_many(
+        self,
+        client_id: str,
+        items: Iterable[tuple[str, SubscriptionOptions]],
+        *,
+        owner: Owner | None = None,
+    ) -> list[bool]:
+        """Subscribe the client to a batch of filters in one atomic script call.
+
+        Returns one bool per item: True if the filter was new, False if it replaced a
+        subscription (a later item for the same filter replaces an earlier one). Raises
+        :class:`InvalidTopicError` / :class:`InvalidOptionsError` / :class:`InvalidIdError`
+        for bad input and :class:`SessionOwnershipError` if ``owner`` is stale; then
+        nothing changed.
+        """
+        args = _owner_args(owner)
+        for topic_filter, options in items:
+            validate_filter(topic_filter)
+            if not isinstance(options, SubscriptionOptions):
+                raise InvalidOptionsError(f"options must be SubscriptionOptions, not {options!r}")
+            args += [topic_filter, pack_options(options)]
+        if len(args) == 2:
+            check_id(client_id, "client id")
+            return []
+        keys = [self.keys.client_subscriptions(client_id), self.keys.client_owner(client_id)]
+        results = await self._scripts.run("client_subscribe", keys, args)
+        return [int(flag) == 1 for flag in results]
+
+    async def unsubscribe(
+        self, client_id: str, topic_filter: str, *, owner: Owner | None = None
+    ) -> bool:
+        """Unsubscribe the client from one filter; True if it was subscribed."""
+        (removed,) = await self.unsubscribe_many(client_id, [topic_filter], owner=owner)
+        return removed
+
+    async def unsubscribe_many(
+        self, client_id: str, filters: Iterable[str], *, owner: Owner | None = None
+    ) -> list[bool]:
+        """Remove a batch of the client's filters atomically; one bool (was it there) each.
+
+        Raises like :meth:`subscribe_many`; nothing changes then.
+        """
+        args = _owner_args(owner)
+        for topic_filter in filters:
+            args.append(validate_filter(topic_filter))
+        if len(args) == 2:
+            check_id(client_id, "client id")
+            return []
+        keys = [self.keys.client_subscriptions(client_id), self.keys.client_owner(client_id)]
+        results = await self._scripts.run("client_unsubscribe", keys, args)
+        return [int(flag) == 1 for flag in results]
+
+    async def subscriptions(self, client_id: str) -> dict[str, SubscriptionOptions]:
+        """The client's filters and their options (empty if it has none).
+
+        Raises :class:`CorruptStateError` if a stored value is not what the router wrote.
+        """
+        stored: dict[Any, Any] = await self.redis.hgetall(self.keys.client_subscriptions(client_id))
+        return {
+            _decode(topic_filter, "filter"): unpack_options(bytes(packed))
+            for topic_filter, packed in stored.items()
+        }
+
+    # -- everything ------------------------------------------------------------------
+
+    async def remove_client(self, client_id: str, *, owner: Owner | None = None) -> RemovedClient:
+        """Delete all of the client's data (subscriptions, aliases, owner) in one script.
+
+        Returns what was deleted (all zero/False when the client had nothing). Raises
+        :class:`SessionOwnershipError` if ``owner`` is stale; nothing changes then.
+        """
+        args = _owner_args(owner)
+        subscriptions, aliases, had_owner = await self._scripts.run(
+            "client_remove", self.client_keys(client_id), args
+        )
+        return RemovedClient(int(subscriptions), int(aliases), int(had_owner) == 1)
+
+
+__all__ = [
+    "Owner",
+    "RemovedClient",
+    "SubscriptionStore",
+    "pack_options",
+    "unpack_options",
+]
