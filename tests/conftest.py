@@ -1,5 +1,13 @@
 """Shared pytest fixtures: real Redis servers, one client per backend, a key namespace per test.
 
+Tiers: the tests are laid out like the package (``tests/core``, ``tests/state``,
+``tests/cluster``, ``tests/ops``, ``tests/cli``, ``tests/pipeline``, ``tests/system``)
+and each test carries its folder's marker. On top, every test that needs a real
+``redis-server`` carries ``redis`` (added here from the fixtures it uses, or marked by
+hand where a test starts a server itself), and every test that needs Spark (a JDK)
+carries ``spark``: ``pytest -m "not redis"`` runs with no server at all, ``pytest -m
+core`` only the pure core. Helpers live in :mod:`tests.support`.
+
 Servers (session scope, started lazily: only when a test asks for them, so pure-core tests
 stay fast; a missing redis-server fails the tests loudly, it never skips them):
 
@@ -25,6 +33,7 @@ Per test (function scope):
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -34,16 +43,50 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from router.state.keys import Keys
-from tests import cli_support
-from tests.redis_servers import RedisClusterServers, RedisServer
+from tests.support import cli as cli_support
+from tests.support.servers import RedisClusterServers, RedisServer
 
 RedisClient = Redis | RedisCluster
 Connect = Callable[..., Awaitable[RedisClient]]
 
 BACKENDS = ("fake", "standalone", "cluster")
 
-# ``start_node`` (tests/nodes.py) and the session-scoped ``spark`` fixture (pipeline tests).
-pytest_plugins = ("tests.nodes", "tests.spark_support")
+# ``start_node`` (tests/support/nodes.py) and the session-scoped ``spark`` fixture.
+pytest_plugins = ("tests.support.nodes", "tests.support.spark")
+
+TESTS = Path(__file__).resolve().parent
+TIERS = ("core", "state", "cluster", "ops", "cli", "pipeline", "system")
+# Fixtures that start a redis-server (their users need one), and parameters that pick one.
+SERVER_FIXTURES = frozenset(
+    {"redis_standalone_server", "redis_cluster_servers", "redis_server_factory"}
+)
+SERVER_URL_FIXTURES = frozenset({"redis_standalone_url", "redis_cluster_url"})
+SERVER_PARAMETERS = {
+    "redis_backend": ("standalone", "cluster"),
+    "redis_url": ("standalone", "cluster"),
+}
+
+
+def needs_redis_server(item: pytest.Item) -> bool:
+    """True if the test starts (or reaches) a real redis-server through the fixtures."""
+    if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if any(isinstance(v, str) and v in SERVER_URL_FIXTURES for v in params.values()):
+        return True  # parametrized by the name of a URL fixture it then asks for
+    return any(params.get(name) in values for name, values in SERVER_PARAMETERS.items())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its tier (its folder), ``redis`` and ``spark`` where it needs them."""
+    for item in items:
+        tier = item.path.relative_to(TESTS).parts[0]
+        if tier in TIERS:
+            item.add_marker(tier)
+        if needs_redis_server(item):
+            item.add_marker("redis")
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker("spark")
 
 
 @pytest.fixture(scope="session")
