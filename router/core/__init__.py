@@ -2,5 +2,5 @@
 route mirror, the hot-topic cache, hooks, the ACL and message value types.
 
 Imports the standard library and :mod:`router.errors` only: no Redis, no msgpack, no
-asyncio I/O (``tests/test_layering.py`` reads every import and keeps it so).
+asyncio I/O (``tests/system/test_layering.py`` reads every import and keeps it so).
 """

@@ -11,7 +11,7 @@ Binding an alias to a new topic forgets the alias's old topic; binding a topic t
 alias forgets the topic's old alias. Aliases are 1..65535, or 1..the client's maximum for
 the namespace. The aliases are deleted with the rest of the client's data
 (:meth:`router.state.subscriptions.SubscriptionStore.remove_client`) or alone
-(:meth:`RedisAliasTable.remove_client`). The same test table (tests/alias_cases.py) runs
+(:meth:`RedisAliasTable.remove_client`). The same test table (tests/support/alias_cases.py) runs
 against both tables.
 """
 
