@@ -23,7 +23,7 @@ import click
 
 from router.cluster.node import RouterNode
 from router.core.messages import Delivery
-from router.core.topics import validate_filter, validate_topic
+from router.core.topics import TopicName, validate_filter, validate_topic
 from router.ops.tool_node import ephemeral_node, tool_node_id
 
 from .common import Target, echo_json, json_option, note, run, stop_on_signals
@@ -34,7 +34,7 @@ node_id_option = click.option(
 )
 
 
-async def wait_for_interest(node: RouterNode, topic: str, seconds: float) -> bool:
+async def wait_for_interest(node: RouterNode, topic: TopicName, seconds: float) -> bool:
     """Wait until the node's route mirror sends ``topic`` somewhere (at most ``seconds``)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
@@ -71,12 +71,12 @@ def publish(
     as_json: bool,
 ) -> None:
     """Publish PAYLOAD (UTF-8 text; '-' reads bytes from stdin) to TOPIC once."""
-    validate_topic(topic)
+    checked = validate_topic(topic)  # before connecting: a bad topic is one error line
     data = sys.stdin.buffer.read() if payload == "-" else payload.encode("utf-8")
 
     async def main() -> None:
         async with ephemeral_node(target.url, node_id=node_id, prefix=target.prefix) as node:
-            await wait_for_interest(node, topic, wait_for)
+            await wait_for_interest(node, checked, wait_for)
             result = await node.publish(topic, data, qos=qos, retain=retain)
         if as_json:
             echo_json(

@@ -38,6 +38,7 @@ from redis.asyncio import Redis
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
 from router.core.messages import Outgoing
+from router.core.topics import validate_topic
 from router.ops.embedded_redis import embedded_redis
 from router.ops.node_process import freeze_startup_heap
 
@@ -184,7 +185,7 @@ async def convergence(url: str, prefix: str, rounds: int) -> list[float]:
         await second.start()
         loop = asyncio.get_running_loop()
         for index in range(rounds):
-            topic = f"conv/{index}"
+            topic = validate_topic(f"conv/{index}")
             await first.subscribe("watcher", topic)
             returned = loop.time()
             while "bench-conv-1" not in second.mirror.match(topic).nodes:
@@ -224,7 +225,7 @@ async def run_async(
         await asyncio.to_thread(idle.ask, "ready")
         await node.start()
         freeze_startup_heap()  # as `router node run` does
-        while "bench-b" not in node.mirror.match("tp/0").nodes:
+        while "bench-b" not in node.mirror.match(validate_topic("tp/0")).nodes:
             await asyncio.sleep(0.01)
         start = await throughput(node, messages, batch=BATCH, in_flight=4)
         report = await wait_for_count(interested, "tp", messages, timeout=120)

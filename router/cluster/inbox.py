@@ -7,7 +7,9 @@ An inbox record is one msgpack value, either
 * a *takeover notice*: ``{"takeover": [client_id, epoch]}`` (:func:`pack_takeover`).
 
 :func:`unpack_record` reads both and raises :class:`MalformedMessageError` for anything
-else, so a reader never acts on a record this router did not write.
+else, so a reader never acts on a record this router did not write. Topics and share
+filters in a record are not validated again: only router nodes write inboxes, and they
+validated them where the publish entered (:mod:`router.core.topics`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import msgpack
 
 from router.core.messages import Message
+from router.core.topics import TopicFilter, TopicName
 from router.errors import MalformedMessageError
 
 
@@ -27,7 +30,7 @@ class Forward:
     the nodes that already failed to serve those groups (a re-dispatch skips them)."""
 
     message: Message
-    groups: tuple[str, ...] = ()
+    groups: tuple[TopicFilter, ...] = ()
     tried: tuple[str, ...] = ()
 
 
@@ -82,14 +85,14 @@ def unpack_record(data: bytes) -> list[Forward] | Takeover:
             Forward(
                 Message(
                     bytes(row[0]),
-                    str(row[1]),
+                    TopicName(str(row[1])),
                     bytes(row[2]),
                     int(row[3]),
                     bool(row[4]),
                     row[5],
                     float(row[6]),
                 ),
-                tuple(row[7]),
+                tuple(TopicFilter(str(group)) for group in row[7]),
                 tuple(row[8]),
             )
             for row in record

@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection
-from typing import Any, Literal
+from typing import Literal
 
 from router.core.cached_trie import CachedMatcher
 from router.core.hot_topics import DEFAULT_CACHE, CacheSettings, CacheStats
 from router.core.messages import Delivery, Message
+from router.core.options import SubscriptionOptions
 from router.core.sharing import ShareStrategy
-from router.core.topics import parse_shared
+from router.core.topics import TopicFilter, parse_shared
 from router.core.trie import SubscriptionTrie
 from router.errors import ClientNotConnectedError
 
@@ -87,7 +88,7 @@ class ClientSession:
             yield delivery
 
 
-RouteChange = tuple[str, int]  # (route, new count); count 0 removes the route
+CountChange = tuple[TopicFilter, int]  # (route, new count); count 0 removes the route
 #: Told of each local copy: (client id, the copy, what its queue dropped for it or None).
 DeliveryObserver = Callable[[str, Delivery, Delivery | None], None]
 
@@ -113,7 +114,7 @@ class LocalSessions:
             else SubscriptionTrie(strategy)
         )
         self._sessions: dict[str, ClientSession] = {}
-        self._counts: dict[str, int] = {}
+        self._counts: dict[TopicFilter, int] = {}
         self._queue_limit = queue_limit
         self._overflow: Overflow = overflow
 
@@ -145,20 +146,22 @@ class LocalSessions:
     # -- subscriptions and route counts ----------------------------------------------
 
     def subscribe(
-        self, client_id: str, topic_filter: str, **options: Any
-    ) -> tuple[bool, RouteChange | None]:
+        self, client_id: str, topic_filter: TopicFilter, options: SubscriptionOptions
+    ) -> tuple[bool, CountChange | None]:
         """Subscribe locally; returns (new subscription?, route change or None)."""
         self.open(client_id)
-        is_new = self.trie.subscribe(client_id, topic_filter, **options)
+        is_new = self.trie.add(client_id, topic_filter, options)
         return is_new, (self._count(topic_filter, +1) if is_new else None)
 
-    def unsubscribe(self, client_id: str, topic_filter: str) -> tuple[bool, RouteChange | None]:
+    def unsubscribe(
+        self, client_id: str, topic_filter: TopicFilter
+    ) -> tuple[bool, CountChange | None]:
         """Unsubscribe locally; returns (was subscribed?, route change or None)."""
-        if not self.trie.unsubscribe(client_id, topic_filter):
+        if not self.trie.discard(client_id, topic_filter):
             return False, None
         return True, self._count(topic_filter, -1)
 
-    def disconnect(self, client_id: str) -> list[RouteChange]:
+    def disconnect(self, client_id: str) -> list[CountChange]:
         """Remove the client's subscriptions and close its session; the route changes."""
         subscriptions = list(self.trie.subscriptions(client_id))
         self.trie.remove_client(client_id)
@@ -168,14 +171,14 @@ class LocalSessions:
             session.close()
         return changes
 
-    def routes(self) -> dict[str, int]:
+    def routes(self) -> dict[TopicFilter, int]:
         """The node's routes as counted now: route -> count."""
         return {
             route: (count if parse_shared(route) is not None else 1)
             for route, count in self._counts.items()
         }
 
-    def _count(self, topic_filter: str, delta: int) -> RouteChange | None:
+    def _count(self, topic_filter: TopicFilter, delta: int) -> CountChange | None:
         before = self._counts.get(topic_filter, 0)
         after = before + delta
         if after:
@@ -203,9 +206,7 @@ class LocalSessions:
         the publisher itself are skipped. ``observer`` (the node's hooks) is told of
         every copy and of what the overflow policy dropped for it.
         """
-        matched = self.trie.match_subscriptions(
-            message.topic, message.publisher, only_groups=only_groups
-        )
+        matched = self.trie.subscriptions_for(message.topic, message.publisher, only_groups)
         queued = dropped = 0
         for client_id, found in matched.items():
             subscriptions = found
@@ -250,6 +251,6 @@ class LocalSessions:
             return self.trie.subscriptions_cache.stats()
         return None
 
-    def group_members(self, share_filter: str) -> int:
+    def group_members(self, share_filter: TopicFilter) -> int:
         """How many local members the share group has."""
         return self._counts.get(share_filter, 0)

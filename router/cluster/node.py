@@ -53,7 +53,7 @@ from router.core.messages import Delivery, Message, Outgoing, PublishResult
 from router.core.options import make_options
 from router.core.route_mirror import RouteMirror
 from router.core.sharing import LocalFirstStrategy, ShareStrategy, strategy_by_name
-from router.core.topics import parse_shared, validate_filter, validate_topic
+from router.core.topics import TopicFilter, parse_shared, validate_filter, validate_topic
 from router.errors import (
     InvalidOptionsError,
     NodeNotRegisteredError,
@@ -74,8 +74,8 @@ class Reconciliation:
     """What :meth:`RouterNode.reconcile` found (and whether it repaired it)."""
 
     node_id: str
-    missing: dict[str, int]
-    stale: list[str]
+    missing: dict[TopicFilter, int]
+    stale: list[TopicFilter]
     repaired: bool
 
 
@@ -292,37 +292,36 @@ class RouterNode:
         Matching retained messages are queued for the client before it returns (retain
         handling 0/1/2; none for a shared subscription; see :mod:`router.cluster.retainer`).
         """
-        validate_filter(topic_filter)
+        checked = validate_filter(topic_filter)  # the one validation (see router.core.topics)
         opts = make_options(**options)
         if self._policy.guards_subscribe:
-            topic_filter, opts = await self._policy.admit_subscribe(client_id, topic_filter, opts)
-        if opts.no_local and parse_shared(topic_filter) is not None:
+            checked, opts = await self._policy.admit_subscribe(client_id, checked, opts)
+        if opts.no_local and parse_shared(checked) is not None:
             raise InvalidOptionsError("a shared subscription cannot set no_local (MQTT-3.8.3-4)")
         owner = self._claims.held(client_id)
         if owner is None:
             await self.connect(client_id)
             owner = self._claims.held(client_id)
-        await self.subscriptions.subscribe(client_id, topic_filter, opts, owner=owner)
-        is_new, change = self.sessions.subscribe(client_id, topic_filter, **opts.as_dict())
+        await self.subscriptions.write_subscriptions(client_id, [(checked, opts)], owner=owner)
+        is_new, change = self.sessions.subscribe(client_id, checked, opts)
         if change is not None:
             await self._write_route(*change)
         await self._retainer.on_subscribe(
-            client_id, topic_filter, opts, is_new, self._policy.delivery_observer
+            client_id, checked, opts, is_new, self._policy.delivery_observer
         )
         return is_new
 
     async def unsubscribe(self, client_id: str, topic_filter: str) -> bool:
         """Remove one subscription; True if the client had it."""
-        validate_filter(topic_filter)
+        checked = validate_filter(topic_filter)
         owner = self._claims.held(client_id)
         if owner is None:
             return False
-        kept = await self._policy.admit_unsubscribe(client_id, topic_filter)
+        kept = await self._policy.admit_unsubscribe(client_id, checked)
         if kept is None:
             return False
-        topic_filter = kept
-        await self.subscriptions.unsubscribe(client_id, topic_filter, owner=owner)
-        existed, change = self.sessions.unsubscribe(client_id, topic_filter)
+        await self.subscriptions.delete_subscriptions(client_id, [kept], owner=owner)
+        existed, change = self.sessions.unsubscribe(client_id, kept)
         if change is not None:
             await self._write_route(*change)
         return existed
@@ -344,7 +343,7 @@ class RouterNode:
             await self._sync.announce()
         await self._policy.detached(client_id, reason)
 
-    async def _write_route(self, route: str, count: int) -> None:
+    async def _write_route(self, route: TopicFilter, count: int) -> None:
         await self._writer.submit(route, count)
         await self._sync.announce()
 
@@ -428,14 +427,14 @@ class RouterNode:
     def _message(
         self, topic: str, payload: bytes, qos: int, retain: bool, publisher: str | None
     ) -> Message:
-        validate_topic(topic)
+        checked = validate_topic(topic)  # the one validation (see router.core.topics)
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
         if qos not in (0, 1, 2):
             raise ValueError(f"qos must be 0, 1 or 2, not {qos!r}")
         return Message(
             self._ids.new_bytes(),
-            topic,
+            checked,
             bytes(payload),
             qos,
             bool(retain),
@@ -480,7 +479,9 @@ class RouterNode:
         if waiters:
             await asyncio.gather(*waiters)
 
-    def _redispatch(self, forward: Forward, share_filter: str) -> asyncio.Future[None] | None:
+    def _redispatch(
+        self, forward: Forward, share_filter: TopicFilter
+    ) -> asyncio.Future[None] | None:
         tried = (*forward.tried, self.node_id)
         candidates = {
             node_id: count

@@ -61,13 +61,13 @@ from router.core.acl import Acl, AclAction, Permission
 from router.core.hooks import Check, ClientInfo, Decision, DropReason, HookPoint, HookRegistry
 from router.core.messages import Delivery, Message
 from router.core.options import SubscriptionOptions
-from router.core.topics import validate_filter, validate_topic
+from router.core.topics import TopicFilter, TopicName, validate_filter, validate_topic
 from router.errors import AclRuleError, HookError, NotAuthorizedError
 
 NO_AUTHENTICATOR_ALLOWED = Decision.deny("no authentication hook accepted the client")
 NO_ACL_ALLOWED = Decision.deny("no ACL hook allowed it")
 
-Subscription = tuple[str, SubscriptionOptions]
+Subscription = tuple[TopicFilter, SubscriptionOptions]
 
 
 class Policy:
@@ -134,7 +134,7 @@ class Policy:
     # -- subscribing -----------------------------------------------------------------
 
     async def admit_subscribe(
-        self, client_id: str, topic_filter: str, options: SubscriptionOptions
+        self, client_id: str, topic_filter: TopicFilter, options: SubscriptionOptions
     ) -> Subscription:
         """``client.subscribe`` then the ACL; returns the (possibly rewritten) subscription.
 
@@ -154,11 +154,13 @@ class Policy:
             raise NotAuthorizedError(client_id, "subscribe", wanted[0], decision.reason)
         return wanted
 
-    async def admit_unsubscribe(self, client_id: str, topic_filter: str) -> str | None:
+    async def admit_unsubscribe(
+        self, client_id: str, topic_filter: TopicFilter
+    ) -> TopicFilter | None:
         """``client.unsubscribe``: the filter to remove, or None to keep the subscription."""
         if not self.hooks.active(HookPoint.CLIENT_UNSUBSCRIBE):
             return topic_filter
-        found: str | None = await self.hooks.arun_fold(
+        found: TopicFilter | None = await self.hooks.arun_fold(
             HookPoint.CLIENT_UNSUBSCRIBE, (self.client(client_id),), topic_filter, _filter
         )
         return found
@@ -229,7 +231,7 @@ def _as_message(delivery: Delivery) -> Message:
     """A dropped client copy as a message (with the QoS and retain flag of that copy)."""
     return Message(
         delivery.message_id,
-        delivery.topic,
+        TopicName(delivery.topic),  # a copy of a routed message: its topic was validated
         delivery.payload,
         delivery.qos,
         delivery.retain,
@@ -268,7 +270,7 @@ def _decision(value: Any) -> Decision:
     return value
 
 
-def _filter(value: Any) -> str | None:
+def _filter(value: Any) -> TopicFilter | None:
     if value is None:
         return None
     if not isinstance(value, str):

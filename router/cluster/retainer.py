@@ -26,7 +26,7 @@ from router.cluster.local_sessions import DeliveryObserver, LocalSessions
 from router.cluster.tasks import stop_task
 from router.core.messages import Delivery, Message
 from router.core.options import SubscriptionOptions
-from router.core.topics import parse_shared
+from router.core.topics import TopicFilter, parse_shared
 from router.errors import RetainedPayloadTooLargeError, RetainedStoreFullError
 from router.state.retained_store import RetainedStore, check_retained_input
 
@@ -71,13 +71,13 @@ class Retainer:
             check_retained_input(message.payload, message.qos, expiry)
         for message, expiry in batch:
             try:
-                await self.store.store(
+                await self.store.put(
                     message.topic,
                     message.payload,
-                    qos=message.qos,
-                    message_id=message.id,
-                    publisher=message.publisher,
-                    expiry_interval=expiry,
+                    message.qos,
+                    message.id,
+                    message.publisher,
+                    expiry,
                 )
             except (RetainedPayloadTooLargeError, RetainedStoreFullError) as exc:
                 self.refused += 1
@@ -91,7 +91,7 @@ class Retainer:
     async def on_subscribe(
         self,
         client_id: str,
-        topic_filter: str,
+        topic_filter: TopicFilter,
         options: SubscriptionOptions,
         is_new: bool,
         observer: DeliveryObserver | None = None,
@@ -110,7 +110,7 @@ class Retainer:
         session = self._sessions.session(client_id)
         ids = () if options.subscription_identifier is None else (options.subscription_identifier,)
         queued = 0
-        async for retained in self.store.iter_match(topic_filter, batch_size=DELIVERY_BATCH):
+        async for retained in self.store.matching(topic_filter, batch_size=DELIVERY_BATCH):
             delivery = Delivery(
                 retained.topic,
                 retained.payload,

@@ -21,6 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from router.cluster.tasks import stop_task
+from router.core.topics import TopicFilter
 from router.errors import RouteSetMissingError
 from router.state.routes import RouteChange, RouteStore
 
@@ -37,7 +38,7 @@ class RouteWriter:
         store: RouteStore,
         node_id: str,
         incarnation: str,
-        current_routes: Callable[[], dict[str, int]],
+        current_routes: Callable[[], dict[TopicFilter, int]],
         on_applied: Callable[[list[RouteChange]], None],
         on_claimed: Callable[[str], Awaitable[None]],
     ) -> None:
@@ -47,7 +48,7 @@ class RouteWriter:
         self._current_routes = current_routes
         self._on_applied = on_applied
         self._on_claimed = on_claimed
-        self._pending: dict[str, int] = {}
+        self._pending: dict[TopicFilter, int] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -63,7 +64,7 @@ class RouteWriter:
                 waiter.set_exception(asyncio.CancelledError("route writer stopped"))
         self._waiters.clear()
 
-    def submit(self, route: str, count: int) -> asyncio.Future[None]:
+    def submit(self, route: TopicFilter, count: int) -> asyncio.Future[None]:
         """Queue a change; the future resolves when it is durable in Redis."""
         self._pending.pop(route, None)
         self._pending[route] = count
@@ -92,10 +93,10 @@ class RouteWriter:
                 if not waiter.done():
                     waiter.set_result(None)
 
-    async def _write(self, batch: dict[str, int]) -> None:
+    async def _write(self, batch: dict[TopicFilter, int]) -> None:
         for delay in (*RETRY_DELAYS, None):
             try:
-                changes = await self._store.apply(self._node_id, self.incarnation, batch.items())
+                changes = await self._store.write(self._node_id, self.incarnation, batch)
             except RouteSetMissingError:
                 await self.republish()
                 return

@@ -25,8 +25,9 @@ from collections.abc import Collection
 from typing import Any, final
 
 from router.core.hot_topics import HotTopics
+from router.core.options import SubscriptionOptions
 from router.core.sharing import ShareGroup, ShareStrategy
-from router.core.topics import validate_topic
+from router.core.topics import TopicFilter, TopicName, validate_topic
 from router.core.trie import MatchedSubscription, SubscriptionTrie
 
 
@@ -75,13 +76,13 @@ class CachedMatcher(SubscriptionTrie):
 
     # -- changes ---------------------------------------------------------------------
 
-    def subscribe(self, client_id: str, topic_filter: str, **options: Any) -> bool:
-        is_new = super().subscribe(client_id, topic_filter, **options)
+    def add(self, client_id: str, topic_filter: TopicFilter, options: SubscriptionOptions) -> bool:
+        is_new = super().add(client_id, topic_filter, options)
         self._invalidate(topic_filter)  # new options change match_subscriptions answers
         return is_new
 
-    def unsubscribe(self, client_id: str, topic_filter: str) -> bool:
-        if not super().unsubscribe(client_id, topic_filter):
+    def discard(self, client_id: str, topic_filter: TopicFilter) -> bool:
+        if not super().discard(client_id, topic_filter):
             return False
         self._invalidate(topic_filter)
         return True
@@ -146,18 +147,17 @@ class CachedMatcher(SubscriptionTrie):
             result.insert(position, member)
         return result
 
-    def match_subscriptions(
+    def subscriptions_for(
         self,
-        topic: str,
+        topic: TopicName,
         publisher: str | None = None,
         only_groups: Collection[str] | None = None,
     ) -> dict[str, list[MatchedSubscription]]:
         cache = self.subscriptions_cache
         answer = cache.get(topic)
         if answer is None:  # a miss; a publish that admits the topic installs its answer
-            validate_topic(topic)
             if not cache.miss(topic):
-                return SubscriptionTrie.match_subscriptions(self, topic, publisher, only_groups)
+                return SubscriptionTrie.subscriptions_for(self, topic, publisher, only_groups)
             version, clock = cache.version, cache.clock_ns
             start = clock()
             answer = self._subscriptions_answer_at(self._terminals(topic), topic)
@@ -182,7 +182,6 @@ class CachedMatcher(SubscriptionTrie):
     # -- building answers ------------------------------------------------------------
 
     def _clients_answer(self, topic: str) -> _ClientsAnswer:
-        validate_topic(topic)
         return self._clients_answer_at(self._terminals(topic))
 
     def _clients_answer_at(self, found: list[Any]) -> _ClientsAnswer:
@@ -191,7 +190,6 @@ class CachedMatcher(SubscriptionTrie):
         return _Grouped(clients, tuple(groups)) if groups else tuple(clients)
 
     def _subscriptions_answer(self, topic: str) -> _SubscriptionsAnswer:
-        validate_topic(topic)
         return self._subscriptions_answer_at(self._terminals(topic), topic)
 
     def _subscriptions_answer_at(self, found: list[Any], topic: str) -> _SubscriptionsAnswer:

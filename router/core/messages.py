@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from router.core.topics import TopicName
+
 
 @dataclass(frozen=True, slots=True)
 class Message:
@@ -19,7 +21,7 @@ class Message:
     reading when it was published (for latency measurements on one machine)."""
 
     id: bytes
-    topic: str
+    topic: TopicName  # validated where the publish entered (see router.core.topics)
     payload: bytes
     qos: int = 0
     retain: bool = False

@@ -28,8 +28,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from router.core.hot_topics import DEFAULT_CACHE, CacheSettings, CacheStats, HotTopics
+from router.core.options import DEFAULT_OPTIONS
 from router.core.sharing import RandomStrategy, ShareGroup, ShareStrategy
-from router.core.topics import parse_shared
+from router.core.topics import TopicFilter, TopicName, parse_shared
 from router.core.trie import Candidates, SubscriptionTrie
 
 
@@ -37,7 +38,7 @@ from router.core.trie import Candidates, SubscriptionTrie
 class _NodeRoutes:
     generation: str | None
     version: int
-    routes: dict[str, int] = field(default_factory=dict)
+    routes: dict[TopicFilter, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class RouteMatch:
     groups it was chosen to serve (a node may be listed for groups only). ``filters``
     explains the plain part: node -> its routes that matched."""
 
-    nodes: dict[str, list[str]]
+    nodes: dict[str, list[TopicFilter]]
     filters: dict[str, list[str]]
 
 
@@ -72,7 +73,7 @@ class RouteMirror:
     ) -> None:
         self._trie = SubscriptionTrie()
         self._nodes: dict[str, _NodeRoutes] = {}
-        self._slots: dict[str, ShareGroup] = {}
+        self._slots: dict[TopicFilter, ShareGroup] = {}
         self._strategy: ShareStrategy = strategy if strategy is not None else RandomStrategy()
         self._hot: HotTopics[_RouteAnswer] | None = (
             HotTopics(self._answer, **cache.as_kwargs()) if cache is not None else None
@@ -83,7 +84,7 @@ class RouteMirror:
     # -- loading ---------------------------------------------------------------------
 
     def load(
-        self, node_id: str, generation: str | None, version: int, routes: Mapping[str, int]
+        self, node_id: str, generation: str | None, version: int, routes: Mapping[TopicFilter, int]
     ) -> None:
         """Replace the node's routes with a snapshot taken at ``version``."""
         changed = self._clear(node_id)
@@ -94,7 +95,7 @@ class RouteMirror:
         self._invalidate_many(changed | routes.keys())
 
     def apply(
-        self, node_id: str, generation: str | None, changes: Iterable[tuple[int, str, int]]
+        self, node_id: str, generation: str | None, changes: Iterable[tuple[int, TopicFilter, int]]
     ) -> bool:
         """Apply (version, route, count) changes in order; count 0 removes the route.
 
@@ -123,7 +124,7 @@ class RouteMirror:
         self.version += 1
         return True
 
-    def _clear(self, node_id: str) -> set[str]:
+    def _clear(self, node_id: str) -> set[TopicFilter]:
         """Remove the node's routes (without invalidating); the routes it had."""
         state = self._nodes.pop(node_id, None)
         if state is None:
@@ -136,7 +137,7 @@ class RouteMirror:
     def _set(
         self,
         node_id: str,
-        route: str,
+        route: TopicFilter,
         count: int,
         state: _NodeRoutes | None = None,
         *,
@@ -147,20 +148,20 @@ class RouteMirror:
         state = state if state is not None else self._nodes[node_id]
         if count <= 0:
             if state.routes.pop(route, None) is not None:
-                self._trie.unsubscribe(node_id, route)
+                self._trie.discard(node_id, route)
         else:
             state.routes[route] = count
-            self._trie.subscribe(node_id, route)
+            self._trie.add(node_id, route, DEFAULT_OPTIONS)
         if parse_shared(route) is not None:
             self._rebuild_slots(route)
         if invalidate and self._hot is not None:
             self._hot.invalidate(route)
 
-    def _invalidate_many(self, routes: set[str]) -> None:
+    def _invalidate_many(self, routes: set[TopicFilter]) -> None:
         if self._hot is not None:
             self._hot.invalidate_many(routes)
 
-    def _rebuild_slots(self, share_filter: str) -> None:
+    def _rebuild_slots(self, share_filter: TopicFilter) -> None:
         slots = sorted(
             node_id
             for node_id, state in self._nodes.items()
@@ -186,34 +187,34 @@ class RouteMirror:
         state = self._nodes.get(node_id)
         return None if state is None else (state.generation, state.version)
 
-    def routes(self, node_id: str) -> dict[str, int]:
+    def routes(self, node_id: str) -> dict[TopicFilter, int]:
         """A copy of one node's routes: route -> count."""
         state = self._nodes.get(node_id)
         return dict(state.routes) if state is not None else {}
 
-    def table(self) -> dict[str, dict[str, int]]:
+    def table(self) -> dict[TopicFilter, dict[str, int]]:
         """route -> {node: count} for the whole cluster."""
-        result: dict[str, dict[str, int]] = {}
+        result: dict[TopicFilter, dict[str, int]] = {}
         for node_id in sorted(self._nodes):
             for route, count in self._nodes[node_id].routes.items():
                 result.setdefault(route, {})[node_id] = count
         return dict(sorted(result.items()))
 
-    def match(self, topic: str, publisher: str | None = None) -> RouteMatch:
+    def match(self, topic: TopicName, publisher: str | None = None) -> RouteMatch:
         """The nodes a publish to ``topic`` goes to (see :class:`RouteMatch`).
 
         The result may be shared with the cache (the same object for the next publish to
-        a hot topic without share groups): read it, never change it. Raises
-        :class:`InvalidTopicError` for an invalid topic.
+        a hot topic without share groups): read it, never change it. ``topic`` was
+        validated where the publish entered (:func:`~router.core.topics.validate_topic`).
         """
         hot = self._hot
         if hot is None:
-            return self._choose(self._trie.candidates(topic), topic, publisher)
+            return self._choose(self._trie.candidates_for(topic), topic, publisher)
         answer = hot.get(topic)
         if answer is None:  # a miss; a publish that admits the topic installs its answer
             version, clock = hot.version, hot.clock_ns
             start = clock()
-            found = self._trie.candidates(topic)
+            found = self._trie.candidates_for(topic)
             cost = clock() - start
             result = self._choose(found, topic, publisher)
             if hot.miss(topic):
@@ -225,15 +226,16 @@ class RouteMirror:
         return self._choose(answer, topic, publisher)
 
     def _answer(self, topic: str) -> _RouteAnswer:
-        """What the cache keeps for ``topic``: the match itself when no group matches."""
-        found = self._trie.candidates(topic)
+        """What the cache keeps for ``topic``: the match itself when no group matches.
+        (The cache holds topics that were matched before: validated ones.)"""
+        found = self._trie.candidates_for(TopicName(topic))
         if found.groups:
             return found
         return self._choose(found, topic, None)
 
     def _choose(self, found: Candidates, topic: str, publisher: str | None) -> RouteMatch:
         """The route match of ``found``: one slot chosen for each share group."""
-        nodes: dict[str, list[str]] = {node_id: [] for node_id in found.plain}
+        nodes: dict[str, list[TopicFilter]] = {node_id: [] for node_id in found.plain}
         choose = self._strategy.choose
         for share_filter in found.groups:
             slots = self._slots.get(share_filter)
@@ -251,7 +253,7 @@ class RouteMirror:
         """The cluster's routes as a tree (filters by level; node ids at the ends)."""
         return self._trie.dump()
 
-    def group_nodes(self, share_filter: str) -> dict[str, int]:
+    def group_nodes(self, share_filter: TopicFilter) -> dict[str, int]:
         """Nodes holding members of a share group: node -> member count."""
         return {
             node_id: state.routes[share_filter]

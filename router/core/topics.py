@@ -21,7 +21,7 @@ Rules enforced here, with examples:
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, NewType
 
 from router.errors import InvalidTopicError
 
@@ -33,6 +33,19 @@ SHARE_PREFIX: Final = "$share/"
 
 # A str of this many characters or fewer cannot exceed MAX_TOPIC_BYTES (4 bytes a character).
 _SAFE_CHARS: Final = MAX_TOPIC_BYTES // 4
+
+TopicName = NewType("TopicName", str)
+"""A topic name that passed :func:`validate_topic`.
+
+A topic is validated once, where it enters (an API call, a CLI argument, an MQTT packet)
+and travels as a ``TopicName`` from there: code that takes one (the trie's
+:meth:`~router.core.trie.SubscriptionTrie.subscriptions_for`, the route mirror's
+``match``) validates nothing again, and mypy proves every caller validated. At run time
+it is a plain ``str``: the type costs nothing.
+"""
+
+TopicFilter = NewType("TopicFilter", str)
+"""A topic filter (shared or not) that passed :func:`validate_filter`; see :data:`TopicName`."""
 
 
 class SharedFilter(NamedTuple):
@@ -64,7 +77,7 @@ def _check_text(text: object, what: str) -> str:
     return text
 
 
-def validate_topic(name: str) -> str:
+def validate_topic(name: str) -> TopicName:
     """Return ``name`` if it is a valid topic name (what a client publishes to).
 
     Raises :class:`InvalidTopicError` if it is empty, too long, holds U+0000, is not
@@ -80,11 +93,11 @@ def validate_topic(name: str) -> str:
         and "#" not in name
         and "\x00" not in name
     ):
-        return name
+        return TopicName(name)
     _check_text(name, "topic name")
     if SINGLE_LEVEL in name or MULTI_LEVEL in name:
         raise InvalidTopicError(name, "a topic name must not contain the wildcards '+' or '#'")
-    return name
+    return TopicName(name)
 
 
 def _check_filter_levels(text: str, whole: str) -> None:
@@ -112,7 +125,7 @@ def parse_shared(topic_filter: str) -> SharedFilter | None:
     return SharedFilter(group, rest)
 
 
-def validate_filter(topic_filter: str) -> str:
+def validate_filter(topic_filter: str) -> TopicFilter:
     """Return ``topic_filter`` if it is a valid topic filter, shared or not.
 
     Raises :class:`InvalidTopicError` naming the broken rule otherwise.
@@ -120,7 +133,7 @@ def validate_filter(topic_filter: str) -> str:
     _check_text(topic_filter, "topic filter")
     if not topic_filter.startswith(SHARE_PREFIX):
         _check_filter_levels(topic_filter, topic_filter)
-        return topic_filter
+        return TopicFilter(topic_filter)
     body = topic_filter[len(SHARE_PREFIX) :]
     if SEPARATOR not in body:
         raise InvalidTopicError(
@@ -134,7 +147,7 @@ def validate_filter(topic_filter: str) -> str:
     if not inner:
         raise InvalidTopicError(topic_filter, "the filter of a shared subscription is empty")
     _check_filter_levels(inner, topic_filter)
-    return topic_filter
+    return TopicFilter(topic_filter)
 
 
 def filter_matches_levels(filter_levels: list[str], topic_levels: list[str]) -> bool:

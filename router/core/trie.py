@@ -41,6 +41,8 @@ from router.core.topics import (
     MULTI_LEVEL,
     SEPARATOR,
     SINGLE_LEVEL,
+    TopicFilter,
+    TopicName,
     has_wildcard,
     parse_shared,
     validate_filter,
@@ -60,7 +62,7 @@ class Candidates(NamedTuple):
     """What matches a topic before any share-group choice (see ``candidates``)."""
 
     plain: dict[str, list[str]]
-    groups: dict[str, list[str]]
+    groups: dict[TopicFilter, list[str]]
 
 
 class _Group(ShareGroup):
@@ -100,7 +102,7 @@ class _Node:
         self.plus: _Node | None = None
         self.hash: _Node | None = None
         self.subs: dict[str, SubscriptionOptions] | None = None
-        self.groups: dict[str, _Group] | None = None
+        self.groups: dict[TopicFilter, _Group] | None = None
         self.filter: str | None = None
 
     def is_empty(self) -> bool:
@@ -127,7 +129,7 @@ class SubscriptionTrie:
         self._root = _Node()
         self._exact: dict[str, _Node] = {}
         self._shapes: ShapeIndex[_Node] = ShapeIndex()
-        self._clients: dict[str, dict[str, SubscriptionOptions]] = {}
+        self._clients: dict[str, dict[TopicFilter, SubscriptionOptions]] = {}
         self._count = 0
 
     # -- changes ---------------------------------------------------------------------
@@ -141,10 +143,14 @@ class SubscriptionTrie:
         then changes nothing.
         """
         _check_client_id(client_id)
-        validate_filter(topic_filter)
-        opts = make_options(**options)
+        return self.add(client_id, validate_filter(topic_filter), make_options(**options))
+
+    def add(self, client_id: str, topic_filter: TopicFilter, options: SubscriptionOptions) -> bool:
+        """:meth:`subscribe` for a filter and options validated where they entered (the
+        node's ``subscribe``, the route mirror's reads): nothing is checked again but
+        ``no_local`` on a shared filter (:class:`InvalidOptionsError`, nothing changed)."""
         shared = parse_shared(topic_filter)
-        if shared is not None and opts.no_local:
+        if shared is not None and options.no_local:
             raise InvalidOptionsError("a shared subscription cannot set no_local (MQTT-3.8.3-4)")
         plain = shared.filter if shared is not None else topic_filter
         node = self._terminal(plain, create=True)
@@ -156,19 +162,19 @@ class SubscriptionTrie:
         if shared is None:
             if node.subs is None:
                 node.subs = {}
-            node.subs[client_id] = opts
+            node.subs[client_id] = options
         else:
             if node.groups is None:
                 node.groups = {}
             group = node.groups.get(topic_filter)
             if group is None:
                 group = node.groups[topic_filter] = _Group(topic_filter)
-            group.put(client_id, opts)
+            group.put(client_id, options)
         mine = self._clients.get(client_id)
         if mine is None:
             mine = self._clients[client_id] = {}
         is_new = topic_filter not in mine
-        mine[topic_filter] = opts
+        mine[topic_filter] = options
         if is_new:
             self._count += 1
         return is_new
@@ -176,7 +182,10 @@ class SubscriptionTrie:
     def unsubscribe(self, client_id: str, topic_filter: str) -> bool:
         """Remove one subscription; True if it existed. Invalid filters raise."""
         _check_client_id(client_id)
-        validate_filter(topic_filter)
+        return self.discard(client_id, validate_filter(topic_filter))
+
+    def discard(self, client_id: str, topic_filter: TopicFilter) -> bool:
+        """:meth:`unsubscribe` for a filter validated where it entered."""
         mine = self._clients.get(client_id)
         if mine is None or topic_filter not in mine:
             return False
@@ -199,7 +208,7 @@ class SubscriptionTrie:
             self._detach(client_id, topic_filter)
         return len(mine)
 
-    def _detach(self, client_id: str, topic_filter: str) -> None:
+    def _detach(self, client_id: str, topic_filter: TopicFilter) -> None:
         """Remove the client from the filter's terminal and trim emptied nodes."""
         shared = parse_shared(topic_filter)
         plain = shared.filter if shared is not None else topic_filter
@@ -415,7 +424,15 @@ class SubscriptionTrie:
         ``only_groups``, when given, limits the share groups served to those shared
         filters (a node serves the groups the cluster chose it for).
         """
-        validate_topic(topic)
+        return self.subscriptions_for(validate_topic(topic), publisher, only_groups)
+
+    def subscriptions_for(
+        self,
+        topic: TopicName,
+        publisher: str | None = None,
+        only_groups: Collection[str] | None = None,
+    ) -> dict[str, list[MatchedSubscription]]:
+        """:meth:`match_subscriptions` of a topic validated where it entered."""
         return self._subscriptions_at(self._terminals(topic), topic, publisher, only_groups)
 
     def _subscriptions_at(
@@ -462,9 +479,12 @@ class SubscriptionTrie:
         its members (sorted). For callers that choose members themselves (the route
         mirror weighs nodes by member count) or that explain a match.
         """
-        validate_topic(topic)
+        return self.candidates_for(validate_topic(topic))
+
+    def candidates_for(self, topic: TopicName) -> Candidates:
+        """:meth:`candidates` of a topic validated where it entered."""
         plain: dict[str, list[str]] = {}
-        groups: dict[str, list[str]] = {}
+        groups: dict[TopicFilter, list[str]] = {}
         for node in self._terminals(topic):
             if node.subs is not None:
                 assert node.filter is not None
@@ -477,21 +497,21 @@ class SubscriptionTrie:
 
     # -- reading ---------------------------------------------------------------------
 
-    def subscriptions(self, client_id: str) -> Mapping[str, SubscriptionOptions]:
+    def subscriptions(self, client_id: str) -> Mapping[TopicFilter, SubscriptionOptions]:
         """A copy of the client's subscriptions: filter -> options (empty if none)."""
         return dict(self._clients.get(client_id, {}))
 
     def subscribers(self, topic_filter: str) -> dict[str, SubscriptionOptions]:
         """Who subscribed to exactly this filter (shared or plain): client id -> options."""
-        validate_filter(topic_filter)
-        shared = parse_shared(topic_filter)
-        plain = shared.filter if shared is not None else topic_filter
+        checked = validate_filter(topic_filter)
+        shared = parse_shared(checked)
+        plain = shared.filter if shared is not None else checked
         node = self._terminal(plain, create=False)
         if node is None:
             return {}
         if shared is None:
             return dict(node.subs or {})
-        group = (node.groups or {}).get(topic_filter)
+        group = (node.groups or {}).get(checked)
         return dict(group.options) if group is not None else {}
 
     def clients(self) -> Iterator[str]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
+from router.core.topics import TopicFilter
 from router.core.trie import SubscriptionTrie
 from router.errors import DemoTimeoutError
 from router.ops.embedded_redis import embedded_redis, kind_of
@@ -49,7 +50,7 @@ class DemoReport:
     """What the demo observed."""
 
     server: str
-    routes: dict[str, dict[str, int]]
+    routes: dict[TopicFilter, dict[str, int]]
     received: dict[str, int]
     deliveries: dict[str, Counter[str]] = field(default_factory=dict)
     copies: dict[str, Counter[str]] = field(default_factory=dict)

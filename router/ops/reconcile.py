@@ -41,7 +41,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from router.core.topics import parse_shared
+from router.core.topics import TopicFilter, parse_shared
 from router.state.keys import Keys
 from router.state.node_registry import NodeInfo, NodeRegistry
 from router.state.routes import RouteSnapshot, RouteStore
@@ -202,7 +202,7 @@ def _node_problems(info: NodeInfo | None, snapshot: RouteSnapshot) -> list[Probl
 async def _client_problems(
     redis: RedisClient,
     keys: Keys,
-    live: dict[str, dict[str, int]],
+    live: dict[str, dict[TopicFilter, int]],
     max_clients: int,
     report: ReconcileReport,
 ) -> list[Problem]:

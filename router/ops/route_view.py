@@ -227,10 +227,11 @@ def explain_match(mirror: RouteMirror, topic: str) -> MatchReport:
 
     Raises :class:`InvalidTopicError` for an invalid topic name.
     """
-    validate_topic(topic)
-    found = mirror.match(topic)
+    found = mirror.match(validate_topic(topic))
     groups = sorted({group for chosen in found.nodes.values() for group in chosen})
-    shared = {group: dict(sorted(mirror.group_nodes(group).items())) for group in groups}
+    shared: dict[str, dict[str, int]] = {
+        group: dict(sorted(mirror.group_nodes(group).items())) for group in groups
+    }
     filters: dict[str, list[str]] = {node: list(f) for node, f in found.filters.items()}
     for group, holders in shared.items():
         for node in holders:

@@ -53,6 +53,8 @@ import msgpack  # type: ignore[import-untyped,unused-ignore]
 from router.core.topics import (
     MULTI_LEVEL,
     SINGLE_LEVEL,
+    TopicFilter,
+    TopicName,
     parse_shared,
     validate_filter,
     validate_topic,
@@ -155,11 +157,11 @@ def first_level(topic: str) -> str:
     return topic.partition("/")[0]
 
 
-def _plain_filter(topic_filter: str) -> str:
-    validate_filter(topic_filter)
-    if parse_shared(topic_filter) is not None:
+def _plain_filter(topic_filter: str) -> TopicFilter:
+    checked = validate_filter(topic_filter)
+    if parse_shared(checked) is not None:
         raise InvalidTopicError(topic_filter, "retained messages are matched by plain filters")
-    return topic_filter
+    return checked
 
 
 def _effective_filter(topic_filter: str | None, shard: str) -> str:
@@ -261,12 +263,25 @@ class RetainedStore:
         input, :class:`RetainedPayloadTooLargeError` above ``max_payload`` and
         :class:`RetainedStoreFullError` for a new topic in a full store; nothing changes then.
         """
-        validate_topic(topic)
+        checked = validate_topic(topic)
         check_retained_input(payload, qos, expiry_interval)
         if not isinstance(message_id, bytes) or not (publisher is None or type(publisher) is str):
             raise TypeError("message_id must be bytes and publisher a str or None")
+        return await self.put(checked, payload, qos, message_id, publisher, expiry_interval)
+
+    async def put(
+        self,
+        topic: TopicName,
+        payload: bytes,
+        qos: int,
+        message_id: bytes,
+        publisher: str | None,
+        expiry_interval: int | None,
+    ) -> bool:
+        """:meth:`store` for a publish validated where it entered (the node's publish, then
+        :func:`check_retained_input`): raises only for the store's limits."""
         if not payload:
-            await self.delete(topic)
+            await self._delete(topic)
             return False
         limit = self.config.max_payload
         if limit and len(payload) > limit:
@@ -291,7 +306,9 @@ class RetainedStore:
     async def delete(self, topic_or_filter: str) -> int:
         """Delete the message of a topic, or of every topic a filter matches (expired ones
         too); returns how many were deleted. Raises :class:`InvalidTopicError`."""
-        topic_filter = _plain_filter(topic_or_filter)
+        return await self._delete(_plain_filter(topic_or_filter))
+
+    async def _delete(self, topic_filter: str) -> int:
         deleted = 0
         async for shard in self._shards_of(topic_filter, None):
             deleted += await self._delete_in_shard(_effective_filter(topic_filter, shard), shard)
@@ -348,13 +365,23 @@ class RetainedStore:
         topic_filter = _plain_filter(topic_filter)
         return await self._walk(topic_filter, cursor, _check_limit(limit))
 
-    async def iter_match(
+    def iter_match(
         self, topic_filter: str, *, batch_size: int = 100
     ) -> AsyncGenerator[RetainedMessage, None]:
-        """Every visible message matching ``topic_filter``, fetched ``batch_size`` at a time."""
+        """Every visible message matching ``topic_filter``, fetched ``batch_size`` at a time.
+
+        Raises :class:`InvalidTopicError` for an invalid or shared filter when called,
+        before anything is read."""
+        return self.matching(_plain_filter(topic_filter), batch_size=batch_size)
+
+    async def matching(
+        self, topic_filter: TopicFilter, *, batch_size: int = 100
+    ) -> AsyncGenerator[RetainedMessage, None]:
+        """:meth:`iter_match` for a plain filter validated where it entered (a subscribe)."""
+        limit = _check_limit(batch_size)
         cursor = None
         while True:
-            batch = await self.match(topic_filter, cursor, limit=batch_size)
+            batch = await self._walk(topic_filter, cursor, limit)
             for message in batch.messages:
                 yield message
             if batch.cursor is None:

@@ -36,8 +36,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
-from router.core.topics import parse_shared, validate_filter
-from router.errors import CorruptStateError, InvalidIdError, ResyncRequiredError
+from router.core.topics import TopicFilter, parse_shared, validate_filter
+from router.errors import CorruptStateError, InvalidIdError, InvalidTopicError, ResyncRequiredError
 from router.state.keys import Keys, check_id
 from router.state.scripts import RedisClient, Scripts
 
@@ -49,7 +49,7 @@ class RouteChange(NamedTuple):
     """One effective change of a route set: the route's count became ``members`` (0: removed)."""
 
     version: int
-    route: str
+    route: TopicFilter
     members: int
 
 
@@ -66,7 +66,7 @@ class RouteSnapshot(NamedTuple):
     generation: str | None
     version: int
     first_version: int
-    routes: dict[str, int]
+    routes: dict[TopicFilter, int]
 
 
 class RouteChanges(NamedTuple):
@@ -91,29 +91,39 @@ class PurgeResult(NamedTuple):
     routes: int
 
 
-def check_route(route: str, count: int) -> tuple[str, int]:
+def check_route(route: str, count: int) -> tuple[TopicFilter, int]:
     """Return ``(route, count)`` if they can be stored, else raise.
 
     A plain filter takes count 0 or 1, a share group ``$share/g/F`` any count
     0..MAX_ROUTE_COUNT. Raises :class:`InvalidTopicError` for an invalid filter and
     :class:`InvalidIdError` for a bad count.
     """
-    validate_filter(route)
+    checked = validate_filter(route)
     if type(count) is not int or not 0 <= count <= MAX_ROUTE_COUNT:
         raise InvalidIdError(f"a route count is an int 0..{MAX_ROUTE_COUNT}, not {count!r}")
     if count > 1 and parse_shared(route) is None:
         raise InvalidIdError(f"a plain filter route has count 0 or 1, not {count}")
-    return route, count
+    return checked, count
 
 
-def coalesce(changes: Iterable[tuple[str, int]]) -> dict[str, int]:
+def coalesce(changes: Iterable[tuple[str, int]]) -> dict[TopicFilter, int]:
     """Validate a batch of (route, count) changes and keep the last one of each route."""
-    last: dict[str, int] = {}
-    for route, count in changes:
-        check_route(route, count)
+    last: dict[TopicFilter, int] = {}
+    for change in changes:
+        route, count = check_route(*change)
         last.pop(route, None)  # keep the order of the last changes
         last[route] = count
     return last
+
+
+def _route(value: Any) -> TopicFilter:
+    """A route read from Redis: validated as it enters the process (another node wrote
+    it, or someone else did); :class:`CorruptStateError` if it is not a filter."""
+    text = _text(value, "route")
+    try:
+        return validate_filter(text)
+    except InvalidTopicError as exc:
+        raise CorruptStateError(f"a stored route is not a topic filter: {exc}") from None
 
 
 def _text(value: Any, what: str) -> str:
@@ -158,7 +168,10 @@ class RouteStore:
     # -- the writer (the node itself) ------------------------------------------------
 
     async def claim(
-        self, node_id: str, incarnation: str, routes: Mapping[str, int] | None = None
+        self,
+        node_id: str,
+        incarnation: str,
+        routes: Mapping[TopicFilter, int] | Mapping[str, int] | None = None,
     ) -> Claim:
         """Start the node's route set afresh for ``incarnation`` with ``routes`` (count >= 1).
 
@@ -184,8 +197,14 @@ class RouteStore:
         route as it was are not logged. Raises :class:`StaleIncarnationError`,
         :class:`RouteSetMissingError`, or an input error; nothing changes then.
         """
+        return await self.write(node_id, incarnation, coalesce(changes))
+
+    async def write(
+        self, node_id: str, incarnation: str, batch: Mapping[TopicFilter, int]
+    ) -> list[RouteChange]:
+        """:meth:`apply` for a coalesced batch of routes validated where they entered
+        (the node's subscriptions) with counts that fit them (the node's own counts)."""
         check_id(incarnation, "incarnation")
-        batch = coalesce(changes)
         if not batch:
             check_id(node_id, "node id")
             return []
@@ -213,7 +232,7 @@ class RouteStore:
         """The node's routes with the generation and version they correspond to (one script)."""
         reply = await self._scripts.run("route_snapshot", self.node_keys(node_id), [])
         incarnation, generation, version, first, *flat = reply
-        routes = {_text(flat[i], "route"): _count(flat[i + 1]) for i in range(0, len(flat), 2)}
+        routes = {_route(flat[i]): _count(flat[i + 1]) for i in range(0, len(flat), 2)}
         return RouteSnapshot(
             node_id=node_id,
             incarnation=None if incarnation is None else _text(incarnation, "incarnation"),
@@ -244,7 +263,7 @@ class RouteStore:
             raise ResyncRequiredError(_text(rest[0], "reason"))
         current, *flat = rest
         changes = [
-            RouteChange(int(flat[i]), _text(flat[i + 1], "route"), _count(flat[i + 2]))
+            RouteChange(int(flat[i]), _route(flat[i + 1]), _count(flat[i + 2]))
             for i in range(0, len(flat), 3)
         ]
         return RouteChanges(int(current), changes)

@@ -27,7 +27,7 @@ import msgpack  # type: ignore[import-untyped,unused-ignore]
 
 from router.core.aliases import NAMESPACES
 from router.core.options import DEFAULT_OPTIONS, SubscriptionOptions, make_options
-from router.core.topics import validate_filter
+from router.core.topics import TopicFilter, validate_filter
 from router.errors import CorruptStateError, InvalidIdError, InvalidOptionsError
 from router.state.keys import Keys, check_id
 from router.state.scripts import RedisClient, Scripts
@@ -196,11 +196,24 @@ class SubscriptionStore:
         for bad input and :class:`SessionOwnershipError` if ``owner`` is stale; then
         nothing changed.
         """
-        args = _owner_args(owner)
+        checked = []
         for topic_filter, options in items:
-            validate_filter(topic_filter)
             if not isinstance(options, SubscriptionOptions):
                 raise InvalidOptionsError(f"options must be SubscriptionOptions, not {options!r}")
+            checked.append((validate_filter(topic_filter), options))
+        return await self.write_subscriptions(client_id, checked, owner=owner)
+
+    async def write_subscriptions(
+        self,
+        client_id: str,
+        items: Iterable[tuple[TopicFilter, SubscriptionOptions]],
+        *,
+        owner: Owner | None = None,
+    ) -> list[bool]:
+        """:meth:`subscribe_many` for filters and options validated where they entered
+        (the node's ``subscribe``); raises only for a bad client id or a stale owner."""
+        args = _owner_args(owner)
+        for topic_filter, options in items:
             args += [topic_filter, pack_options(options)]
         if len(args) == 2:
             check_id(client_id, "client id")
@@ -223,9 +236,16 @@ class SubscriptionStore:
 
         Raises like :meth:`subscribe_many`; nothing changes then.
         """
-        args = _owner_args(owner)
-        for topic_filter in filters:
-            args.append(validate_filter(topic_filter))
+        return await self.delete_subscriptions(
+            client_id, [validate_filter(topic_filter) for topic_filter in filters], owner=owner
+        )
+
+    async def delete_subscriptions(
+        self, client_id: str, filters: Iterable[TopicFilter], *, owner: Owner | None = None
+    ) -> list[bool]:
+        """:meth:`unsubscribe_many` for filters validated where they entered."""
+        args: list[str | bytes] = _owner_args(owner)
+        args.extend(filters)
         if len(args) == 2:
             check_id(client_id, "client id")
             return []

@@ -19,8 +19,10 @@ from hypothesis import strategies as st
 from router.cluster.config import NodeConfig
 from router.cluster.local_sessions import LocalSessions
 from router.core.hot_topics import CacheSettings
+from router.core.options import DEFAULT_OPTIONS
 from router.core.route_mirror import RouteMirror
 from router.core.sharing import HashClientStrategy, HashTopicStrategy
+from router.core.topics import validate_filter
 from tests.support import waiting
 from tests.support.nodes import StartNode, take
 
@@ -68,10 +70,10 @@ class Cluster:
 
     def change(self, node: str, action: str, client: str, topic_filter: str, lag: str) -> None:
         """A subscribe or unsubscribe; the mirrors of ``lag`` miss its route change."""
-        outcomes = [
-            getattr(self.sessions[cached][node], action)(client, topic_filter)
-            for cached in (True, False)
-        ]
+        args = (client, validate_filter(topic_filter))
+        if action == "subscribe":
+            args += (DEFAULT_OPTIONS,)
+        outcomes = [getattr(self.sessions[cached][node], action)(*args) for cached in (True, False)]
         assert outcomes[0] == outcomes[1]
         self._publish_changes(node, [] if outcomes[0][1] is None else [outcomes[0][1]], lag)
 

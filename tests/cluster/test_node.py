@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ from router import InvalidOptionsError, InvalidTopicError
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
 from router.cluster.tasks import stop_task
+from router.core import topics
 from router.state.keys import Keys
 from tests.support import waiting
 from tests.support.nodes import StartNode, take
@@ -186,3 +188,33 @@ async def test_a_vanished_inbox_is_started_anew(start_node: StartNode, keys: Key
     [delivery] = await take(b, "phone", 1)
     assert delivery.payload == b"2"
 
+
+def count_validations(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Wrap ``validate_topic`` / ``validate_filter`` wherever a router module bound them."""
+    counts = {"validate_topic": 0, "validate_filter": 0}
+    for name in counts:
+        original = getattr(topics, name)
+
+        def counting(text: str, _name: str = name, _original: Any = original) -> Any:
+            counts[_name] += 1
+            return _original(text)
+
+        for module in list(sys.modules.values()):
+            if module.__name__.startswith("router.") and getattr(module, name, None) is original:
+                monkeypatch.setattr(module, name, counting)
+    return counts
+
+
+async def test_a_filter_and_a_topic_are_validated_once_where_they_enter(
+    start_node: StartNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = await start_node("a"), await start_node("b")
+    counts = count_validations(monkeypatch)
+    await b.subscribe("phone", "home/+/temp", qos=1)  # local trie, Redis, route set, retained
+    assert counts == {"validate_topic": 0, "validate_filter": 1}
+    await eventually(lambda: "b" in a.mirror.match("home/kitchen/temp").nodes)
+    counts["validate_filter"] = 0  # a's mirror read b's route from Redis, where it entered a
+    for _ in range(2):  # a cold publish (cache misses everywhere), then a hot one
+        await a.publish("home/kitchen/temp", b"21.5", qos=1, retain=True)
+    await take(b, "phone", 2)
+    assert counts == {"validate_topic": 2, "validate_filter": 0}
