@@ -17,8 +17,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from router.pipeline.spark_session import DEFAULT_MASTER
 from router.state.keys import DEFAULT_PREFIX
 
-from .common import PREFIX_VARIABLE, Target, echo_json, json_option, note, print_table
-from .common import target_options as target
+from .common import (
+    PREFIX_VARIABLE,
+    Target,
+    echo_json,
+    json_option,
+    note,
+    print_table,
+    target_options as target,
+)
 
 FORMATS = ("csv", "jsonl", "parquet")
 SHOWN_REJECTS = 20

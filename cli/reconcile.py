@@ -14,11 +14,17 @@ from __future__ import annotations
 
 import click
 
-from router.ops.reconcile import DEFAULT_MAX_CLIENTS
-from router.ops.reconcile import reconcile as check
+from router.ops.reconcile import DEFAULT_MAX_CLIENTS, reconcile as check
 
-from .common import Target, echo_json, json_option, print_table, redis_client, run
-from .common import target_options as target
+from .common import (
+    Target,
+    echo_json,
+    json_option,
+    print_table,
+    redis_client,
+    run,
+    target_options as target,
+)
 
 
 @click.command()

@@ -28,8 +28,15 @@ import click
 from router.core.topics import validate_filter, validate_topic
 from router.state.retained_store import RetainedMessage, RetainedStore
 
-from .common import Target, echo_json, json_option, note, redis_client, run
-from .common import target_options as target
+from .common import (
+    Target,
+    echo_json,
+    json_option,
+    note,
+    redis_client,
+    run,
+    target_options as target,
+)
 
 
 def message_record(message: RetainedMessage) -> dict[str, Any]:

@@ -28,8 +28,7 @@ from router.errors import StaleIncarnationError
 from router.ops.node_process import freeze_startup_heap
 from router.state.retained_store import RetainedConfig
 
-from .common import Target, log_to_stderr, run, stop_on_signals
-from .common import target_options as target
+from .common import Target, log_to_stderr, run, stop_on_signals, target_options as target
 
 _DEFAULTS = NodeConfig("defaults")
 Command = TypeVar("Command", bound=Callable[..., Any])

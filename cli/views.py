@@ -27,8 +27,16 @@ from router.ops.route_view import dump_routes, explain_match, load_mirror, node_
 from router.state.alias_store import RedisAliasTable
 from router.state.subscriptions import SubscriptionStore
 
-from .common import Target, echo_json, json_option, note, print_table, redis_client, run
-from .common import target_options as target
+from .common import (
+    Target,
+    echo_json,
+    json_option,
+    note,
+    print_table,
+    redis_client,
+    run,
+    target_options as target,
+)
 
 
 @click.command()

@@ -67,7 +67,10 @@ _EXPORTS: dict[str, str] = {
         ),
         "router.core.sharing",
     ),
-    **dict.fromkeys(("matches", "validate_filter", "validate_topic"), "router.core.topics"),
+    **dict.fromkeys(
+        ("TopicFilter", "TopicName", "matches", "validate_filter", "validate_topic"),
+        "router.core.topics",
+    ),
     **dict.fromkeys(("MatchedSubscription", "SubscriptionTrie"), "router.core.trie"),
     # state
     "RedisAliasTable": "router.state.alias_store",
@@ -103,168 +106,82 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on demand
-    from router.api import (
-        connect as connect,
-    )
-    from router.cluster.config import (
-        NodeConfig as NodeConfig,
-    )
-    from router.cluster.node import (
-        RouterNode as RouterNode,
-    )
-    from router.core.acl import (
-        Acl as Acl,
-    )
-    from router.core.aliases import (
-        AliasTable as AliasTable,
-    )
-    from router.core.hot_topics import (
-        CacheSettings as CacheSettings,
-    )
+    from router.api import connect as connect
+    from router.cluster.config import NodeConfig as NodeConfig
+    from router.cluster.node import RouterNode as RouterNode
+    from router.core.acl import Acl as Acl
+    from router.core.aliases import AliasTable as AliasTable
+    from router.core.hot_topics import CacheSettings as CacheSettings
     from router.core.messages import (
         Delivery as Delivery,
-    )
-    from router.core.messages import (
         Outgoing as Outgoing,
-    )
-    from router.core.messages import (
         PublishResult as PublishResult,
     )
-    from router.core.options import (
-        SubscriptionOptions as SubscriptionOptions,
-    )
+    from router.core.options import SubscriptionOptions as SubscriptionOptions
     from router.core.sharing import (
         HashClientStrategy as HashClientStrategy,
-    )
-    from router.core.sharing import (
         HashTopicStrategy as HashTopicStrategy,
-    )
-    from router.core.sharing import (
         LocalFirstStrategy as LocalFirstStrategy,
-    )
-    from router.core.sharing import (
         RandomStrategy as RandomStrategy,
-    )
-    from router.core.sharing import (
         RoundRobinStrategy as RoundRobinStrategy,
-    )
-    from router.core.sharing import (
         ShareStrategy as ShareStrategy,
-    )
-    from router.core.sharing import (
         strategy_by_name as strategy_by_name,
     )
     from router.core.topics import (
+        TopicFilter as TopicFilter,
+        TopicName as TopicName,
         matches as matches,
-    )
-    from router.core.topics import (
         validate_filter as validate_filter,
-    )
-    from router.core.topics import (
         validate_topic as validate_topic,
     )
     from router.core.trie import (
         MatchedSubscription as MatchedSubscription,
-    )
-    from router.core.trie import (
         SubscriptionTrie as SubscriptionTrie,
     )
     from router.errors import (
         ChannelArgumentError as ChannelArgumentError,
-    )
-    from router.errors import (
         CorruptStateError as CorruptStateError,
-    )
-    from router.errors import (
         InvalidAliasError as InvalidAliasError,
-    )
-    from router.errors import (
         InvalidIdError as InvalidIdError,
-    )
-    from router.errors import (
         InvalidOptionsError as InvalidOptionsError,
-    )
-    from router.errors import (
         InvalidTopicError as InvalidTopicError,
-    )
-    from router.errors import (
         MalformedAckHandleError as MalformedAckHandleError,
-    )
-    from router.errors import (
         NodeNotRegisteredError as NodeNotRegisteredError,
-    )
-    from router.errors import (
         NotAuthorizedError as NotAuthorizedError,
-    )
-    from router.errors import (
         ResyncRequiredError as ResyncRequiredError,
-    )
-    from router.errors import (
         RetainedPayloadTooLargeError as RetainedPayloadTooLargeError,
-    )
-    from router.errors import (
         RetainedStoreFullError as RetainedStoreFullError,
-    )
-    from router.errors import (
         RouterError as RouterError,
-    )
-    from router.errors import (
         RouteSetMissingError as RouteSetMissingError,
-    )
-    from router.errors import (
         ScriptError as ScriptError,
-    )
-    from router.errors import (
         SessionOwnershipError as SessionOwnershipError,
-    )
-    from router.errors import (
         StaleIncarnationError as StaleIncarnationError,
-    )
-    from router.errors import (
         StateError as StateError,
-    )
-    from router.errors import (
         SubscriptionNotFoundError as SubscriptionNotFoundError,
-    )
-    from router.errors import (
         UnknownStrategyError as UnknownStrategyError,
     )
-    from router.state.alias_store import (
-        RedisAliasTable as RedisAliasTable,
-    )
+    from router.state.alias_store import RedisAliasTable as RedisAliasTable
     from router.state.channels import (
         Channel as Channel,
-    )
-    from router.state.channels import (
         FetchedMessage as FetchedMessage,
-    )
-    from router.state.channels import (
         FetchResult as FetchResult,
-    )
-    from router.state.channels import (
         Published as Published,
     )
     from router.state.node_registry import (
         NodeInfo as NodeInfo,
-    )
-    from router.state.node_registry import (
         NodeRegistry as NodeRegistry,
     )
-    from router.state.retained_store import RetainedConfig as RetainedConfig
-    from router.state.retained_store import RetainedMessage as RetainedMessage
-    from router.state.retained_store import RetainedStore as RetainedStore
+    from router.state.retained_store import (
+        RetainedConfig as RetainedConfig,
+        RetainedMessage as RetainedMessage,
+        RetainedStore as RetainedStore,
+    )
     from router.state.routes import (
         RouteChange as RouteChange,
-    )
-    from router.state.routes import (
         RouteSnapshot as RouteSnapshot,
-    )
-    from router.state.routes import (
         RouteStore as RouteStore,
     )
     from router.state.subscriptions import (
         Owner as Owner,
-    )
-    from router.state.subscriptions import (
         SubscriptionStore as SubscriptionStore,
     )

@@ -24,8 +24,10 @@ import contextlib
 import logging
 from typing import Final
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import (
+    ConnectionError as RedisConnectionError,
+    TimeoutError as RedisTimeoutError,
+)
 
 from router.errors import RouterError
 from router.state.channels import (

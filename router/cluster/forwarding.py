@@ -31,9 +31,11 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import (
+    ConnectionError as RedisConnectionError,
+    RedisError,
+    TimeoutError as RedisTimeoutError,
+)
 
 from router.cluster.follower import ChannelFollower
 from router.cluster.inbox import Forward, Takeover, pack_batch, pack_takeover, unpack_record

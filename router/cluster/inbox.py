@@ -85,14 +85,14 @@ def unpack_record(data: bytes) -> list[Forward] | Takeover:
             Forward(
                 Message(
                     bytes(row[0]),
-                    TopicName(str(row[1])),
+                    TopicName(str(row[1])),  # validated where the publish entered
                     bytes(row[2]),
                     int(row[3]),
                     bool(row[4]),
                     row[5],
                     float(row[6]),
                 ),
-                tuple(TopicFilter(str(group)) for group in row[7]),
+                tuple(row[7]),  # share filters: validated where they entered the cluster
                 tuple(row[8]),
             )
             for row in record

@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from pyspark import Broadcast
-from pyspark.sql import Column, DataFrame, Row, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import Column, DataFrame, Row, SparkSession, functions as F
 
 from router.pipeline.matching import (
     FilterCosts,

@@ -12,8 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession, functions as F
 
 from router.errors import PipelineInputError
 from router.pipeline.loader import COLUMNS, OPTION_COLUMNS

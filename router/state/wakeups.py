@@ -26,9 +26,11 @@ from typing import Final
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import MovedError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import (
+    ConnectionError as RedisConnectionError,
+    MovedError,
+    TimeoutError as RedisTimeoutError,
+)
 
 from router.state.connection import pubsub_client
 from router.state.scripts import RedisClient

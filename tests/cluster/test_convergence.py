@@ -7,8 +7,7 @@ import asyncio
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode

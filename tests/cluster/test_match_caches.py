@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from router.cluster.config import NodeConfig
 from router.cluster.local_sessions import LocalSessions

@@ -6,8 +6,7 @@ import itertools
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from router.core import guid
 from router.core.guid import GuidGenerator, GuidParts

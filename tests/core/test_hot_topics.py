@@ -6,8 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from router.bench.hot import Ceiling, run_hot
 from router.core.cached_trie import CachedMatcher

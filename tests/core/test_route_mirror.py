@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from router.core.route_mirror import RouteMirror
 from router.core.sharing import RoundRobinStrategy

@@ -163,6 +163,21 @@ def test_importing_the_core_loads_no_runtime_dependency() -> None:
     assert loaded == "[]"
 
 
+def test_the_lazy_names_and_the_typed_imports_agree() -> None:
+    tree = ast.parse((ROUTER / "__init__.py").read_text(encoding="utf-8"))
+    typed = {
+        (node.module, alias.name)
+        for block in tree.body
+        if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    import router
+
+    assert typed == {(module, name) for name, module in router._EXPORTS.items()}
+
+
 def test_public_names_resolve_lazily() -> None:
     import router
 
