@@ -252,3 +252,52 @@ class BenchSetupError(RouterError, ValueError):
 
 class PipelineBenchError(RouterError):
     """The benchmark could not run, or the two reports disagreed."""
+
+
+# -- MQTT -------------------------------------------------------------------------------------
+
+
+class MqttError(RouterError):
+    """An MQTT packet or stream that breaks the specification.
+
+    ``reason_code`` is the MQTT 5 reason code the specification names for it (the server
+    sends it in CONNACK or DISCONNECT before closing; 3.1.1 clients are just closed).
+    """
+
+    reason_code = 0x80
+
+    def __init__(self, message: str, reason_code: int | None = None) -> None:
+        if reason_code is not None:
+            self.reason_code = reason_code
+        super().__init__(message)
+
+
+class MalformedPacketError(MqttError, ValueError):
+    """A packet that cannot be parsed as the specification lays it out (0x81)."""
+
+    reason_code = 0x81
+
+
+class MqttProtocolError(MqttError):
+    """A well-formed packet that the protocol does not allow here (0x82)."""
+
+    reason_code = 0x82
+
+
+class PacketTooLargeError(MqttError):
+    """A packet above the maximum packet size, refused from its fixed header (0x95)."""
+
+    reason_code = 0x95
+
+
+class UnsupportedProtocolVersionError(MqttError):
+    """A CONNECT with a protocol name or level the server does not speak (0x84).
+
+    ``level`` is the protocol level the client sent (None if it did not get that far).
+    """
+
+    reason_code = 0x84
+
+    def __init__(self, message: str, level: int | None = None) -> None:
+        self.level = level
+        super().__init__(message)

@@ -1,0 +1,547 @@
+"""Bytes to packets and back, for protocol levels 3, 4 and 5, without I/O.
+
+:func:`encode` writes one packet for a protocol level. :class:`PacketReader` frames a
+byte stream: it reads the fixed header first and refuses a packet above its maximum size
+from the remaining length alone (:class:`PacketTooLargeError`, 0x95), before any of the
+body arrives or is buffered; then :func:`decode` parses the body. The protocol level is
+the CONNECT's: a reader that has not seen one decodes only a CONNECT.
+
+What a decoding error becomes (reason codes of 5.0, section 4.13):
+
+* :class:`MalformedPacketError` (0x81): reserved flag bits set, a QoS of 3, a remaining
+  length or a field that runs short or long, bad UTF-8, a packet identifier 0, a
+  reason code the specification does not define, a property not allowed there;
+* :class:`MqttProtocolError` (0x82): a well-formed packet the protocol forbids (a first
+  packet other than CONNECT, a second CONNECT is left to the session; an empty
+  SUBSCRIBE in 5.0, retain handling 3, a property given twice, AUTH below 5.0);
+* :class:`UnsupportedProtocolVersionError` (0x84): a protocol name or level other than
+  ``MQIsdp``/3, ``MQTT``/4 or ``MQTT``/5.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from router.errors import (
+    MalformedPacketError,
+    MqttProtocolError,
+    PacketTooLargeError,
+    UnsupportedProtocolVersionError,
+)
+from router.mqtt.packets import (
+    MQTT_3_1,
+    MQTT_3_1_1,
+    MQTT_5,
+    PROTOCOL_NAMES,
+    Auth,
+    ConnAck,
+    Connect,
+    Disconnect,
+    Packet,
+    PingReq,
+    PingResp,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    SubAck,
+    Subscribe,
+    Subscription,
+    UnsubAck,
+    Unsubscribe,
+    Will,
+)
+from router.mqtt.properties import (
+    NO_PROPERTIES,
+    WILL,
+    Properties,
+    read_properties,
+    write_properties,
+)
+from router.mqtt.reason_codes import VALUES, connack_return_code
+from router.mqtt.wire import (
+    MAX_VARINT,
+    PacketType,
+    read_binary,
+    read_byte,
+    read_string,
+    read_u16,
+    varint_size,
+    write_binary,
+    write_string,
+    write_u16,
+    write_varint,
+)
+
+MAX_PACKET_SIZE: Final = 1 + 4 + MAX_VARINT
+"""The largest packet the protocol can express (fixed header included)."""
+
+# Packets whose fixed header flags must be 0b0010 (MQTT-3.6.1-1, 3.8.1-1, 3.10.1-1).
+_FLAGS_TWO: Final = frozenset({PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE})
+_V3_CONNACK: Final = {0: 0x00, 1: 0x84, 2: 0x85, 3: 0x88, 4: 0x86, 5: 0x87}
+_ACKS: Final[dict[int, type[PubAck | PubRec | PubRel | PubComp]]] = {
+    PacketType.PUBACK: PubAck,
+    PacketType.PUBREC: PubRec,
+    PacketType.PUBREL: PubRel,
+    PacketType.PUBCOMP: PubComp,
+}
+
+
+# -- encoding ----------------------------------------------------------------------------------
+
+
+def encode(packet: Packet, level: int = MQTT_5) -> bytes:
+    """The bytes of ``packet`` for protocol ``level`` (fields 5.0 alone has are left out
+    below 5). Raises ``ValueError`` for a field that cannot be encoded (a string over
+    65535 bytes, a packet over the protocol's size) and ``TypeError`` for a non-packet."""
+    writer = _WRITERS.get(type(packet))
+    if writer is None:
+        raise TypeError(f"not an MQTT packet: {packet!r}")
+    body = bytearray()
+    flags = writer(body, packet, level >= MQTT_5)
+    if len(body) > MAX_VARINT:
+        raise ValueError(f"a packet body is at most {MAX_VARINT} bytes, not {len(body)}")
+    out = bytearray(((packet.type << 4) | flags,))
+    write_varint(out, len(body))
+    out += body
+    return bytes(out)
+
+
+def _write_publish(body: bytearray, packet: Publish, v5: bool) -> int:
+    write_string(body, packet.topic)
+    if packet.qos:
+        if not packet.packet_id:
+            raise ValueError("a QoS 1 or 2 PUBLISH needs a packet identifier 1..65535")
+        write_u16(body, packet.packet_id)
+    if v5:
+        write_properties(body, packet.properties)
+    body += packet.payload
+    return (packet.dup << 3) | (packet.qos << 1) | packet.retain
+
+
+def _write_ack(body: bytearray, packet: PubAck | PubRec | PubRel | PubComp, v5: bool) -> int:
+    write_u16(body, packet.packet_id)
+    _write_code_and_properties(body, packet.reason_code, packet.properties, v5)
+    return 2 if type(packet) is PubRel else 0
+
+
+def _write_code_and_properties(
+    body: bytearray, code: int, properties: Properties, v5: bool
+) -> None:
+    """The optional tail of 5.0 acks, DISCONNECT and AUTH: left out when it is 0 and empty."""
+    if v5 and (code or properties):
+        body.append(code)
+        if properties:
+            write_properties(body, properties)
+
+
+def _write_connack(body: bytearray, packet: ConnAck, v5: bool) -> int:
+    body.append(1 if packet.session_present else 0)
+    body.append(packet.reason_code if v5 else connack_return_code(packet.reason_code))
+    if v5:
+        write_properties(body, packet.properties)
+    return 0
+
+
+def _write_subscribe(body: bytearray, packet: Subscribe, v5: bool) -> int:
+    write_u16(body, packet.packet_id)
+    if v5:
+        write_properties(body, packet.properties)
+    for sub in packet.subscriptions:
+        write_string(body, sub.topic_filter)
+        options = sub.qos
+        if v5:
+            options |= (sub.no_local << 2) | (sub.retain_as_published << 3)
+            options |= sub.retain_handling << 4
+        body.append(options)
+    return 2
+
+
+def _write_suback(body: bytearray, packet: SubAck, v5: bool) -> int:
+    write_u16(body, packet.packet_id)
+    if v5:
+        write_properties(body, packet.properties)
+    body += bytes(code if v5 or code < 0x80 else 0x80 for code in packet.reason_codes)
+    return 0
+
+
+def _write_unsubscribe(body: bytearray, packet: Unsubscribe, v5: bool) -> int:
+    write_u16(body, packet.packet_id)
+    if v5:
+        write_properties(body, packet.properties)
+    for topic_filter in packet.topic_filters:
+        write_string(body, topic_filter)
+    return 2
+
+
+def _write_unsuback(body: bytearray, packet: UnsubAck, v5: bool) -> int:
+    write_u16(body, packet.packet_id)
+    if v5:
+        write_properties(body, packet.properties)
+        body += bytes(packet.reason_codes)
+    return 0
+
+
+def _write_disconnect(body: bytearray, packet: Disconnect, v5: bool) -> int:
+    _write_code_and_properties(body, packet.reason_code, packet.properties, v5)
+    return 0
+
+
+def _write_auth(body: bytearray, packet: Auth, v5: bool) -> int:
+    if not v5:
+        raise ValueError("AUTH exists only in MQTT 5.0")
+    _write_code_and_properties(body, packet.reason_code, packet.properties, v5)
+    return 0
+
+
+def _write_nothing(body: bytearray, packet: PingReq | PingResp, v5: bool) -> int:
+    return 0
+
+
+def _write_connect(body: bytearray, packet: Connect, v5: bool) -> int:
+    _encode_connect(body, packet)  # its own protocol level, whatever the connection's
+    return 0
+
+
+def _encode_connect(body: bytearray, packet: Connect) -> None:
+    level = packet.protocol_level
+    v5 = level >= MQTT_5
+    write_string(body, PROTOCOL_NAMES[level])
+    body.append(level)
+    will = packet.will
+    flags = (packet.clean_start << 1) | (packet.username is not None) << 7
+    flags |= (packet.password is not None) << 6
+    if will is not None:
+        flags |= 0x04 | (will.qos << 3) | (will.retain << 5)
+    body.append(flags)
+    write_u16(body, packet.keepalive)
+    if v5:
+        write_properties(body, packet.properties)
+    write_string(body, packet.client_id)
+    if will is not None:
+        if v5:
+            write_properties(body, will.properties)
+        write_string(body, will.topic)
+        write_binary(body, will.payload)
+    if packet.username is not None:
+        write_string(body, packet.username)
+    if packet.password is not None:
+        write_binary(body, packet.password)
+
+
+_WRITERS: Final[dict[type, Callable[[bytearray, Any, bool], int]]] = {
+    Connect: _write_connect,
+    ConnAck: _write_connack,
+    Publish: _write_publish,
+    PubAck: _write_ack,
+    PubRec: _write_ack,
+    PubRel: _write_ack,
+    PubComp: _write_ack,
+    Subscribe: _write_subscribe,
+    SubAck: _write_suback,
+    Unsubscribe: _write_unsubscribe,
+    UnsubAck: _write_unsuback,
+    PingReq: _write_nothing,
+    PingResp: _write_nothing,
+    Disconnect: _write_disconnect,
+    Auth: _write_auth,
+}
+
+
+def encoded_size(packet: Packet, level: int = MQTT_5) -> int:
+    """The size in bytes of ``packet`` encoded for ``level`` (fixed header included)."""
+    return len(encode(packet, level))
+
+
+# -- decoding ----------------------------------------------------------------------------------
+
+
+def decode(first: int, body: memoryview, level: int | None) -> Packet:
+    """The packet of fixed header byte ``first`` and ``body`` (exactly the remaining
+    length). ``level`` is the connection's protocol level, None before its CONNECT
+    (then only a CONNECT decodes). Raises as the module docstring says."""
+    kind = first >> 4
+    flags = first & 0x0F
+    if kind == PacketType.CONNECT:
+        if flags:
+            raise MalformedPacketError("CONNECT has reserved flags set")
+        return _decode_connect(body)
+    if level is None:
+        raise MqttProtocolError("the first packet of a connection must be CONNECT")
+    v5 = level >= MQTT_5
+    if kind == PacketType.PUBLISH:
+        return _decode_publish(flags, body, v5)
+    if kind == 0:
+        raise MalformedPacketError("packet type 0 is reserved")
+    expected = 2 if kind in _FLAGS_TWO else 0
+    if flags != expected:
+        raise MalformedPacketError(f"packet type {kind} has flags {flags:#06b}")
+    if kind in (PacketType.PUBACK, PacketType.PUBREC, PacketType.PUBREL, PacketType.PUBCOMP):
+        return _decode_ack(kind, body, v5)
+    if kind == PacketType.SUBSCRIBE:
+        return _decode_subscribe(body, v5)
+    if kind == PacketType.UNSUBSCRIBE:
+        packet_id, at = _packet_id(body, 0)
+        properties, at = read_properties(body, at, kind) if v5 else (NO_PROPERTIES, at)
+        filters = []
+        while at < len(body):
+            topic_filter, at = read_string(body, at)
+            filters.append(topic_filter)
+        if not filters:
+            raise _empty(v5, "UNSUBSCRIBE needs at least one topic filter")
+        return Unsubscribe(packet_id, tuple(filters), properties)
+    if kind == PacketType.CONNACK:
+        return _decode_connack(body, v5)
+    if kind == PacketType.SUBACK:
+        packet_id, at = _packet_id(body, 0)
+        properties, at = read_properties(body, at, kind) if v5 else (NO_PROPERTIES, at)
+        codes = tuple(body[at:])
+        for code in codes:
+            _check_code(code)
+        return SubAck(packet_id, codes, properties)
+    if kind == PacketType.UNSUBACK:
+        packet_id, at = _packet_id(body, 0)
+        if not v5:
+            _end(body, at)
+            return UnsubAck(packet_id)
+        properties, at = read_properties(body, at, kind)
+        codes = tuple(body[at:])
+        for code in codes:
+            _check_code(code)
+        return UnsubAck(packet_id, codes, properties)
+    if kind in (PacketType.PINGREQ, PacketType.PINGRESP):
+        _end(body, 0)
+        return PingReq() if kind == PacketType.PINGREQ else PingResp()
+    if kind == PacketType.DISCONNECT:
+        if not v5:
+            _end(body, 0)
+            return Disconnect()
+        code, properties = _code_and_properties(body, 0, kind)
+        return Disconnect(code, properties)
+    if not v5:
+        raise MqttProtocolError("AUTH exists only in MQTT 5.0")
+    code, properties = _code_and_properties(body, 0, kind)
+    return Auth(code, properties)
+
+
+def _decode_connect(body: memoryview) -> Connect:
+    name, at = read_string(body, 0)
+    level, at = read_byte(body, at)
+    if PROTOCOL_NAMES.get(level) != name:
+        raise UnsupportedProtocolVersionError(
+            f"protocol {name!r} level {level} is not MQTT 3.1, 3.1.1 or 5.0", level
+        )
+    v5 = level == MQTT_5
+    flags, at = read_byte(body, at)
+    if flags & 0x01:
+        raise MalformedPacketError("the reserved CONNECT flag is set")
+    will_flag = bool(flags & 0x04)
+    will_qos = (flags >> 3) & 0x03
+    will_retain = bool(flags & 0x20)
+    if will_qos == 3 or (not will_flag and (will_qos or will_retain)):
+        raise MalformedPacketError("the will flags are inconsistent")
+    has_username, has_password = bool(flags & 0x80), bool(flags & 0x40)
+    if has_password and not has_username and not v5:
+        raise MalformedPacketError("a password without a user name needs MQTT 5.0")
+    keepalive, at = read_u16(body, at)
+    properties, at = read_properties(body, at, PacketType.CONNECT) if v5 else (NO_PROPERTIES, at)
+    client_id, at = read_string(body, at)
+    will = None
+    if will_flag:
+        will_properties, at = read_properties(body, at, WILL) if v5 else (NO_PROPERTIES, at)
+        topic, at = read_string(body, at)
+        payload, at = read_binary(body, at)
+        will = Will(topic, payload, will_qos, will_retain, will_properties)
+    username = password = None
+    if has_username:
+        username, at = read_string(body, at)
+    if has_password:
+        password, at = read_binary(body, at)
+    _end(body, at)
+    return Connect(
+        client_id, level, bool(flags & 0x02), keepalive, will, username, password, properties
+    )
+
+
+def _decode_connack(body: memoryview, v5: bool) -> ConnAck:
+    ack_flags, at = read_byte(body, 0)
+    if ack_flags & 0xFE:
+        raise MalformedPacketError("CONNACK has reserved acknowledge flags set")
+    code, at = read_byte(body, at)
+    if not v5:
+        _end(body, at)
+        if code not in _V3_CONNACK:
+            raise MalformedPacketError(f"CONNACK return code {code} is not defined")
+        return ConnAck(bool(ack_flags), _V3_CONNACK[code])
+    _check_code(code)
+    properties, at = read_properties(body, at, PacketType.CONNACK)
+    _end(body, at)
+    return ConnAck(bool(ack_flags), code, properties)
+
+
+def _decode_publish(flags: int, body: memoryview, v5: bool) -> Publish:
+    qos = (flags >> 1) & 0x03
+    if qos == 3:
+        raise MalformedPacketError("a PUBLISH has QoS 3")
+    topic, at = read_string(body, 0)
+    packet_id = None
+    if qos:
+        packet_id, at = _packet_id(body, at)
+    properties = NO_PROPERTIES
+    if v5:
+        properties, at = read_properties(body, at, PacketType.PUBLISH)
+    return Publish(
+        topic, bytes(body[at:]), qos, bool(flags & 0x01), bool(flags & 0x08), packet_id, properties
+    )
+
+
+def _decode_ack(kind: int, body: memoryview, v5: bool) -> PubAck | PubRec | PubRel | PubComp:
+    packet_id, at = _packet_id(body, 0)
+    code, properties = 0, NO_PROPERTIES
+    if v5:
+        code, properties = _code_and_properties(body, at, kind)
+    else:
+        _end(body, at)
+    return _ACKS[kind](packet_id, code, properties)
+
+
+def _decode_subscribe(body: memoryview, v5: bool) -> Subscribe:
+    packet_id, at = _packet_id(body, 0)
+    properties = NO_PROPERTIES
+    if v5:
+        properties, at = read_properties(body, at, PacketType.SUBSCRIBE)
+    subscriptions = []
+    while at < len(body):
+        topic_filter, at = read_string(body, at)
+        options, at = read_byte(body, at)
+        qos = options & 0x03
+        if qos == 3 or options & (0xC0 if v5 else 0xFC):
+            raise MalformedPacketError(f"subscription options {options:#010b} are not valid")
+        retain_handling = (options >> 4) & 0x03
+        if retain_handling == 3:
+            raise MqttProtocolError("retain handling 3 is not defined")
+        subscriptions.append(
+            Subscription(
+                topic_filter, qos, bool(options & 0x04), bool(options & 0x08), retain_handling
+            )
+        )
+    if not subscriptions:
+        raise _empty(v5, "SUBSCRIBE needs at least one topic filter")
+    return Subscribe(packet_id, tuple(subscriptions), properties)
+
+
+def _code_and_properties(body: memoryview, at: int, kind: int) -> tuple[int, Properties]:
+    """The optional reason code and properties of a 5.0 ack, DISCONNECT or AUTH."""
+    if at == len(body):
+        return 0, NO_PROPERTIES
+    code, at = read_byte(body, at)
+    _check_code(code)
+    if at == len(body):
+        return code, NO_PROPERTIES
+    properties, at = read_properties(body, at, kind)
+    _end(body, at)
+    return code, properties
+
+
+def _packet_id(body: memoryview, at: int) -> tuple[int, int]:
+    packet_id, at = read_u16(body, at)
+    if not packet_id:
+        raise MalformedPacketError("packet identifier 0 is not allowed")
+    return packet_id, at
+
+
+def _check_code(code: int) -> None:
+    if code not in VALUES:
+        raise MalformedPacketError(f"reason code 0x{code:02x} is not defined")
+
+
+def _end(body: memoryview, at: int) -> None:
+    if at != len(body):
+        raise MalformedPacketError(f"{len(body) - at} unexpected bytes at the end of a packet")
+
+
+def _empty(v5: bool, message: str) -> Exception:
+    return MqttProtocolError(message) if v5 else MalformedPacketError(message)
+
+
+# -- framing -----------------------------------------------------------------------------------
+
+
+class PacketReader:
+    """Frames a byte stream into packets.
+
+    :meth:`feed` takes whatever bytes arrived and returns the packets they complete, in
+    order. A packet whose fixed header announces more than ``max_packet_size`` bytes
+    raises :class:`PacketTooLargeError` at once, with none of its body buffered; a
+    decoding error raises as :func:`decode` does. After an error the reader is spent
+    (the connection must close). ``level`` is set from the first CONNECT read.
+    """
+
+    def __init__(self, max_packet_size: int = MAX_PACKET_SIZE) -> None:
+        if not 2 <= max_packet_size <= MAX_PACKET_SIZE:
+            raise ValueError(f"max_packet_size must be 2..{MAX_PACKET_SIZE}")
+        self.max_packet_size = max_packet_size
+        self.level: int | None = None
+        self._buffer = bytearray()
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a whole packet."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[Packet]:
+        buffer = self._buffer
+        buffer += data
+        packets: list[Packet] = []
+        start = 0
+        size = len(buffer)
+        view = memoryview(buffer)
+        try:
+            while size - start >= 2:
+                remaining = 0
+                at = start + 1
+                for shift in (0, 7, 14, 21):
+                    if at >= size:
+                        remaining = -1  # the length is still arriving
+                        break
+                    byte = buffer[at]
+                    at += 1
+                    remaining |= (byte & 0x7F) << shift
+                    if not byte & 0x80:
+                        break
+                else:
+                    raise MalformedPacketError("the remaining length is longer than 4 bytes")
+                if remaining < 0:
+                    break
+                total = at - start + remaining
+                if total > self.max_packet_size:
+                    raise PacketTooLargeError(
+                        f"a packet of {total} bytes is above the maximum of {self.max_packet_size}"
+                    )
+                if at + remaining > size:
+                    break
+                packet = decode(buffer[start], view[at : at + remaining], self.level)
+                if self.level is None and type(packet) is Connect:
+                    self.level = packet.protocol_level
+                packets.append(packet)
+                start = at + remaining
+        finally:
+            view.release()
+        if start:
+            del buffer[:start]
+        return packets
+
+
+__all__ = [
+    "MAX_PACKET_SIZE",
+    "MQTT_3_1",
+    "MQTT_3_1_1",
+    "MQTT_5",
+    "PacketReader",
+    "decode",
+    "encode",
+    "encoded_size",
+    "varint_size",
+]
