@@ -25,12 +25,14 @@ typecheck: $(STAMP)
 
 # Debian packages the tests use for real: redis-server (standalone and cluster),
 # redis-tools (redis-cli --cluster create), libmosquitto1 (the reference matcher),
+# mosquitto-clients (mosquitto_pub/_sub: real MQTT clients for the listener tests),
 # a Java 17+ runtime for the Spark pipeline when `java` is missing or older.
 system-deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
 	ldconfig -p | grep -q 'libmosquitto\.so\.1' || missing="$$missing libmosquitto1"; \
+	command -v mosquitto_sub >/dev/null 2>&1 || missing="$$missing mosquitto-clients"; \
 	java=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1); \
 	[ "$${java:-0}" -ge 17 ] 2>/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	if [ -n "$$missing" ]; then \

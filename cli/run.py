@@ -5,7 +5,9 @@ Every option has an environment variable (for docker-compose): ``ROUTER_REDIS_UR
 ``ROUTER_HEARTBEAT_INTERVAL``, ``ROUTER_HEARTBEAT_TTL``, ``ROUTER_QUEUE_LIMIT``,
 ``ROUTER_ACL``, ``ROUTER_ACL_DEFAULT``, ``ROUTER_TRAFFIC_DIR``, ``ROUTER_TRAFFIC_SAMPLE``,
 ``ROUTER_RETAINED_MAX_PAYLOAD``, ``ROUTER_RETAINED_MAX_COUNT``,
-``ROUTER_RETAINED_CLEAR_INTERVAL``, ``ROUTER_LOG_LEVEL``. An ACL file is read before
+``ROUTER_RETAINED_CLEAR_INTERVAL``, ``ROUTER_LOG_LEVEL``, and the MQTT options
+(``ROUTER_MQTT``, ``ROUTER_MQTT_MAX_CONNECTIONS``, ...; see ``router node run --help``).
+With ``--mqtt HOST:PORT`` the node serves MQTT clients there. An ACL file is read before
 the node connects; a bad one is one error line naming the file and line. The node logs
 ``node ID ready`` once it has joined, serves its inbox until SIGINT or SIGTERM, then
 leaves gracefully (routes removed, deregistered) and logs ``node ID stopped`` with its
@@ -25,10 +27,12 @@ from router.cluster.config import NodeConfig
 from router.cluster.policy import load_acl
 from router.core.sharing import STRATEGY_NAMES
 from router.errors import StaleIncarnationError
+from router.mqtt.server import parse_address, serve
 from router.ops.node_process import freeze_startup_heap
 from router.state.retained_store import RetainedConfig
 
 from .common import Target, log_to_stderr, run, stop_on_signals, target_options as target
+from .mqtt_options import mqtt_options, mqtt_settings
 
 _DEFAULTS = NodeConfig("defaults")
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -119,6 +123,7 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
     help="Seconds between this node's runs that remove expired retained messages (0: never).",
 )
 @setting("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="INFO")
+@mqtt_options(setting)
 def node_run(
     target: Target,
     node_id: str | None,
@@ -134,6 +139,8 @@ def node_run(
     retained_max_count: int,
     retained_clear_interval: float,
     log_level: str,
+    mqtt_listeners: tuple[str, ...],
+    **mqtt: Any,
 ) -> None:
     """Join the cluster as a node and serve until SIGINT or SIGTERM."""
     if heartbeat_ttl <= heartbeat_interval:
@@ -141,6 +148,9 @@ def node_run(
             "must be longer than --heartbeat-interval", param_hint="--heartbeat-ttl"
         )
     node_id = node_id or default_node_id()
+    settings = mqtt_settings(mqtt)
+    for address in mqtt_listeners:
+        parse_address(address)  # a bad address is one error line, before connecting
     acl = load_acl(acl_file, acl_default)
     retained = RetainedConfig(
         max_payload=retained_max_payload,
@@ -166,13 +176,16 @@ def node_run(
                 if acl is not None:
                     rules, default = len(acl.rules), acl.default.value
                     log.info("ACL %s: %d rules, default %s", acl_file, rules, default)
-                freeze_startup_heap()
-                log.info("node %s ready", running.node_id)
-                signalled = asyncio.create_task(stop.wait())
-                taken_over = asyncio.create_task(running.wait_taken_over())
-                await asyncio.wait({signalled, taken_over}, return_when=asyncio.FIRST_COMPLETED)
-                for task in (signalled, taken_over):
-                    task.cancel()
+                async with serve(running, mqtt_listeners, settings) as front:
+                    for host, port in front.addresses:
+                        log.info("MQTT on %s:%d", host, port)
+                    freeze_startup_heap()
+                    log.info("node %s ready", running.node_id)
+                    signalled = asyncio.create_task(stop.wait())
+                    taken_over = asyncio.create_task(running.wait_taken_over())
+                    await asyncio.wait({signalled, taken_over}, return_when=asyncio.FIRST_COMPLETED)
+                    for task in (signalled, taken_over):
+                        task.cancel()
                 if taken_over.done() and not taken_over.cancelled():
                     raise StaleIncarnationError(
                         f"node {running.node_id} was taken over by another process"

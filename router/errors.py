@@ -301,3 +301,14 @@ class UnsupportedProtocolVersionError(MqttError):
     def __init__(self, message: str, level: int | None = None) -> None:
         self.level = level
         super().__init__(message)
+
+
+class ConnectionEndedError(MqttError):
+    """The MQTT connection ends: the client sent DISCONNECT, the stream ended, the keepalive
+    ran out, or the node ends it. ``reason_code`` is the DISCONNECT to send first (None:
+    none); ``keep_will`` is False when the client ended normally (its will is dropped)."""
+
+    def __init__(self, reason_code: int | None, *, keep_will: bool = True) -> None:
+        super().__init__("the MQTT connection ends")
+        self.disconnect_code = reason_code
+        self.keep_will = keep_will

@@ -347,6 +347,10 @@ class RouterNode:
         await self._writer.submit(route, count)
         await self._sync.announce()
 
+    def serves(self, client_id: str) -> bool:
+        """True while this node holds the client's session (its claim in Redis)."""
+        return client_id in self._claims
+
     def messages(self, client_id: str) -> AsyncIterator[Delivery]:
         """The client's deliveries, in order, until it disconnects."""
         return self.sessions.session(client_id).__aiter__()

@@ -5,3 +5,8 @@ every protocol level, :mod:`router.mqtt.codec` turns bytes into packets and back
 the listeners only move bytes. Imports :mod:`router.core`, :mod:`router.state` and
 :mod:`router.cluster`.
 """
+
+from router.mqtt.server import MqttServer, serve
+from router.mqtt.settings import MqttSettings
+
+__all__ = ["MqttServer", "MqttSettings", "serve"]

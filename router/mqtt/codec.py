@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from router.errors import (
     MalformedPacketError,
+    MqttError,
     MqttProtocolError,
     PacketTooLargeError,
     UnsupportedProtocolVersionError,
@@ -475,8 +476,11 @@ class PacketReader:
     :meth:`feed` takes whatever bytes arrived and returns the packets they complete, in
     order. A packet whose fixed header announces more than ``max_packet_size`` bytes
     raises :class:`PacketTooLargeError` at once, with none of its body buffered; a
-    decoding error raises as :func:`decode` does. After an error the reader is spent
-    (the connection must close). ``level`` is set from the first CONNECT read.
+    decoding error raises as :func:`decode` does. When good packets came before the bad
+    one in the same bytes, ``feed`` returns them and keeps the error in :attr:`error`
+    (the caller handles them, then raises it; the next ``feed`` raises it too). After an
+    error the reader is spent: the connection must close. ``level`` is set from the
+    first CONNECT read.
     """
 
     def __init__(self, max_packet_size: int = MAX_PACKET_SIZE) -> None:
@@ -484,6 +488,7 @@ class PacketReader:
             raise ValueError(f"max_packet_size must be 2..{MAX_PACKET_SIZE}")
         self.max_packet_size = max_packet_size
         self.level: int | None = None
+        self.error: MqttError | None = None
         self._buffer = bytearray()
 
     @property
@@ -492,12 +497,15 @@ class PacketReader:
         return len(self._buffer)
 
     def feed(self, data: bytes) -> list[Packet]:
+        if self.error is not None:
+            raise self.error
         buffer = self._buffer
         buffer += data
         packets: list[Packet] = []
         start = 0
         size = len(buffer)
-        view = memoryview(buffer)
+        snapshot = bytes(buffer)  # parsed through views: the buffer itself may then shrink
+        view = memoryview(snapshot)
         try:
             while size - start >= 2:
                 remaining = 0
@@ -506,7 +514,7 @@ class PacketReader:
                     if at >= size:
                         remaining = -1  # the length is still arriving
                         break
-                    byte = buffer[at]
+                    byte = snapshot[at]
                     at += 1
                     remaining |= (byte & 0x7F) << shift
                     if not byte & 0x80:
@@ -522,13 +530,15 @@ class PacketReader:
                     )
                 if at + remaining > size:
                     break
-                packet = decode(buffer[start], view[at : at + remaining], self.level)
+                packet = decode(snapshot[start], view[at : at + remaining], self.level)
                 if self.level is None and type(packet) is Connect:
                     self.level = packet.protocol_level
                 packets.append(packet)
                 start = at + remaining
-        finally:
-            view.release()
+        except MqttError as error:
+            if not packets:
+                raise
+            self.error = error
         if start:
             del buffer[:start]
         return packets

@@ -362,3 +362,13 @@ def test_encoding_refuses_what_the_wire_cannot_carry() -> None:
         encode(Auth(), MQTT_3_1_1)
     with pytest.raises(TypeError):
         encode("not a packet")  # type: ignore[arg-type]
+
+
+def test_good_packets_before_a_bad_one_come_out_first() -> None:
+    reader = PacketReader()
+    reader.level = MQTT_3_1_1
+    good = Publish("ok", b"1")
+    assert reader.feed(encode(good, MQTT_3_1_1) + b"\x36\x00") == [good]
+    assert isinstance(reader.error, MalformedPacketError)
+    with pytest.raises(MalformedPacketError):
+        reader.feed(encode(good, MQTT_3_1_1))

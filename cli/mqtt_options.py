@@ -1,0 +1,83 @@
+"""The MQTT listener options of ``router node run`` (each also read from ``ROUTER_*``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from router.mqtt.settings import DEFAULT_SETTINGS, MqttSettings
+
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+# option -> (MqttSettings field, click type, help)
+_LIMITS: dict[str, tuple[str, Any, str]] = {
+    "--mqtt-max-connections": (
+        "max_connections",
+        click.IntRange(min=1),
+        "MQTT connections at once; more are closed.",
+    ),
+    "--mqtt-connect-timeout": (
+        "connect_timeout",
+        click.FloatRange(min=0.0, min_open=True),
+        "Seconds a client has to send CONNECT after connecting.",
+    ),
+    "--mqtt-max-packet-size": (
+        "max_packet_size",
+        click.IntRange(min=64, max=268_435_460),
+        "Largest packet a client may send, in bytes (0x95 above it).",
+    ),
+    "--mqtt-receive-maximum": (
+        "receive_maximum",
+        click.IntRange(min=1, max=65535),
+        "Unacknowledged QoS 2 publishes a client may have (0x93 above it).",
+    ),
+    "--mqtt-max-keepalive": (
+        "max_keepalive",
+        click.IntRange(min=0, max=65535),
+        "Cap on a client's keepalive, announced as Server Keep Alive (0: none).",
+    ),
+    "--mqtt-topic-alias-maximum": (
+        "topic_alias_maximum",
+        click.IntRange(min=0, max=65535),
+        "Topic aliases a client may use towards the node.",
+    ),
+    "--mqtt-max-inflight": (
+        "max_inflight",
+        click.IntRange(min=1, max=65535),
+        "QoS 1/2 deliveries a client may leave unacknowledged.",
+    ),
+}
+
+
+def mqtt_options(
+    setting: Callable[..., Callable[[Command], Command]],
+) -> Callable[[Command], Command]:
+    """Add the MQTT options with ``setting`` (the run command's option maker)."""
+
+    def decorate(command: Command) -> Command:
+        for flag, (field, kind, text) in reversed(_LIMITS.items()):
+            default = getattr(DEFAULT_SETTINGS, field)
+            command = setting(flag, field, type=kind, default=default, help=text)(command)
+        command = setting(
+            "--allow-anonymous/--no-allow-anonymous",
+            "allow_anonymous",
+            default=DEFAULT_SETTINGS.allow_anonymous,
+            help="Accept MQTT clients that send no user name.",
+        )(command)
+        return setting(
+            "--mqtt",
+            "mqtt_listeners",
+            multiple=True,
+            metavar="HOST:PORT",
+            help="Serve MQTT over TCP here (repeatable; ROUTER_MQTT takes a space-separated list).",
+        )(command)
+
+    return decorate
+
+
+def mqtt_settings(options: dict[str, Any]) -> MqttSettings:
+    """The :class:`MqttSettings` of the options (removed from ``options``)."""
+    fields = [field for field, _, _ in _LIMITS.values()] + ["allow_anonymous"]
+    return MqttSettings(**{field: options.pop(field) for field in fields})

@@ -1,0 +1,477 @@
+"""One MQTT client connection on a node: the protocol between the packets and the node.
+
+Bytes arrive from a listener (TCP, TLS, WebSocket: they only move bytes), packets come
+out of a :class:`~router.mqtt.codec.PacketReader`, and each one becomes a call on the
+:class:`~router.cluster.node.RouterNode`; deliveries of the node go back as PUBLISH.
+
+The life of a connection:
+
+1. CONNECT must be the first packet and arrive within ``connect_timeout``. A client id
+   that is empty gets one assigned (5.0, Assigned Client Identifier) or is refused
+   (3.1.1 with clean session 0: return code 0x02). Credentials go through the node's
+   ``client.authenticate`` hooks (refused: 0x86 with a password, else 0x87). A client id
+   already connected to this node closes that connection first (0x8E, MQTT-3.1.4-3);
+   connected to another node, the node's takeover closes it there.
+2. Sessions end with their connection for now: CONNACK says Session Present 0 and, to a
+   5.0 client asking for a Session Expiry Interval, returns 0 (what the server grants).
+3. PUBLISH at QoS 0, 1 and 2: PUBACK / PUBREC go out only once the node has stored
+   every remote copy; a QoS 2 message is published once however often it is resent
+   before PUBREL (exactly once), and counts against ``receive_maximum`` (0x93 above it).
+   Topic aliases: 0 or above our maximum is 0x94, an unknown alias with an empty topic
+   0x82. A topic with a wildcard is 0x90; the ACL refusing it: PUBACK/PUBREC 0x87 in 5.0,
+   a silent drop in 3.1.1.
+4. SUBSCRIBE / UNSUBSCRIBE map to the node's, one reason code per filter (granted QoS,
+   0x8F invalid filter, 0x87 not authorized, 0x80 in 3.1.1 for any failure).
+5. Deliveries: at most ``min(max_inflight, client's Receive Maximum)`` QoS 1/2 publishes
+   are unacknowledged at once; the rest wait in the client's queue on the node. A
+   packet above the client's Maximum Packet Size is not sent and is counted.
+6. The connection ends on DISCONNECT (0x04 keeps the will), on a protocol error (5.0:
+   DISCONNECT with its reason code first), after 1.5 x keepalive of silence (0x8D), when
+   another connection takes the session over (0x8E) or the node stops (0x8B). The will
+   is published unless the client sent DISCONNECT 0x00.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Protocol
+
+from router.cluster.node import RouterNode
+from router.core.aliases import AliasTable
+from router.core.messages import Delivery
+from router.errors import (
+    ConnectionEndedError,
+    InvalidIdError,
+    InvalidOptionsError,
+    InvalidTopicError,
+    MqttError,
+    MqttProtocolError,
+    NotAuthorizedError,
+    RouterError,
+    UnsupportedProtocolVersionError,
+)
+from router.mqtt.codec import PacketReader, encode
+from router.mqtt.packets import (
+    MQTT_3_1,
+    MQTT_3_1_1,
+    MQTT_5,
+    ConnAck,
+    Connect,
+    Disconnect,
+    Packet,
+    PingReq,
+    PingResp,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    SubAck,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+)
+from router.mqtt.properties import NO_PROPERTIES, Properties
+from router.mqtt.reason_codes import ReasonCode
+from router.mqtt.settings import MqttSettings
+
+if TYPE_CHECKING:
+    from router.mqtt.server import MqttServer
+
+log = logging.getLogger(__name__)
+
+RC = ReasonCode
+
+
+class Transport(Protocol):
+    """What a listener gives a connection: write whole packets, wait, close."""
+
+    peer: str
+
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class MqttConnection:
+    """The protocol state of one client connection (see the module docstring)."""
+
+    def __init__(self, server: MqttServer, transport: Transport) -> None:
+        self.server = server
+        self.node: RouterNode = server.node
+        self.settings: MqttSettings = server.settings
+        self.transport = transport
+        self.reader = PacketReader(self.settings.max_packet_size)
+        self.client_id: str | None = None
+        self.level = MQTT_5
+        self.connect: Connect | None = None
+        self.keepalive = 0
+        self._aliases = AliasTable()
+        self._awaiting_release: set[int] = set()  # inbound QoS 2 ids before PUBREL
+        self._inflight: dict[int, int] = {}  # outbound packet id -> QoS
+        self._slots = asyncio.Semaphore(self.settings.max_inflight)
+        self._next_id = 0
+        self._client_max_packet = 0  # 0: no limit
+        self._deliverer: asyncio.Task[None] | None = None
+        self._ended = asyncio.Event()
+        self._finished = asyncio.Event()
+        self._end_code: int | None = None
+        self._disconnect_sent = False
+        self.oversized_dropped = 0
+
+    # -- the connection's life -----------------------------------------------------------
+
+    async def run(self, chunks: AsyncIterator[bytes]) -> None:
+        """Serve the connection until it ends; never raises for anything the client did."""
+        keep_will = True
+        attached = False
+        try:
+            connect, *rest = await self._first_packets(chunks)
+            assert type(connect) is Connect  # (checked by _first_packets)
+            attached = await self._accept(connect)
+            if not attached:
+                return
+            for packet in rest:
+                await self._handle(packet)
+            self._raise_stream_error()
+            await self._serve(chunks)
+        except ConnectionEndedError as ended:
+            keep_will = ended.keep_will
+            self._send_disconnect(ended.disconnect_code)
+        except UnsupportedProtocolVersionError as error:
+            v3 = error.level in (MQTT_3_1, MQTT_3_1_1)
+            self.transport.write(encode(ConnAck(False, error.reason_code), 4 if v3 else 5))
+        except MqttError as error:
+            self._send_disconnect(error.reason_code)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            await self._finish(attached, keep_will)
+
+    async def _first_packets(self, chunks: AsyncIterator[bytes]) -> list[Packet]:
+        """Read until the CONNECT (and whatever came with it) within the connect timeout."""
+        async with asyncio.timeout(self.settings.connect_timeout):
+            async for chunk in chunks:
+                packets = self.reader.feed(chunk)
+                if packets:
+                    if type(packets[0]) is not Connect:
+                        raise MqttProtocolError("the first packet must be CONNECT")
+                    return packets  # (a bad packet after them raises once they are handled)
+        raise ConnectionEndedError(None)
+
+    async def _serve(self, chunks: AsyncIterator[bytes]) -> None:
+        silence = self.keepalive * 1.5 if self.keepalive else None
+        iterator = aiter(chunks)
+        while True:
+            try:
+                async with asyncio.timeout(silence):
+                    chunk = await anext(iterator)
+            except TimeoutError:
+                raise ConnectionEndedError(RC.KEEP_ALIVE_TIMEOUT) from None
+            except StopAsyncIteration:
+                raise ConnectionEndedError(
+                    None
+                ) from None  # closed without DISCONNECT: the will goes
+            for packet in self.reader.feed(chunk):
+                await self._handle(packet)
+            self._raise_stream_error()
+            if self._ended.is_set():
+                raise ConnectionEndedError(self._end_code)
+
+    def _raise_stream_error(self) -> None:
+        """A bad packet that followed good ones in the same bytes, now that they are done."""
+        if self.reader.error is not None:
+            raise self.reader.error
+
+    async def _finish(self, attached: bool, keep_will: bool) -> None:
+        if self._deliverer is not None:
+            self._deliverer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._deliverer
+        client_id = self.client_id
+        try:
+            if attached and client_id is not None:
+                connect = self.connect
+                if keep_will and connect is not None and connect.will is not None:
+                    will = connect.will
+                    await self.node.publish(
+                        will.topic, will.payload, qos=will.qos, retain=will.retain,
+                        publisher=client_id,
+                    )  # fmt: skip
+                if self.node.serves(client_id):
+                    await self.node.disconnect(client_id)
+        except (RouterError, ConnectionError) as error:
+            log.warning("closing MQTT client %s: %s", client_id, error)
+        finally:
+            self.server.forget(self)
+            self.transport.close()
+            self._finished.set()
+
+    def end(self, code: int) -> None:
+        """Close from outside (takeover on this node, node shutdown): DISCONNECT ``code``."""
+        self._end_code = code
+        self._ended.set()
+        self._send_disconnect(code)
+        self.transport.close()
+
+    # -- CONNECT -------------------------------------------------------------------------
+
+    async def _accept(self, connect: Connect) -> bool:
+        """Answer the CONNECT; True when the client is attached to the node."""
+        self.level = connect.protocol_level
+        self.reader.level = self.level
+        self.connect = connect
+        v5 = self.level >= MQTT_5
+        client_id = connect.client_id
+        assigned = None
+        if not client_id:
+            if not v5 and not connect.clean_start:
+                return self._refuse(RC.CLIENT_IDENTIFIER_NOT_VALID)
+            client_id = assigned = f"auto-{uuid.uuid4().hex}"
+        if connect.username is None and not self.settings.allow_anonymous:
+            return self._refuse(RC.NOT_AUTHORIZED)
+        previous = self.server.owner(client_id)
+        if previous is not None:
+            previous.end(RC.SESSION_TAKEN_OVER)
+            async with asyncio.timeout(self.settings.connect_timeout):
+                await previous.finished()
+        try:
+            if connect.clean_start and previous is None:
+                await self.node.disconnect(client_id)  # a clean start drops a local session
+            await self.node.connect(client_id, connect.username, connect.password)
+        except InvalidIdError:
+            return self._refuse(RC.CLIENT_IDENTIFIER_NOT_VALID)
+        except NotAuthorizedError:
+            bad_password = connect.password is not None
+            return self._refuse(RC.BAD_USER_NAME_OR_PASSWORD if bad_password else RC.NOT_AUTHORIZED)
+        self.client_id = client_id
+        self.server.attach(self)
+        self.keepalive = connect.keepalive
+        requested = connect.properties
+        if requested.receive_maximum is not None:
+            self._slots = asyncio.Semaphore(
+                min(self.settings.max_inflight, requested.receive_maximum)
+            )
+        self._client_max_packet = requested.maximum_packet_size or 0
+        self._aliases.set_maximum(client_id, "client", self.settings.topic_alias_maximum)
+        properties = NO_PROPERTIES
+        if v5:
+            properties = self._connack_properties(connect, assigned)
+        self._write(ConnAck(False, RC.SUCCESS, properties))
+        self._deliverer = asyncio.create_task(self._deliver(client_id), name=f"mqtt:{client_id}")
+        return True
+
+    def _connack_properties(self, connect: Connect, assigned: str | None) -> Properties:
+        settings = self.settings
+        keepalive = None
+        if settings.max_keepalive and (
+            connect.keepalive > settings.max_keepalive or connect.keepalive == 0
+        ):
+            keepalive = self.keepalive = settings.max_keepalive
+        expiry = connect.properties.session_expiry_interval
+        return Properties(
+            assigned_client_identifier=assigned,
+            server_keep_alive=keepalive,
+            session_expiry_interval=0 if expiry else None,
+            receive_maximum=settings.receive_maximum,
+            maximum_packet_size=settings.max_packet_size,
+            topic_alias_maximum=settings.topic_alias_maximum,
+        )
+
+    def _refuse(self, code: int) -> bool:
+        self._write(ConnAck(False, code))
+        return False
+
+    async def finished(self) -> None:
+        """Return once the connection has ended and let go of its client on the node."""
+        await self._finished.wait()
+
+    # -- packets from the client -----------------------------------------------------------
+
+    async def _handle(self, packet: Packet) -> None:
+        kind = type(packet)
+        if kind is Publish:
+            assert isinstance(packet, Publish)
+            await self._on_publish(packet)
+        elif kind is PubAck or kind is PubComp:
+            assert isinstance(packet, PubAck | PubComp)
+            self._release(packet.packet_id)
+        elif kind is PubRec:
+            assert isinstance(packet, PubRec)
+            if packet.reason_code >= 0x80:
+                self._release(packet.packet_id)
+            elif packet.packet_id in self._inflight:
+                self._write(PubRel(packet.packet_id))
+            else:
+                self._write(PubRel(packet.packet_id, RC.PACKET_IDENTIFIER_NOT_FOUND))
+        elif kind is PubRel:
+            assert isinstance(packet, PubRel)
+            known = packet.packet_id in self._awaiting_release
+            self._awaiting_release.discard(packet.packet_id)
+            code = RC.SUCCESS if known else RC.PACKET_IDENTIFIER_NOT_FOUND
+            self._write(PubComp(packet.packet_id, code))
+        elif kind is Subscribe:
+            assert isinstance(packet, Subscribe)
+            await self._on_subscribe(packet)
+        elif kind is Unsubscribe:
+            assert isinstance(packet, Unsubscribe)
+            await self._on_unsubscribe(packet)
+        elif kind is PingReq:
+            self._write(PingResp())
+        elif kind is Disconnect:
+            assert isinstance(packet, Disconnect)
+            raise ConnectionEndedError(
+                None, keep_will=packet.reason_code != RC.NORMAL_DISCONNECTION
+            )
+        elif kind is Connect:
+            raise MqttProtocolError("a second CONNECT")
+        else:
+            raise MqttProtocolError(f"a client may not send {kind.__name__}")
+
+    async def _on_publish(self, packet: Publish) -> None:
+        v5 = self.level >= MQTT_5
+        topic = self._resolve_alias(packet)
+        qos, packet_id = packet.qos, packet.packet_id
+        if qos == 2 and packet_id is not None:
+            if packet_id in self._awaiting_release:
+                self._write(PubRec(packet_id))  # a resend: published already
+                return
+            if len(self._awaiting_release) >= self.settings.receive_maximum:
+                raise MqttProtocolError("receive maximum exceeded", RC.RECEIVE_MAXIMUM_EXCEEDED)
+        expiry = packet.properties.message_expiry_interval
+        code = RC.SUCCESS
+        try:
+            result = await self.node.publish(
+                topic, packet.payload, qos=qos, retain=packet.retain,
+                publisher=self.client_id, expiry_interval=expiry if packet.retain else None,
+            )  # fmt: skip
+            if v5 and not result.nodes:
+                code = RC.NO_MATCHING_SUBSCRIBERS
+        except InvalidTopicError:
+            raise MqttProtocolError(
+                f"invalid topic name {topic!r}", RC.TOPIC_NAME_INVALID
+            ) from None
+        except NotAuthorizedError:
+            code = RC.NOT_AUTHORIZED
+        if qos == 1 and packet_id is not None:
+            self._write(PubAck(packet_id, code if v5 else 0))
+        elif qos == 2 and packet_id is not None:
+            if code < 0x80:
+                self._awaiting_release.add(packet_id)
+            self._write(PubRec(packet_id, code if v5 else 0))
+
+    def _resolve_alias(self, packet: Publish) -> str:
+        alias = packet.properties.topic_alias
+        if alias is None:
+            return packet.topic
+        client_id = self.client_id or ""
+        if not 1 <= alias <= self.settings.topic_alias_maximum:
+            raise MqttProtocolError(f"topic alias {alias} is invalid", RC.TOPIC_ALIAS_INVALID)
+        if packet.topic:
+            self._aliases.bind(client_id, "client", alias, packet.topic)
+            return packet.topic
+        topic = self._aliases.topic(client_id, "client", alias)
+        if topic is None:
+            raise MqttProtocolError(f"topic alias {alias} is not bound")
+        return topic
+
+    async def _on_subscribe(self, packet: Subscribe) -> None:
+        v5 = self.level >= MQTT_5
+        identifiers = packet.properties.subscription_identifiers
+        identifier = identifiers[0] if identifiers else None
+        codes = []
+        for sub in packet.subscriptions:
+            try:
+                await self.node.subscribe(
+                    self.client_id or "", sub.topic_filter, qos=sub.qos, no_local=sub.no_local,
+                    retain_as_published=sub.retain_as_published,
+                    retain_handling=sub.retain_handling, subscription_identifier=identifier,
+                )  # fmt: skip
+                codes.append(sub.qos)
+            except InvalidTopicError:
+                codes.append(RC.TOPIC_FILTER_INVALID if v5 else RC.UNSPECIFIED_ERROR)
+            except InvalidOptionsError:
+                raise MqttProtocolError("no local on a shared subscription") from None
+            except NotAuthorizedError:
+                codes.append(RC.NOT_AUTHORIZED if v5 else RC.UNSPECIFIED_ERROR)
+        self._write(SubAck(packet.packet_id, tuple(codes)))
+
+    async def _on_unsubscribe(self, packet: Unsubscribe) -> None:
+        codes = []
+        for topic_filter in packet.topic_filters:
+            try:
+                existed = await self.node.unsubscribe(self.client_id or "", topic_filter)
+                codes.append(RC.SUCCESS if existed else RC.NO_SUBSCRIPTION_EXISTED)
+            except InvalidTopicError:
+                codes.append(RC.TOPIC_FILTER_INVALID)
+        self._write(UnsubAck(packet.packet_id, tuple(codes)))
+
+    # -- deliveries to the client ----------------------------------------------------------
+
+    async def _deliver(self, client_id: str) -> None:
+        """Send the node's deliveries until the session closes; a session closed by the
+        node (taken over elsewhere, node stopping) ends the connection."""
+        try:
+            async for delivery in self.node.messages(client_id):
+                await self._send(delivery)
+        except RouterError:
+            log.warning("deliveries to MQTT client %s ended", client_id, exc_info=True)
+        if not self._ended.is_set():
+            self.end(RC.SESSION_TAKEN_OVER if self.node.running else RC.SERVER_SHUTTING_DOWN)
+
+    async def _send(self, delivery: Delivery) -> None:
+        packet_id = None
+        if delivery.qos:
+            await self._slots.acquire()
+            packet_id = self._allocate()
+            self._inflight[packet_id] = delivery.qos
+        properties = NO_PROPERTIES
+        if self.level >= MQTT_5 and (delivery.subscription_ids or delivery.expiry_interval):
+            properties = Properties(
+                subscription_identifiers=delivery.subscription_ids,
+                message_expiry_interval=delivery.expiry_interval,
+            )
+        data = encode(
+            Publish(delivery.topic, delivery.payload, delivery.qos, delivery.retain, False,
+                    packet_id, properties),
+            self.level,
+        )  # fmt: skip
+        if self._client_max_packet and len(data) > self._client_max_packet:
+            self.oversized_dropped += 1  # MQTT-3.1.2-25: discarded as if sent
+            if packet_id is not None:
+                self._release(packet_id)
+            return
+        self.transport.write(data)
+        await self.transport.drain()
+
+    def _allocate(self) -> int:
+        for _ in range(0xFFFF):
+            self._next_id = self._next_id % 0xFFFF + 1
+            if self._next_id not in self._inflight:
+                return self._next_id
+        raise MqttProtocolError("no free packet identifier")  # (slots make this unreachable)
+
+    def _release(self, packet_id: int) -> None:
+        if self._inflight.pop(packet_id, None) is not None:
+            self._slots.release()
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _write(self, packet: Packet) -> None:
+        self.transport.write(encode(packet, self.level))
+
+    def _send_disconnect(self, code: int | None) -> None:
+        """DISCONNECT with ``code`` to a 5.0 client that got its CONNACK (3.1.1: none)."""
+        if code is None or self.level < MQTT_5 or self.client_id is None:
+            return
+        if self._disconnect_sent:
+            return
+        self._disconnect_sent = True
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            self._write(Disconnect(code))

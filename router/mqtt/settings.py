@@ -1,0 +1,53 @@
+"""The limits of a node's MQTT listeners: :class:`MqttSettings`, with a default for each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from router.errors import InvalidSettingError
+from router.mqtt.codec import MAX_PACKET_SIZE
+
+
+@dataclass(frozen=True)
+class MqttSettings:
+    """How the listeners of one node treat their clients (times in seconds).
+
+    ``max_connections``: connections at once; more are closed right after accept (a
+    5.0 client that sent its CONNECT gets CONNACK 0x97 first). ``connect_timeout``: a
+    CONNECT must arrive this soon after accept. ``max_packet_size``: the largest packet
+    a client may send (0x95 above it), announced in CONNACK. ``receive_maximum``: QoS 2
+    publishes a client may have unacknowledged (0x93 above it). ``max_keepalive``: a
+    larger keepalive is cut down and announced as Server Keep Alive (0: no cap).
+    ``topic_alias_maximum``: inbound topic aliases a client may use. ``max_inflight``:
+    QoS 1/2 deliveries unacknowledged by a client, at most (and at most the client's
+    Receive Maximum); further ones wait in the client's queue. ``allow_anonymous``: a
+    client without a user name may connect.
+    """
+
+    max_connections: int = 10_000
+    connect_timeout: float = 10.0
+    max_packet_size: int = 1 << 20
+    receive_maximum: int = 128
+    max_keepalive: int = 3600
+    topic_alias_maximum: int = 64
+    max_inflight: int = 64
+    allow_anonymous: bool = True
+
+    def __post_init__(self) -> None:
+        checks = {
+            "max_connections": self.max_connections >= 1,
+            "connect_timeout": self.connect_timeout > 0,
+            "max_packet_size": 64 <= self.max_packet_size <= MAX_PACKET_SIZE,
+            "receive_maximum": 1 <= self.receive_maximum <= 0xFFFF,
+            "max_keepalive": 0 <= self.max_keepalive <= 0xFFFF,
+            "topic_alias_maximum": 0 <= self.topic_alias_maximum <= 0xFFFF,
+            "max_inflight": 1 <= self.max_inflight <= 0xFFFF,
+        }
+        for name, good in checks.items():
+            if not good:
+                raise InvalidSettingError(
+                    f"MQTT setting {name} is out of range: {getattr(self, name)!r}"
+                )
+
+
+DEFAULT_SETTINGS = MqttSettings()

@@ -1,0 +1,125 @@
+"""MQTT peers for the listener tests: paho-mqtt clients, and `router node run --mqtt` nodes.
+
+:class:`Paho` wraps a real paho-mqtt client with its network thread; every wait has a
+deadline. :func:`mqtt_node` starts a ``router node run`` process with a TCP listener on a
+free loopback port and reads the port from its log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from tests.support.cli import Process, router_process
+
+TIMEOUT = 10.0
+V311 = mqtt.MQTTv311
+V5 = mqtt.MQTTv5
+
+
+class Paho:
+    """A connected paho-mqtt client: ``messages`` collects what it receives."""
+
+    def __init__(
+        self, port: int, client_id: str, protocol: int = V5, *, clean: bool = True, **options: Any
+    ) -> None:
+        self.client = mqtt.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            protocol=protocol,
+            clean_session=clean if protocol != V5 else None,
+        )
+        self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
+        self.connack: queue.Queue[tuple[int, Any]] = queue.Queue()
+        self.disconnects: queue.Queue[int] = queue.Queue()
+        self.subacks: queue.Queue[list[int]] = queue.Queue()
+        self.client.on_connect = self._on_connect
+        self.client.on_message = lambda client, userdata, message: self.messages.put(message)
+        self.client.on_disconnect = self._on_disconnect
+        self.client.on_subscribe = self._on_subscribe
+        if "will" in options:
+            topic, payload, qos = options.pop("will")
+            self.client.will_set(topic, payload, qos)
+        properties = options.pop("properties", None)
+        clean_start = True if protocol == V5 else mqtt.MQTT_CLEAN_START_FIRST_ONLY
+        keepalive = options.pop("keepalive", 60)
+        self.client.connect(
+            "127.0.0.1", port, keepalive, clean_start=clean_start, properties=properties
+        )
+        self.client.loop_start()
+
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, code: Any, props: Any) -> None:
+        self.connack.put((code.value, props))
+
+    def _on_disconnect(self, client: Any, userdata: Any, flags: Any, code: Any, props: Any) -> None:
+        self.disconnects.put(code.value)
+
+    def _on_subscribe(self, client: Any, userdata: Any, mid: int, codes: Any, props: Any) -> None:
+        self.subacks.put([code.value for code in codes])
+
+    def connected(self) -> tuple[int, Any]:
+        """The CONNACK reason code (0: accepted) and properties."""
+        return self.connack.get(timeout=TIMEOUT)
+
+    def subscribe(self, topic: str, qos: int = 0, **options: Any) -> list[int]:
+        if options or self.client.protocol == V5:
+            sub_options = mqtt.SubscribeOptions(qos=qos, **options)
+            self.client.subscribe(topic, options=sub_options)
+        else:
+            self.client.subscribe(topic, qos)
+        return self.subacks.get(timeout=TIMEOUT)
+
+    def publish(self, topic: str, payload: bytes, qos: int = 0, **kwargs: Any) -> None:
+        info = self.client.publish(topic, payload, qos, **kwargs)
+        info.wait_for_publish(TIMEOUT)
+        assert info.is_published()
+
+    def take(self, count: int) -> list[mqtt.MQTTMessage]:
+        return [self.messages.get(timeout=TIMEOUT) for _ in range(count)]
+
+    def nothing_more(self, wait: float = 0.3) -> bool:
+        """True if no further message arrives within ``wait`` seconds."""
+        with contextlib.suppress(queue.Empty):
+            self.messages.get(timeout=wait)
+            return False
+        return True
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.disconnect()
+        self.client.loop_stop()
+
+    def drop(self) -> None:
+        """End the connection abnormally: the socket closes without DISCONNECT."""
+        sock = self.client.socket()
+        if sock is not None:
+            sock.close()
+        self.client.loop_stop()
+
+
+def user_properties(pairs: list[tuple[str, str]]) -> Properties:
+    properties = Properties(PacketTypes.PUBLISH)
+    properties.UserProperty = pairs
+    return properties
+
+
+@contextlib.contextmanager
+def mqtt_node(node_id: str, env: dict[str, str], *args: str) -> Iterator[tuple[Process, int]]:
+    """``router node run --mqtt 127.0.0.1:0`` as a child process; yields it and its port."""
+    with router_process(
+        "node", "run", "--node-id", node_id, "--heartbeat-interval", "0.2",
+        "--heartbeat-ttl", "2", "--mqtt", "127.0.0.1:0", *args, env=env,
+    ) as process:  # fmt: skip
+        line = process.wait_for("MQTT on")
+        match = re.search(r"MQTT on 127\.0\.0\.1:(\d+)", line)
+        assert match is not None, line
+        process.wait_for("ready")
+        yield process, int(match.group(1))
