@@ -3,7 +3,8 @@
 An inbox record is one msgpack value, either
 
 * a *batch of forwards*: a list of rows ``[id, topic, payload, qos, retain, publisher,
-  sent_at, groups, tried]``, one :class:`Forward` each (:func:`pack_batch`); or
+  sent_at, groups, tried, properties]``, one :class:`Forward` each (:func:`pack_batch`;
+  ``properties`` is None or :meth:`MessageProperties.as_row`); or
 * a *takeover notice*: ``{"takeover": [client_id, epoch]}`` (:func:`pack_takeover`).
 
 :func:`unpack_record` reads both and raises :class:`MalformedMessageError` for anything
@@ -19,7 +20,7 @@ from typing import Any
 
 import msgpack
 
-from router.core.messages import Message
+from router.core.messages import Message, MessageProperties
 from router.core.topics import TopicFilter, TopicName
 from router.errors import MalformedMessageError
 
@@ -63,6 +64,7 @@ def pack_batch(forwards: list[Forward]) -> bytes:
                 f.message.sent_at,
                 list(f.groups),
                 list(f.tried),
+                None if f.message.properties is None else f.message.properties.as_row(),
             ]
             for f in forwards
         ],
@@ -91,6 +93,7 @@ def unpack_record(data: bytes) -> list[Forward] | Takeover:
                     bool(row[4]),
                     row[5],
                     float(row[6]),
+                    None if row[9] is None else MessageProperties.from_row(row[9]),
                 ),
                 tuple(row[7]),  # share filters: validated where they entered the cluster
                 tuple(row[8]),

@@ -235,6 +235,7 @@ class LocalSessions:
                 message.publisher,
                 ids,
                 message.sent_at,
+                properties=message.properties,
             )
             lost = session.offer(delivery)
             if lost is None:

@@ -49,7 +49,13 @@ from router.cluster.traffic_log import TrafficLog
 from router.core.guid import GuidGenerator, node_part_for
 from router.core.hooks import HookRegistry
 from router.core.hot_topics import cache_counters
-from router.core.messages import Delivery, Message, Outgoing, PublishResult
+from router.core.messages import (
+    Delivery,
+    Message,
+    MessageProperties,
+    Outgoing,
+    PublishResult,
+)
 from router.core.options import make_options
 from router.core.route_mirror import RouteMirror
 from router.core.sharing import LocalFirstStrategy, ShareStrategy, strategy_by_name
@@ -366,6 +372,7 @@ class RouterNode:
         retain: bool = False,
         publisher: str | None = None,
         expiry_interval: int | None = None,
+        properties: MessageProperties | None = None,
     ) -> PublishResult:
         """Route a message to every interested client in the cluster.
 
@@ -377,8 +384,9 @@ class RouterNode:
         result with no nodes); see :mod:`router.cluster.policy`. With ``retain`` the message also
         becomes the topic's retained message (an empty payload deletes it), kept for
         ``expiry_interval`` seconds (None: no expiry); see :mod:`router.cluster.retainer`.
+        ``properties`` (MQTT 5) travel with the message to every subscriber, unaltered.
         """
-        message = self._message(topic, payload, qos, retain, publisher)
+        message = self._message(topic, payload, qos, retain, publisher, properties)
         if self._policy.guards_publish:
             [admitted] = await self._policy.admit_publish([message])
             if admitted is None:
@@ -429,7 +437,13 @@ class RouterNode:
         return results
 
     def _message(
-        self, topic: str, payload: bytes, qos: int, retain: bool, publisher: str | None
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        publisher: str | None,
+        properties: MessageProperties | None = None,
     ) -> Message:
         checked = validate_topic(topic)  # the one validation (see router.core.topics)
         if not isinstance(payload, bytes | bytearray | memoryview):
@@ -444,6 +458,7 @@ class RouterNode:
             bool(retain),
             publisher,
             time.monotonic(),
+            properties,
         )
 
     def _route(self, message: Message) -> tuple[PublishResult, dict[str, Forward]]:

@@ -78,6 +78,7 @@ class Retainer:
                     message.id,
                     message.publisher,
                     expiry,
+                    message.properties,
                 )
             except (RetainedPayloadTooLargeError, RetainedStoreFullError) as exc:
                 self.refused += 1
@@ -120,6 +121,7 @@ class Retainer:
                 retained.publisher,
                 ids,
                 expiry_interval=retained.expiry_interval,
+                properties=retained.properties,
             )
             lost = session.offer(delivery)
             queued += lost is None

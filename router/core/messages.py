@@ -10,8 +10,45 @@ what a publish did.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from router.core.topics import TopicName
+
+
+@dataclass(frozen=True, slots=True)
+class MessageProperties:
+    """What MQTT 5 lets a publisher attach to a message, which every broker forwards to
+    subscribers unaltered and in order [MQTT-3.3.2-17/18]: Payload Format Indicator,
+    Content Type, Response Topic, Correlation Data and User Properties (repeatable)."""
+
+    payload_format_indicator: int | None = None
+    content_type: str | None = None
+    response_topic: str | None = None
+    correlation_data: bytes | None = None
+    user_properties: tuple[tuple[str, str], ...] = ()
+
+    def as_row(self) -> list[Any]:
+        """Plain values for a wire format (read back by :meth:`from_row`)."""
+        return [
+            self.payload_format_indicator,
+            self.content_type,
+            self.response_topic,
+            self.correlation_data,
+            [list(pair) for pair in self.user_properties],
+        ]
+
+    @classmethod
+    def from_row(cls, row: Any) -> MessageProperties:
+        """The properties of :meth:`as_row`'s values; ``TypeError``/``ValueError`` if
+        they are not such values."""
+        indicator, content_type, response_topic, correlation, pairs = row
+        return cls(
+            None if indicator is None else int(indicator),
+            None if content_type is None else str(content_type),
+            None if response_topic is None else str(response_topic),
+            None if correlation is None else bytes(correlation),
+            tuple((str(name), str(value)) for name, value in pairs),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +64,7 @@ class Message:
     retain: bool = False
     publisher: str | None = None
     sent_at: float = 0.0
+    properties: MessageProperties | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +75,8 @@ class Delivery:
     message's flag only where a matching subscription asked for retain-as-published (or
     the copy comes from the retained store); ``subscription_ids`` lists the MQTT 5
     subscription identifiers of the matching subscriptions; ``expiry_interval`` is the
-    seconds the message has left (set on copies from the retained store), None for never.
+    seconds the message has left (set on copies from the retained store), None for never;
+    ``properties`` are the message's MQTT 5 properties, as the publisher sent them.
     """
 
     topic: str
@@ -49,6 +88,7 @@ class Delivery:
     subscription_ids: tuple[int, ...] = ()
     sent_at: float = 0.0
     expiry_interval: int | None = None
+    properties: MessageProperties | None = None
 
 
 @dataclass(frozen=True)

@@ -38,11 +38,11 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from router.cluster.node import RouterNode
 from router.core.aliases import AliasTable
-from router.core.messages import Delivery
+from router.core.messages import Delivery, MessageProperties
 from router.errors import (
     ConnectionEndedError,
     InvalidIdError,
@@ -350,6 +350,7 @@ class MqttConnection:
             result = await self.node.publish(
                 topic, packet.payload, qos=qos, retain=packet.retain,
                 publisher=self.client_id, expiry_interval=expiry if packet.retain else None,
+                properties=message_properties(packet.properties),
             )  # fmt: skip
             if v5 and not result.nodes:
                 code = RC.NO_MATCHING_SUBSCRIBERS
@@ -432,11 +433,8 @@ class MqttConnection:
             packet_id = self._allocate()
             self._inflight[packet_id] = delivery.qos
         properties = NO_PROPERTIES
-        if self.level >= MQTT_5 and (delivery.subscription_ids or delivery.expiry_interval):
-            properties = Properties(
-                subscription_identifiers=delivery.subscription_ids,
-                message_expiry_interval=delivery.expiry_interval,
-            )
+        if self.level >= MQTT_5:
+            properties = publish_properties(delivery)
         data = encode(
             Publish(delivery.topic, delivery.payload, delivery.qos, delivery.retain, False,
                     packet_id, properties),
@@ -475,3 +473,38 @@ class MqttConnection:
         self._disconnect_sent = True
         with contextlib.suppress(ConnectionError, RuntimeError):
             self._write(Disconnect(code))
+
+
+def message_properties(properties: Properties) -> MessageProperties | None:
+    """The properties of a PUBLISH that travel with the message (None: none of them)."""
+    if properties is NO_PROPERTIES:
+        return None
+    carried = MessageProperties(
+        properties.payload_format_indicator,
+        properties.content_type,
+        properties.response_topic,
+        properties.correlation_data,
+        properties.user_properties,
+    )
+    return None if carried == _NOTHING_CARRIED else carried
+
+
+def publish_properties(delivery: Delivery) -> Properties:
+    """The properties of the PUBLISH that delivers ``delivery`` to a 5.0 client."""
+    carried = delivery.properties
+    if carried is None and not delivery.subscription_ids and delivery.expiry_interval is None:
+        return NO_PROPERTIES
+    if carried is None:
+        carried = _NOTHING_CARRIED
+    return Properties(
+        payload_format_indicator=carried.payload_format_indicator,
+        message_expiry_interval=delivery.expiry_interval,
+        content_type=carried.content_type,
+        response_topic=carried.response_topic,
+        correlation_data=carried.correlation_data,
+        subscription_identifiers=delivery.subscription_ids,
+        user_properties=carried.user_properties,
+    )
+
+
+_NOTHING_CARRIED: Final = MessageProperties()

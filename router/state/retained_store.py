@@ -50,6 +50,7 @@ from typing import Any, Final
 
 import msgpack  # type: ignore[import-untyped,unused-ignore]
 
+from router.core.messages import MessageProperties
 from router.core.topics import (
     MULTI_LEVEL,
     SINGLE_LEVEL,
@@ -104,7 +105,7 @@ DEFAULT_RETAINED: Final = RetainedConfig()
 @dataclass(frozen=True, slots=True)
 class RetainedMessage:
     """A retained message as read back: ``expiry_interval`` is the seconds it has left
-    (rounded up), None when it never expires."""
+    (rounded up), None when it never expires; ``properties`` are its MQTT 5 properties."""
 
     topic: str
     payload: bytes
@@ -112,6 +113,7 @@ class RetainedMessage:
     message_id: bytes = b""
     publisher: str | None = None
     expiry_interval: int | None = None
+    properties: MessageProperties | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,14 +208,22 @@ def _text(value: Any) -> str:
         raise CorruptStateError(f"a stored retained topic is not UTF-8: {value!r}") from None
 
 
-def _pack(payload: bytes, qos: int, message_id: bytes, publisher: str | None) -> bytes:
-    packed: bytes = msgpack.packb([payload, qos, message_id, publisher], use_bin_type=True)
+def _pack(
+    payload: bytes,
+    qos: int,
+    message_id: bytes,
+    publisher: str | None,
+    properties: MessageProperties | None,
+) -> bytes:
+    row = None if properties is None else properties.as_row()
+    packed: bytes = msgpack.packb([payload, qos, message_id, publisher, row], use_bin_type=True)
     return packed
 
 
 def _unpack(topic: str, packed: Any, left_ms: Any) -> RetainedMessage:
     try:
-        payload, qos, message_id, publisher = msgpack.unpackb(bytes(packed), raw=False)
+        payload, qos, message_id, publisher, *rest = msgpack.unpackb(bytes(packed), raw=False)
+        row = rest[0] if rest else None  # (stored before properties were kept: none)
         left = int(left_ms)
         return RetainedMessage(
             topic,
@@ -222,6 +232,7 @@ def _unpack(topic: str, packed: Any, left_ms: Any) -> RetainedMessage:
             bytes(message_id),
             publisher if publisher is None else str(publisher),
             None if left < 0 else max(1, math.ceil(left / 1000)),
+            None if row is None else MessageProperties.from_row(row),
         )
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise CorruptStateError(f"a stored retained message is malformed: {exc}") from None
@@ -254,6 +265,7 @@ class RetainedStore:
         message_id: bytes = b"",
         publisher: str | None = None,
         expiry_interval: int | None = None,
+        properties: MessageProperties | None = None,
     ) -> bool:
         """Retain ``payload`` as the message of ``topic``; True when the topic is new.
 
@@ -267,7 +279,9 @@ class RetainedStore:
         check_retained_input(payload, qos, expiry_interval)
         if not isinstance(message_id, bytes) or not (publisher is None or type(publisher) is str):
             raise TypeError("message_id must be bytes and publisher a str or None")
-        return await self.put(checked, payload, qos, message_id, publisher, expiry_interval)
+        return await self.put(
+            checked, payload, qos, message_id, publisher, expiry_interval, properties
+        )
 
     async def put(
         self,
@@ -277,6 +291,7 @@ class RetainedStore:
         message_id: bytes,
         publisher: str | None,
         expiry_interval: int | None,
+        properties: MessageProperties | None = None,
     ) -> bool:
         """:meth:`store` for a publish validated where it entered (the node's publish, then
         :func:`check_retained_input`): raises only for the store's limits."""
@@ -287,7 +302,11 @@ class RetainedStore:
         if limit and len(payload) > limit:
             raise RetainedPayloadTooLargeError(topic, len(payload), limit)
         expiry_ms = 0 if expiry_interval is None else expiry_interval * 1000
-        args = [topic, _pack(bytes(payload), qos, message_id, publisher), str(expiry_ms)]
+        args = [
+            topic,
+            _pack(bytes(payload), qos, message_id, publisher, properties),
+            str(expiry_ms),
+        ]
         shard = first_level(topic)
         shard_keys = self.keys.retained_shard_keys(shard)
         # Replacing (the common case) is one call; a new topic reserves room first.

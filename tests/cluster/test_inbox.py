@@ -8,14 +8,19 @@ import msgpack
 import pytest
 
 from router.cluster.inbox import Forward, Takeover, pack_batch, pack_takeover, unpack_record
-from router.core.messages import Message
+from router.core.messages import Message, MessageProperties
 from router.errors import MalformedMessageError
+
+PROPERTIES = MessageProperties(
+    1, "text/plain", "re/ply", b"\x00c", (("k", "2"), ("a", ""), ("k", "1"))
+)
 
 
 def test_records_read_back_as_written() -> None:
     batch = [
         Forward(Message(b"\x01" * 16, "a/b", b"x", 1, True, "pub", 2.5), ("$share/g/a/#",)),
         Forward(Message(b"\x02" * 16, "c", b""), (), ("n1",)),
+        Forward(Message(b"\x03" * 16, "p", b"y", 1, False, None, 0.0, PROPERTIES)),
     ]
     assert unpack_record(pack_batch(batch)) == batch
     notice = Takeover("phone ☎", 1_700_000_000_000_001)
@@ -31,6 +36,7 @@ def test_records_read_back_as_written() -> None:
         {"takeover": ["phone", 12], "extra": 1},
         {"other": ["phone", 12]},
         [["short row"]],
+        [[b"\x01" * 16, "t", b"", 0, False, None, 0.0, [], [], ["not", "properties"]]],
         "text",
     ],
 )

@@ -163,16 +163,34 @@ def test_takeover_on_the_same_node(nodes: Nodes, clients: list[Paho]) -> None:
     assert second.subscribe("t/#", 0) == [0]
 
 
-def test_a_5_0_publish_with_user_properties_is_routed(nodes: Nodes, clients: list[Paho]) -> None:
-    """A 5.0 PUBLISH with user properties is routed (carrying the properties across
-    nodes is not built yet: see CHANGELOG)."""
+def test_message_properties_cross_nodes_unaltered_and_in_order(
+    nodes: Nodes, clients: list[Paho]
+) -> None:
+    """MQTT-3.3.2-17/18: payload format, content type, response topic, correlation data
+    and user properties (in order, repeated names kept) reach a subscriber on another
+    node, live and from the retained store."""
     port_a, port_b = nodes
     sub, pub = Paho(port_b, "s5", V5), Paho(port_a, "p5", V5)
     clients += [sub, pub]
     sub.subscribe("u/#", 1)
     routed(pub, sub, "u/probe")
-    pub.publish("u/x", b"with props", 1, properties=user_properties([("k", "v")]))
-    assert sub.take(1)[0].payload == b"with props"
+    pairs = [("k", "v2"), ("a", "1"), ("k", "v1")]
+    properties = user_properties(pairs)
+    properties.PayloadFormatIndicator = 1
+    properties.ContentType = "text/plain"
+    properties.ResponseTopic = "reply/here"
+    properties.CorrelationData = b"\x00id-7"
+    pub.publish("u/x", b"with props", 1, properties=properties, retain=True)
+    late = Paho(port_b, "late", V5)
+    clients.append(late)
+    late.subscribe("u/x", 1)
+    for message in (sub.take(1)[0], late.take(1)[0]):
+        got = message.properties
+        assert message.payload == b"with props"
+        assert got.UserProperty == pairs
+        assert (got.PayloadFormatIndicator, got.ContentType) == (1, "text/plain")
+        assert (got.ResponseTopic, got.CorrelationData) == ("reply/here", b"\x00id-7")
+    pub.publish("u/x", b"", 1, retain=True)  # (clears the retained message)
 
 
 # -- bad input: the node refuses it and keeps serving ---------------------------------------
