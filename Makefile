@@ -26,6 +26,7 @@ typecheck: $(STAMP)
 # Debian packages the tests use for real: redis-server (standalone and cluster),
 # redis-tools (redis-cli --cluster create), libmosquitto1 (the reference matcher),
 # mosquitto-clients (mosquitto_pub/_sub: real MQTT clients for the listener tests),
+# mosquitto (mosquitto_passwd writes the password files the tests read), openssl (test certificates),
 # a Java 17+ runtime for the Spark pipeline when `java` is missing or older.
 system-deps:
 	@missing=""; \
@@ -33,6 +34,8 @@ system-deps:
 	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
 	ldconfig -p | grep -q 'libmosquitto\.so\.1' || missing="$$missing libmosquitto1"; \
 	command -v mosquitto_sub >/dev/null 2>&1 || missing="$$missing mosquitto-clients"; \
+	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
+	command -v mosquitto_passwd >/dev/null 2>&1 || missing="$$missing mosquitto"; \
 	java=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1); \
 	[ "$${java:-0}" -ge 17 ] 2>/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	if [ -n "$$missing" ]; then \

@@ -51,6 +51,13 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
 }
 
 
+_TLS_FILES = (
+    ("--tls-cert", "tls_cert", "The TLS listeners' certificate chain (PEM)."),
+    ("--tls-key", "tls_key", "The private key of --tls-cert (PEM)."),
+    ("--tls-ca", "tls_ca", "CA certificates (PEM) that client certificates are checked against."),
+)
+
+
 def mqtt_options(
     setting: Callable[..., Callable[[Command], Command]],
 ) -> Callable[[Command], Command]:
@@ -65,6 +72,28 @@ def mqtt_options(
             "allow_anonymous",
             default=DEFAULT_SETTINGS.allow_anonymous,
             help="Accept MQTT clients that send no user name.",
+        )(command)
+        for flag, dest, text in reversed(_TLS_FILES):
+            command = setting(flag, dest, default=None, metavar="FILE", help=text)(command)
+        command = setting(
+            "--password-file",
+            "password_file",
+            default=None,
+            metavar="FILE",
+            help="Check MQTT users against FILE (the mosquitto_passwd format).",
+        )(command)
+        command = setting(
+            "--tls-require-client-cert",
+            "tls_require_client_cert",
+            is_flag=True,
+            help="Refuse TLS clients without a certificate signed by --tls-ca.",
+        )(command)
+        command = setting(
+            "--mqtt-tls",
+            "tls_listeners",
+            multiple=True,
+            metavar="HOST:PORT",
+            help="Serve MQTT over TLS here (repeatable; needs --tls-cert and --tls-key).",
         )(command)
         return setting(
             "--mqtt",

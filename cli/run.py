@@ -24,10 +24,12 @@ import click
 
 from router.api import connect, default_node_id
 from router.cluster.config import NodeConfig
-from router.cluster.policy import load_acl
+from router.cluster.policy import load_acl, password_authenticator
+from router.core.hooks import HookPoint
+from router.core.passwords import PasswordFile
 from router.core.sharing import STRATEGY_NAMES
 from router.errors import StaleIncarnationError
-from router.mqtt.server import parse_address, serve
+from router.mqtt.server import parse_address, serve, tls_context
 from router.ops.node_process import freeze_startup_heap
 from router.state.retained_store import RetainedConfig
 
@@ -140,6 +142,12 @@ def node_run(
     retained_clear_interval: float,
     log_level: str,
     mqtt_listeners: tuple[str, ...],
+    tls_listeners: tuple[str, ...],
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_ca: str | None,
+    tls_require_client_cert: bool,
+    password_file: str | None,
     **mqtt: Any,
 ) -> None:
     """Join the cluster as a node and serve until SIGINT or SIGTERM."""
@@ -149,8 +157,14 @@ def node_run(
         )
     node_id = node_id or default_node_id()
     settings = mqtt_settings(mqtt)
-    for address in mqtt_listeners:
+    for address in (*mqtt_listeners, *tls_listeners):
         parse_address(address)  # a bad address is one error line, before connecting
+    passwords = None if password_file is None else PasswordFile.from_file(password_file)
+    tls = None
+    if tls_listeners:
+        if tls_cert is None or tls_key is None:
+            raise click.BadParameter("needs --tls-cert and --tls-key", param_hint="--mqtt-tls")
+        tls = tls_context(tls_cert, tls_key, tls_ca, require_client_cert=tls_require_client_cert)
     acl = load_acl(acl_file, acl_default)
     retained = RetainedConfig(
         max_payload=retained_max_payload,
@@ -173,12 +187,22 @@ def node_run(
                 traffic_sample=traffic_sample,
                 retained=retained,
             ) as running:
+                if passwords is not None:
+                    authenticator = password_authenticator(
+                        passwords, allow_anonymous=settings.allow_anonymous
+                    )
+                    running.hooks.register(HookPoint.CLIENT_AUTHENTICATE, authenticator)
+                    log.info("password file %s: %d users", password_file, len(passwords))
                 if acl is not None:
                     rules, default = len(acl.rules), acl.default.value
                     log.info("ACL %s: %d rules, default %s", acl_file, rules, default)
-                async with serve(running, mqtt_listeners, settings) as front:
-                    for host, port in front.addresses:
-                        log.info("MQTT on %s:%d", host, port)
+                async with serve(
+                    running, mqtt_listeners, settings, tls=tls_listeners, tls_context=tls
+                ) as front:
+                    for scheme, host, port in front.listeners:
+                        log.info(
+                            "%s on %s:%d", "MQTT" if scheme == "mqtt" else "MQTT TLS", host, port
+                        )
                     freeze_startup_heap()
                     log.info("node %s ready", running.node_id)
                     signalled = asyncio.create_task(stop.wait())

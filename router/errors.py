@@ -144,6 +144,27 @@ class AclRuleError(RouterError, ValueError):
         super().__init__(f"{where}{reason}")
 
 
+class PasswordFileError(RouterError, ValueError):
+    """A password file (the mosquitto_passwd format) that cannot be used, or a bad hash.
+
+    ``reason`` says what is wrong; ``path`` names the file and ``line`` (1-based) the bad
+    line. ``line`` is None for an unreadable file; both are None for a hash or entry built
+    in code. The message never quotes the line (it holds a password hash).
+    """
+
+    def __init__(self, reason: str, path: str | None = None, line: int | None = None) -> None:
+        self.reason = reason
+        self.path = path
+        self.line = line
+        if path is None:
+            where = ""
+        elif line is None:
+            where = f"{path}: "
+        else:
+            where = f"{path}:{line}: "
+        super().__init__(f"{where}{reason}")
+
+
 class InvalidSettingError(RouterError, ValueError):
     """A tuning setting outside its allowed range (cache sizes, thresholds, periods)."""
 
@@ -312,3 +333,7 @@ class ConnectionEndedError(MqttError):
         super().__init__("the MQTT connection ends")
         self.disconnect_code = reason_code
         self.keep_will = keep_will
+
+
+class ListenerError(RouterError):
+    """A listener could not be opened (the address is in use, or not this machine's)."""

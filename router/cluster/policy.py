@@ -53,14 +53,24 @@ flags are recomputed only when callbacks are registered or removed.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from router.cluster.local_sessions import DeliveryObserver
 from router.core.acl import Acl, AclAction, Permission
-from router.core.hooks import Check, ClientInfo, Decision, DropReason, HookPoint, HookRegistry
+from router.core.hooks import (
+    Check,
+    ClientInfo,
+    Decision,
+    DropReason,
+    HookPoint,
+    HookRegistry,
+    Stop,
+)
 from router.core.messages import Delivery, Message
 from router.core.options import SubscriptionOptions
+from router.core.passwords import PasswordFile
 from router.core.topics import TopicFilter, TopicName, validate_filter, validate_topic
 from router.errors import AclRuleError, HookError, NotAuthorizedError
 
@@ -259,6 +269,27 @@ def load_acl(acl: Acl | str | Path | None, default: str | Permission | None = No
     if isinstance(acl, Acl):
         return acl if default is None else Acl(acl.rules, permission)
     return Acl.from_file(acl, permission)
+
+
+def password_authenticator(
+    passwords: PasswordFile, *, allow_anonymous: bool = True
+) -> Callable[[ClientInfo, str | bytes | None, Decision], Stop[Decision]]:
+    """A ``client.authenticate`` callback that checks clients against a password file
+    (``mosquitto_passwd`` format): a known user with the right password is allowed, any
+    other user is refused; a client without a user name is allowed only with
+    ``allow_anonymous``. Register it with ``node.hooks.register(HookPoint.
+    CLIENT_AUTHENTICATE, ...)`` (``router node run --password-file`` does)."""
+
+    def check(client: ClientInfo, password: str | bytes | None, _: Decision) -> Stop[Decision]:
+        if client.username is None:
+            if allow_anonymous:
+                return Stop(Decision.allow("anonymous"))
+            return Stop(Decision.deny("a user name is required"))
+        if password is not None and passwords.check(client.username, password):
+            return Stop(Decision.allow("password file"))
+        return Stop(Decision.deny("bad user name or password"))
+
+    return check
 
 
 # -- what a fold may return -------------------------------------------------------------

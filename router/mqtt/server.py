@@ -19,12 +19,13 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Final
 
 from router.cluster.node import RouterNode
-from router.errors import InvalidSettingError
+from router.errors import InvalidSettingError, ListenerError
 from router.mqtt.protocol import MqttConnection
 from router.mqtt.reason_codes import ReasonCode
 from router.mqtt.settings import DEFAULT_SETTINGS, MqttSettings
@@ -32,6 +33,33 @@ from router.mqtt.settings import DEFAULT_SETTINGS, MqttSettings
 log = logging.getLogger(__name__)
 
 READ_SIZE: Final = 65536
+
+
+def tls_context(
+    cert: str, key: str, ca: str | None = None, *, require_client_cert: bool = False
+) -> ssl.SSLContext:
+    """A server TLS context (TLS 1.2 or later) for ``cert``/``key`` (PEM files); with
+    ``ca``, client certificates are checked against it, and with ``require_client_cert``
+    a client without one is refused. Raises :class:`InvalidSettingError` naming the
+    file that cannot be used."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as error:
+        raise InvalidSettingError(f"TLS certificate {cert} / key {key}: {error}") from None
+    if ca is not None:
+        try:
+            context.load_verify_locations(ca)
+        except (OSError, ssl.SSLError) as error:
+            raise InvalidSettingError(f"TLS CA file {ca}: {error}") from None
+    if require_client_cert:
+        if ca is None:
+            raise InvalidSettingError("requiring client certificates needs a CA file")
+        context.verify_mode = ssl.CERT_REQUIRED
+    elif ca is not None:
+        context.verify_mode = ssl.CERT_OPTIONAL
+    return context
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -74,6 +102,7 @@ class MqttServer:
         self.node = node
         self.settings = settings
         self.addresses: list[tuple[str, int]] = []
+        self.listeners: list[tuple[str, str, int]] = []  # (scheme "mqtt"/"mqtts", host, port)
         self._servers: list[asyncio.Server] = []
         self._connections: set[MqttConnection] = set()
         self._clients: dict[str, MqttConnection] = {}
@@ -103,13 +132,21 @@ class MqttServer:
 
     # -- listeners -------------------------------------------------------------------------
 
-    async def listen_tcp(self, address: str) -> tuple[str, int]:
-        """Listen on ``HOST:PORT`` (port 0: any free one); returns the bound address."""
+    async def listen_tcp(self, address: str, tls: ssl.SSLContext | None = None) -> tuple[str, int]:
+        """Listen on ``HOST:PORT`` (port 0: any free one), over TLS with a ``tls``
+        context (:func:`tls_context`); returns the bound address."""
         host, port = parse_address(address)
-        server = await asyncio.start_server(self._accept, host, port)
+        handshake = None if tls is None else self.settings.connect_timeout
+        try:
+            server = await asyncio.start_server(
+                self._accept, host, port, ssl=tls, ssl_handshake_timeout=handshake
+            )
+        except OSError as error:
+            raise ListenerError(f"cannot listen on {address}: {error.strerror or error}") from None
         self._servers.append(server)
         bound = server.sockets[0].getsockname()
         self.addresses.append((bound[0], bound[1]))
+        self.listeners.append(("mqtts" if tls else "mqtt", bound[0], bound[1]))
         return bound[0], bound[1]
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -163,14 +200,26 @@ class MqttServer:
 
 @asynccontextmanager
 async def serve(
-    node: RouterNode, tcp: Iterable[str] = (), settings: MqttSettings = DEFAULT_SETTINGS
+    node: RouterNode,
+    tcp: Iterable[str] = (),
+    settings: MqttSettings = DEFAULT_SETTINGS,
+    *,
+    tls: Iterable[str] = (),
+    tls_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[MqttServer]:
-    """Start MQTT listeners on ``tcp`` addresses (``HOST:PORT``) around a running node;
-    closed (every connection ended with 0x8B) on exit."""
+    """Start MQTT listeners around a running node: plain TCP on ``tcp`` addresses
+    (``HOST:PORT``), TLS on ``tls`` addresses with ``tls_context``; closed (every
+    connection ended with 0x8B) on exit. ``server.addresses`` lists the plain ones
+    first, then the TLS ones."""
+    tls = list(tls)
+    if tls and tls_context is None:
+        raise InvalidSettingError("TLS listeners need a certificate and key (tls_context)")
     server = MqttServer(node, settings)
     try:
         for address in tcp:
             await server.listen_tcp(address)
+        for address in tls:
+            await server.listen_tcp(address, tls_context)
         yield server
     finally:
         await server.close()

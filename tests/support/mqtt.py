@@ -48,6 +48,12 @@ class Paho:
         if "will" in options:
             topic, payload, qos = options.pop("will")
             self.client.will_set(topic, payload, qos)
+        if "user" in options:
+            self.client.username_pw_set(*options.pop("user"))
+        if "tls" in options:
+            pki, with_cert = options.pop("tls")
+            cert = (str(pki.client_cert), str(pki.client_key)) if with_cert else (None, None)
+            self.client.tls_set(ca_certs=str(pki.ca), certfile=cert[0], keyfile=cert[1])
         properties = options.pop("properties", None)
         clean_start = True if protocol == V5 else mqtt.MQTT_CLEAN_START_FIRST_ONLY
         keepalive = options.pop("keepalive", 60)
@@ -113,13 +119,21 @@ def user_properties(pairs: list[tuple[str, str]]) -> Properties:
 
 @contextlib.contextmanager
 def mqtt_node(node_id: str, env: dict[str, str], *args: str) -> Iterator[tuple[Process, int]]:
-    """``router node run --mqtt 127.0.0.1:0`` as a child process; yields it and its port."""
+    """``router node run --mqtt 127.0.0.1:0`` as a child process; yields it and its port
+    (the ports of further listeners in ``args``: :func:`listener_ports`)."""
     with router_process(
         "node", "run", "--node-id", node_id, "--heartbeat-interval", "0.2",
         "--heartbeat-ttl", "2", "--mqtt", "127.0.0.1:0", *args, env=env,
     ) as process:  # fmt: skip
-        line = process.wait_for("MQTT on")
-        match = re.search(r"MQTT on 127\.0\.0\.1:(\d+)", line)
-        assert match is not None, line
         process.wait_for("ready")
-        yield process, int(match.group(1))
+        yield process, listener_ports(process)["MQTT"][0]
+
+
+def listener_ports(process: Process) -> dict[str, list[int]]:
+    """The ports a started node logged, by kind ("MQTT", "MQTT TLS")."""
+    ports: dict[str, list[int]] = {}
+    for line in process.stderr_lines:
+        match = re.search(r"(MQTT(?: TLS)?) on 127\.0\.0\.1:(\d+)", line)
+        if match is not None:
+            ports.setdefault(match.group(1), []).append(int(match.group(2)))
+    return ports
