@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 import click
 
 from router.mqtt.settings import DEFAULT_SETTINGS, MqttSettings
+from router.mqtt.websocket import DEFAULT_PATH
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
@@ -87,6 +88,19 @@ def mqtt_options(
             "tls_require_client_cert",
             is_flag=True,
             help="Refuse TLS clients without a certificate signed by --tls-ca.",
+        )(command)
+        command = setting(
+            "--mqtt-ws-path",
+            "websocket_path",
+            default=DEFAULT_PATH,
+            help="The path of the WebSocket listeners.",
+        )(command)
+        command = setting(
+            "--mqtt-ws",
+            "websocket_listeners",
+            multiple=True,
+            metavar="HOST:PORT",
+            help="Serve MQTT over WebSocket here (subprotocol mqtt; repeatable).",
         )(command)
         command = setting(
             "--mqtt-tls",

@@ -143,6 +143,8 @@ def node_run(
     log_level: str,
     mqtt_listeners: tuple[str, ...],
     tls_listeners: tuple[str, ...],
+    websocket_listeners: tuple[str, ...],
+    websocket_path: str,
     tls_cert: str | None,
     tls_key: str | None,
     tls_ca: str | None,
@@ -157,7 +159,7 @@ def node_run(
         )
     node_id = node_id or default_node_id()
     settings = mqtt_settings(mqtt)
-    for address in (*mqtt_listeners, *tls_listeners):
+    for address in (*mqtt_listeners, *tls_listeners, *websocket_listeners):
         parse_address(address)  # a bad address is one error line, before connecting
     passwords = None if password_file is None else PasswordFile.from_file(password_file)
     tls = None
@@ -197,12 +199,17 @@ def node_run(
                     rules, default = len(acl.rules), acl.default.value
                     log.info("ACL %s: %d rules, default %s", acl_file, rules, default)
                 async with serve(
-                    running, mqtt_listeners, settings, tls=tls_listeners, tls_context=tls
+                    running,
+                    mqtt_listeners,
+                    settings,
+                    tls=tls_listeners,
+                    tls_context=tls,
+                    websocket=websocket_listeners,
+                    websocket_path=websocket_path,
                 ) as front:
                     for scheme, host, port in front.listeners:
-                        log.info(
-                            "%s on %s:%d", "MQTT" if scheme == "mqtt" else "MQTT TLS", host, port
-                        )
+                        kind = {"mqtt": "MQTT", "mqtts": "MQTT TLS", "ws": "MQTT WS"}[scheme]
+                        log.info("%s on %s:%d", kind, host, port)
                     freeze_startup_heap()
                     log.info("node %s ready", running.node_id)
                     signalled = asyncio.create_task(stop.wait())

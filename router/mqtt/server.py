@@ -29,6 +29,7 @@ from router.errors import InvalidSettingError, ListenerError
 from router.mqtt.protocol import MqttConnection
 from router.mqtt.reason_codes import ReasonCode
 from router.mqtt.settings import DEFAULT_SETTINGS, MqttSettings
+from router.mqtt.websocket import DEFAULT_PATH, WebSocketServer, listen_websocket
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ class MqttServer:
         self.addresses: list[tuple[str, int]] = []
         self.listeners: list[tuple[str, str, int]] = []  # (scheme "mqtt"/"mqtts", host, port)
         self._servers: list[asyncio.Server] = []
+        self._websockets: list[WebSocketServer] = []
         self._connections: set[MqttConnection] = set()
         self._clients: dict[str, MqttConnection] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -153,22 +155,37 @@ class MqttServer:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await self.run_connection(MqttConnection(self, StreamTransport(writer)), _chunks(reader))
+
+    async def run_connection(
+        self, connection: MqttConnection, chunks: AsyncIterator[bytes]
+    ) -> None:
+        """Serve one accepted connection (of any listener) until it ends."""
         if len(self._connections) >= self.settings.max_connections:
             self.refused += 1
-            writer.close()
+            connection.transport.close()
             return
         self.accepted += 1
-        connection = MqttConnection(self, StreamTransport(writer))
         self._connections.add(connection)
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
         try:
-            await connection.run(_chunks(reader))
+            await connection.run(chunks)
         finally:
             if task is not None:
                 self._tasks.discard(task)
             self._connections.discard(connection)
+
+    async def listen_websocket(
+        self, address: str, path: str = DEFAULT_PATH, tls: ssl.SSLContext | None = None
+    ) -> tuple[str, int]:
+        """Serve MQTT over WebSocket on ``HOST:PORT`` at ``path`` (wss with ``tls``)."""
+        host, port, listener = await listen_websocket(self, parse_address(address), path, tls)
+        self._websockets.append(listener)
+        self.addresses.append((host, port))
+        self.listeners.append(("wss" if tls else "ws", host, port))
+        return host, port
 
     async def serve_forever(self) -> None:
         """Wait until the server is closed (or the awaiting task is cancelled)."""
@@ -178,6 +195,8 @@ class MqttServer:
         """Stop listening and end every connection with DISCONNECT 0x8B."""
         for server in self._servers:
             server.close()
+        for listener in self._websockets:
+            listener.close()
         for connection in list(self._connections):
             connection.end(ReasonCode.SERVER_SHUTTING_DOWN)
         if self._tasks:
@@ -186,7 +205,10 @@ class MqttServer:
                     await asyncio.gather(*self._tasks, return_exceptions=True)
         for server in self._servers:
             await server.wait_closed()
+        for listener in self._websockets:
+            await listener.wait_closed()
         self._servers.clear()
+        self._websockets.clear()
 
     def stats(self) -> dict[str, int]:
         """Counters of the MQTT front end."""
@@ -206,11 +228,13 @@ async def serve(
     *,
     tls: Iterable[str] = (),
     tls_context: ssl.SSLContext | None = None,
+    websocket: Iterable[str] = (),
+    websocket_path: str = DEFAULT_PATH,
 ) -> AsyncIterator[MqttServer]:
     """Start MQTT listeners around a running node: plain TCP on ``tcp`` addresses
-    (``HOST:PORT``), TLS on ``tls`` addresses with ``tls_context``; closed (every
-    connection ended with 0x8B) on exit. ``server.addresses`` lists the plain ones
-    first, then the TLS ones."""
+    (``HOST:PORT``), TLS on ``tls`` addresses with ``tls_context``, WebSocket on
+    ``websocket`` addresses at ``websocket_path``; closed (every connection ended with
+    0x8B) on exit. ``server.listeners`` names each: (scheme, host, port)."""
     tls = list(tls)
     if tls and tls_context is None:
         raise InvalidSettingError("TLS listeners need a certificate and key (tls_context)")
@@ -220,6 +244,8 @@ async def serve(
             await server.listen_tcp(address)
         for address in tls:
             await server.listen_tcp(address, tls_context)
+        for address in websocket:
+            await server.listen_websocket(address, websocket_path)
         yield server
     finally:
         await server.close()

@@ -31,12 +31,16 @@ class Paho:
     def __init__(
         self, port: int, client_id: str, protocol: int = V5, *, clean: bool = True, **options: Any
     ) -> None:
+        path = options.pop("websocket", None)
         self.client = mqtt.Client(
             CallbackAPIVersion.VERSION2,
             client_id=client_id,
             protocol=protocol,
             clean_session=clean if protocol != V5 else None,
+            transport="tcp" if path is None else "websockets",
         )
+        if path is not None:
+            self.client.ws_set_options(path=path)
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
         self.connack: queue.Queue[tuple[int, Any]] = queue.Queue()
         self.disconnects: queue.Queue[int] = queue.Queue()
@@ -133,7 +137,7 @@ def listener_ports(process: Process) -> dict[str, list[int]]:
     """The ports a started node logged, by kind ("MQTT", "MQTT TLS")."""
     ports: dict[str, list[int]] = {}
     for line in process.stderr_lines:
-        match = re.search(r"(MQTT(?: TLS)?) on 127\.0\.0\.1:(\d+)", line)
+        match = re.search(r"(MQTT(?: TLS| WS)?) on 127\.0\.0\.1:(\d+)", line)
         if match is not None:
             ports.setdefault(match.group(1), []).append(int(match.group(2)))
     return ports

@@ -42,7 +42,7 @@ THIRD_PARTY = {
     "core": set(),
     "state": {"redis", "msgpack"},
     "cluster": {"redis", "msgpack"},
-    "mqtt": {"redis"},
+    "mqtt": {"redis", "websockets"},
     "top": {"redis"},
     "ops": {"redis", "fakeredis"},
     "pipeline": {"redis", "pyspark", "py4j", "matplotlib"},

@@ -1,0 +1,112 @@
+"""MQTT over WebSocket (MQTT 5.0 section 6): the listener that browsers and MQTT.js use.
+
+Built on the ``websockets`` library (RFC 6455 handshakes, framing, fragmentation and
+close codes are a protocol of their own; a well-kept library beats writing them). The
+listener serves one ``path`` (default ``/mqtt``; any other gets HTTP 404), selects the
+``mqtt`` subprotocol, and carries MQTT bytes in binary messages: a text message ends the
+connection (MQTT-6.0.0-1). Messages are a byte stream to the MQTT side: a packet may
+span messages and a message may hold several packets (MQTT-6.0.0-2/3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Final
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+from websockets.typing import Subprotocol
+
+from router.errors import ListenerError
+from router.mqtt.protocol import MqttConnection
+
+if TYPE_CHECKING:
+    from router.mqtt.server import MqttServer
+
+SUBPROTOCOL: Final = Subprotocol("mqtt")
+DEFAULT_PATH: Final = "/mqtt"
+WebSocketServer = Server
+
+
+class WebSocketTransport:
+    """A connection's :class:`~router.mqtt.protocol.Transport` over one WebSocket: each
+    write goes out as one binary message, in order, through a writer task."""
+
+    def __init__(self, websocket: ServerConnection) -> None:
+        self._websocket = websocket
+        self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._writer = asyncio.create_task(self._write_all())
+        peer = websocket.remote_address
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+    def write(self, data: bytes) -> None:
+        if not self._writer.done():
+            self._outbox.put_nowait(data)
+
+    async def drain(self) -> None:
+        await self._outbox.join()
+
+    def close(self) -> None:
+        if not self._writer.done():
+            self._outbox.put_nowait(None)
+
+    async def _write_all(self) -> None:
+        try:
+            while (data := await self._outbox.get()) is not None:
+                await self._websocket.send(data)
+                self._outbox.task_done()
+        except ConnectionClosed:
+            pass
+        finally:
+            await self._websocket.close()
+            while not self._outbox.empty():  # (nothing more can go out: release drains)
+                self._outbox.get_nowait()
+                self._outbox.task_done()
+
+    async def closed(self) -> None:
+        """Wait until every write went out (or the socket closed) and the socket is closed."""
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._writer
+
+
+async def _messages(websocket: ServerConnection) -> AsyncIterator[bytes]:
+    with contextlib.suppress(ConnectionClosed):
+        async for message in websocket:
+            if isinstance(message, str):
+                return  # MQTT-6.0.0-1: MQTT travels in binary messages only
+            yield message
+
+
+async def listen_websocket(
+    server: MqttServer, address: tuple[str, int], path: str, tls: ssl.SSLContext | None
+) -> tuple[str, int, Server]:
+    """Serve MQTT over WebSocket at ``ws://HOST:PORT{path}`` (``wss://`` with ``tls``);
+    returns the bound host and port and the server (closed by :class:`MqttServer`)."""
+
+    def only_the_path(connection: ServerConnection, request: Request) -> Response | None:
+        if request.path.split("?", 1)[0] != path:
+            return connection.respond(HTTPStatus.NOT_FOUND, f"MQTT is served at {path}\n")
+        return None
+
+    async def handle(websocket: ServerConnection) -> None:
+        transport = WebSocketTransport(websocket)
+        connection = MqttConnection(server, transport)
+        await server.run_connection(connection, _messages(websocket))
+        await transport.closed()
+
+    host, port = address
+    try:
+        listener = await serve(
+            handle, host, port, subprotocols=[SUBPROTOCOL], process_request=only_the_path,
+            ssl=tls, open_timeout=server.settings.connect_timeout, ping_interval=None,
+            max_size=server.settings.max_packet_size + 8, compression=None,
+        )  # fmt: skip
+    except OSError as error:
+        raise ListenerError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    bound = next(iter(listener.sockets)).getsockname()
+    return bound[0], bound[1], listener
