@@ -191,9 +191,13 @@ def _write_disconnect(body: bytearray, packet: Disconnect, v5: bool) -> int:
 
 
 def _write_auth(body: bytearray, packet: Auth, v5: bool) -> int:
+    """AUTH may leave out its reason code and property length only together, and only
+    for Success (MQTT 5.0 3.15.2.1); unlike the acks it never leaves out the length alone."""
     if not v5:
         raise ValueError("AUTH exists only in MQTT 5.0")
-    _write_code_and_properties(body, packet.reason_code, packet.properties, v5)
+    if packet.reason_code or packet.properties:
+        body.append(packet.reason_code)
+        write_properties(body, packet.properties)
     return 0
 
 
@@ -518,6 +522,8 @@ class PacketReader:
                     at += 1
                     remaining |= (byte & 0x7F) << shift
                     if not byte & 0x80:
+                        if not byte and shift:  # MQTT-1.5.5-1: the fewest bytes
+                            raise MalformedPacketError("the remaining length is overlong")
                         break
                 else:
                     raise MalformedPacketError("the remaining length is longer than 4 bytes")

@@ -65,6 +65,8 @@ def read_varint(data: memoryview, at: int) -> tuple[int, int]:
         at += 1
         value |= (byte & 0x7F) << shift
         if not byte & 0x80:
+            if not byte and shift:
+                raise MalformedPacketError("a variable byte integer is not in its shortest form")
             return value, at
     raise MalformedPacketError("a variable byte integer is longer than 4 bytes")
 

@@ -288,6 +288,8 @@ ERRORS: list[tuple[str, bytes, int | None, type[MqttError]]] = [
      MqttProtocolError),
     ("property length past the end", b"\x30\x05\x00\x01a\x09\x01", MQTT_5, MalformedPacketError),
     ("remaining length of 5 bytes", b"\x30\xff\xff\xff\xff\x01", MQTT_5, MalformedPacketError),
+    ("overlong remaining length", b"\xc0\x80\x00", MQTT_5, MalformedPacketError),
+    ("overlong property length", b"\x30\x05\x00\x01a\x80\x00", MQTT_5, MalformedPacketError),
 ]  # fmt: skip
 
 
