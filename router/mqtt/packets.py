@@ -74,46 +74,40 @@ class Publish:
 
 
 @dataclass(frozen=True, slots=True)
-class PubAck:
-    """PUBACK (QoS 1 acknowledgement)."""
+class Acknowledgement:
+    """The shape of PUBACK, PUBREC, PUBREL and PUBCOMP: a packet identifier, a reason
+    code (5.0) and properties (5.0). Packets of two kinds never compare equal."""
 
     packet_id: int
     reason_code: int = 0
     properties: Properties = NO_PROPERTIES
 
+
+class PubAck(Acknowledgement):
+    """PUBACK (QoS 1 acknowledgement)."""
+
+    __slots__ = ()
     type = PacketType.PUBACK
 
 
-@dataclass(frozen=True, slots=True)
-class PubRec:
+class PubRec(Acknowledgement):
     """PUBREC (QoS 2, step 1)."""
 
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = NO_PROPERTIES
-
+    __slots__ = ()
     type = PacketType.PUBREC
 
 
-@dataclass(frozen=True, slots=True)
-class PubRel:
+class PubRel(Acknowledgement):
     """PUBREL (QoS 2, step 2)."""
 
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = NO_PROPERTIES
-
+    __slots__ = ()
     type = PacketType.PUBREL
 
 
-@dataclass(frozen=True, slots=True)
-class PubComp:
+class PubComp(Acknowledgement):
     """PUBCOMP (QoS 2, step 3)."""
 
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = NO_PROPERTIES
-
+    __slots__ = ()
     type = PacketType.PUBCOMP
 
 
@@ -187,22 +181,24 @@ class PingResp:
 
 
 @dataclass(frozen=True, slots=True)
-class Disconnect:
-    """DISCONNECT, from either side (a reason code only in 5.0)."""
+class ReasonedPacket:
+    """The shape of DISCONNECT and AUTH: a reason code and properties (both 5.0)."""
 
     reason_code: int = 0
     properties: Properties = NO_PROPERTIES
 
+
+class Disconnect(ReasonedPacket):
+    """DISCONNECT, from either side (a reason code only in 5.0)."""
+
+    __slots__ = ()
     type = PacketType.DISCONNECT
 
 
-@dataclass(frozen=True, slots=True)
-class Auth:
+class Auth(ReasonedPacket):
     """AUTH (5.0 only): enhanced authentication."""
 
-    reason_code: int = 0
-    properties: Properties = NO_PROPERTIES
-
+    __slots__ = ()
     type = PacketType.AUTH
 
 
