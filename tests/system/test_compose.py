@@ -37,13 +37,17 @@ def test_services(compose: dict[str, Any]) -> None:
     services = compose["services"]
     assert {"redis", "node-1", "node-2", "node-3", "subscriber", "publisher"} <= set(services)
     node_ids = set()
+    host_ports = set()
     for name in ("node-1", "node-2", "node-3"):
         service = services[name]
         assert service["command"] == ["node", "run"]
         assert service["environment"]["ROUTER_REDIS_URL"] == "redis://redis:6379/0"
         node_ids.add(service["environment"]["ROUTER_NODE_ID"])
         assert "redis" in service["depends_on"]
+        assert service["environment"]["ROUTER_MQTT"] == "0.0.0.0:1883"
+        host_ports.add(service["ports"][0].split(":")[0])
     assert len(node_ids) == 3
+    assert len(host_ports) == 3  # a listener per node, each on a port of its own
 
 
 def test_every_router_command_exists(compose: dict[str, Any]) -> None:
