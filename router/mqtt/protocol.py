@@ -335,6 +335,7 @@ class MqttConnection:
             raise MqttProtocolError(f"a client may not send {kind.__name__}")
 
     async def _on_publish(self, packet: Publish) -> None:
+        self.server.messages_received += 1
         v5 = self.level >= MQTT_5
         topic = self._resolve_alias(packet)
         qos, packet_id = packet.qos, packet.packet_id
@@ -442,10 +443,12 @@ class MqttConnection:
         )  # fmt: skip
         if self._client_max_packet and len(data) > self._client_max_packet:
             self.oversized_dropped += 1  # MQTT-3.1.2-25: discarded as if sent
+            self.server.oversized_dropped += 1
             if packet_id is not None:
                 self._release(packet_id)
             return
         self.transport.write(data)
+        self.server.messages_sent += 1
         await self.transport.drain()
 
     def _allocate(self) -> int:

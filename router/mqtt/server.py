@@ -111,6 +111,9 @@ class MqttServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self.accepted = 0
         self.refused = 0
+        self.messages_received = 0  # PUBLISH packets from clients
+        self.messages_sent = 0  # PUBLISH packets to clients
+        self.oversized_dropped = 0  # deliveries above a client's Maximum Packet Size
 
     # -- the registry of connections -------------------------------------------------------
 
@@ -217,6 +220,9 @@ class MqttServer:
             "mqtt_clients": len(self._clients),
             "mqtt_accepted": self.accepted,
             "mqtt_refused": self.refused,
+            "mqtt_messages_received": self.messages_received,
+            "mqtt_messages_sent": self.messages_sent,
+            "mqtt_oversized_dropped": self.oversized_dropped,
         }
 
 
