@@ -54,8 +54,10 @@ class MessageProperties:
 @dataclass(frozen=True, slots=True)
 class Message:
     """One publish: ``id`` (16 bytes, unique cluster-wide), ``topic``, ``payload`` bytes,
-    ``qos`` 0..2, ``retain``, the publishing client (if any) and the monotonic clock
-    reading when it was published (for latency measurements on one machine)."""
+    ``qos`` 0..2, ``retain``, the publishing client (if any), the monotonic clock
+    reading when it was published (for latency measurements on one machine), and when
+    it expires (MQTT 5 Message Expiry Interval): wall-clock seconds since the epoch, so
+    every node of a cluster whose clocks agree drops it at the same time; None: never."""
 
     id: bytes
     topic: TopicName  # validated where the publish entered (see router.core.topics)
@@ -65,6 +67,7 @@ class Message:
     publisher: str | None = None
     sent_at: float = 0.0
     properties: MessageProperties | None = None
+    expires_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +79,12 @@ class Delivery:
     the copy comes from the retained store); ``subscription_ids`` lists the MQTT 5
     subscription identifiers of the matching subscriptions; ``expiry_interval`` is the
     seconds the message has left (set on copies from the retained store), None for never;
-    ``properties`` are the message's MQTT 5 properties, as the publisher sent them.
+    ``properties`` are the message's MQTT 5 properties, as the publisher sent them;
+    ``expires_at`` when a live message expires (wall-clock seconds, see :class:`Message`).
+
+    A persistent session's copy that was sent but not acknowledged when its connection
+    ended carries the MQTT ``packet_id`` it was sent with: it goes again with that id and
+    DUP set [MQTT-4.4.0-1]; ``released`` says its PUBREC came, so only PUBREL is due.
     """
 
     topic: str
@@ -89,6 +97,9 @@ class Delivery:
     sent_at: float = 0.0
     expiry_interval: int | None = None
     properties: MessageProperties | None = None
+    expires_at: float | None = None
+    packet_id: int | None = None
+    released: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,7 +111,8 @@ class Outgoing:
     qos: int = 0
     retain: bool = False
     publisher: str | None = None
-    expiry_interval: int | None = None  # seconds; kept with a retained message
+    expiry_interval: int | None = None  # seconds the message lives (MQTT 5 Message Expiry)
+    properties: MessageProperties | None = None
 
 
 @dataclass(frozen=True)

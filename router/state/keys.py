@@ -8,9 +8,11 @@ Layout (``rt`` is the default namespace prefix; ``ID`` is an escaped id, see bel
     rt:{c:ID}:alias:NS:topics hash   topic -> alias, reverse of NS     (client)
     rt:{c:ID}:alias:max       hash   namespace -> Topic Alias Maximum  (client)
     rt:{c:ID}:owner           hash   node, epoch: the session owner    (client)
+    rt:{c:ID}:session         hash   the session: node, connected, expiry, ... (client)
     rt:{n:ID}:routes          hash   route -> member count             (node)
     rt:{n:ID}:stream          stream route changes, one entry a change (node)
     rt:{n:ID}:meta            hash   incarnation, version, ...         (node)
+    rt:{n:ID}:figures         hash   figure -> value, expiring ($SYS)  (node)
     rt:{nodes}:registry       hash   node id -> incarnation            (registry)
     rt:{nodes}:heartbeats     zset   node id -> expiry, server ms      (registry)
     rt:{ch:ID}:clock          string the channel clock, an integer in +-(2^53-1)  (channel)
@@ -112,6 +114,14 @@ class Keys:
     def client_owner(self, client_id: str) -> str:
         return self.client(client_id) + ":owner"
 
+    def client_session(self, client_id: str) -> str:
+        return self.client(client_id) + ":session"
+
+    def client_queue(self, client_id: str) -> str:
+        """The name of the channel (see :mod:`router.state.channels`) that queues a
+        persistent session's messages while its client is away."""
+        return "session:" + check_id(client_id, "client id")
+
     # -- nodes -----------------------------------------------------------------------
 
     def node(self, node_id: str) -> str:
@@ -134,6 +144,10 @@ class Keys:
     def registry_heartbeats(self) -> str:
         """The sorted set of registered nodes scored by heartbeat expiry (server ms)."""
         return f"{self.prefix}:{{nodes}}:heartbeats"
+
+    def node_figures(self, node_id: str) -> str:
+        """A node's live figures for ``$SYS`` (see :mod:`router.state.node_figures`)."""
+        return self.node(node_id) + ":figures"
 
     # -- channels --------------------------------------------------------------------
 
@@ -218,6 +232,10 @@ class Keys:
         """A SCAN MATCH pattern for every client's subscriptions hash."""
         return f"{glob_escape(self.prefix)}:{{c:*}}:subs"
 
+    def client_sessions_pattern(self) -> str:
+        """A SCAN MATCH pattern for every client's session hash."""
+        return f"{glob_escape(self.prefix)}:{{c:*}}:session"
+
     def channel_clocks_pattern(self) -> str:
         """A SCAN MATCH pattern for every channel's clock key."""
         return f"{glob_escape(self.prefix)}:{{ch:*}}:clock"
@@ -246,6 +264,10 @@ class Keys:
     def client_of_subscriptions_key(self, key: str) -> str | None:
         """The client id of a subscriptions hash key, or None for other keys."""
         return self._tagged_id(key, "c", (":subs",))
+
+    def client_of_session_key(self, key: str) -> str | None:
+        """The client id of a session hash key, or None for other keys."""
+        return self._tagged_id(key, "c", (":session",))
 
     def channel_of_clock_key(self, key: str) -> str | None:
         """The channel name of a channel clock key, or None for other keys."""

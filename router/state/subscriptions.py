@@ -5,6 +5,7 @@ operation is one Lua script on one slot, also on Redis Cluster::
 
     rt:{c:ID}:subs    hash  filter -> packed options (msgpack [qos, no_local, rap, rh, id])
     rt:{c:ID}:owner   hash  node -> owning node id, epoch -> its epoch
+    rt:{c:ID}:session hash  the session's description (see router.state.session_store)
 
 Session ownership: :meth:`SubscriptionStore.claim` makes a node the owner with a new epoch
 (epochs only grow, even across :meth:`~SubscriptionStore.remove_client`). A write may carry
@@ -136,6 +137,7 @@ class SubscriptionStore:
             keys.client_owner(client_id),
             *aliases,
             keys.client_alias_maximum(client_id),
+            keys.client_session(client_id),
         ]
 
     # -- session owner ---------------------------------------------------------------
@@ -267,7 +269,8 @@ class SubscriptionStore:
     # -- everything ------------------------------------------------------------------
 
     async def remove_client(self, client_id: str, *, owner: Owner | None = None) -> RemovedClient:
-        """Delete all of the client's data (subscriptions, aliases, owner) in one script.
+        """Delete all of the client's data (subscriptions, aliases, owner, session
+        description) in one script.
 
         Returns what was deleted (all zero/False when the client had nothing). Raises
         :class:`SessionOwnershipError` if ``owner`` is stale; nothing changes then.

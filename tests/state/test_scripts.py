@@ -27,6 +27,7 @@ from router.state.keys import Keys
 from router.state.node_registry import NodeRegistry
 from router.state.routes import RouteStore
 from router.state.scripts import RedisClient, Scripts, script_source
+from router.state.session_store import SessionStore
 from router.state.subscriptions import SubscriptionStore
 from tests.support.servers import RedisServer
 
@@ -37,6 +38,7 @@ STATE_SCRIPTS = frozenset(
         "client_subscribe",
         "client_unsubscribe",
         "client_remove",
+        "session_mark",
         "alias_bind",
         "alias_maximum",
         "alias_remove",
@@ -51,7 +53,7 @@ STATE_SCRIPTS = frozenset(
         "node_unregister",
     }
 )
-STATE_PREFIXES = ("client_", "alias_", "route_", "node_")
+STATE_PREFIXES = ("client_", "alias_", "route_", "node_", "session_")
 
 HOSTILE_IDS = [
     "plain",
@@ -162,6 +164,12 @@ async def exercise_everything(
     assert await aliases.alias(client_id, "client", "x/y") == 3
     assert await aliases.remove_client(client_id) == 1
     await aliases.bind(client_id, "server", 1, "z")
+    sessions = SessionStore(redis, keys, subs)
+    if scripts is not None:
+        sessions._scripts = scripts
+    await sessions.mark_away(client_id, owner, expiry=60, awaiting_release=[3, 1])
+    info = await sessions.describe(client_id)
+    assert info is not None and (info.connected, info.awaiting_release) == (False, (1, 3))
     removed = await subs.remove_client(client_id, owner=owner)
     assert tuple(removed) == (1, 1, True)
 
@@ -286,7 +294,7 @@ def test_hostile_ids_keep_their_keys_in_one_slot_and_never_collide() -> None:
             assert len({key_slot(k.encode()) for k in group}) == 1, (value, group)
         for key in (*client_keys, *node_keys):
             assert seen.setdefault(key, value) == value, f"{value!r} and {seen[key]!r} share {key}"
-    assert len(seen) == len(HOSTILE_IDS) * (7 + 3)
+    assert len(seen) == len(HOSTILE_IDS) * (8 + 3)
 
 
 async def test_hostile_ids_stay_apart_in_redis(redis_client: RedisClient, keys: Keys) -> None:
@@ -396,6 +404,7 @@ async def test_every_script_called_without_argv_refuses_and_changes_nothing(
         "client_subscribe": subs.client_keys("c")[:2],
         "client_unsubscribe": subs.client_keys("c")[:2],
         "client_remove": subs.client_keys("c"),
+        "session_mark": subs.client_keys("c"),
         "alias_bind": alias_keys,
         "alias_maximum": alias_keys,
         "alias_remove": subs.client_keys("c")[2:],

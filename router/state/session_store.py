@@ -1,0 +1,341 @@
+"""Persistent MQTT sessions in Redis: each session's description and its offline queue.
+
+A session outlives its connection when the client asks for a Session Expiry Interval
+(MQTT 5) or connects with clean session 0 (3.1.1). What lives in Redis, all under the
+client's hash tag except the queue (see :mod:`router.state.keys`)::
+
+    rt:{c:ID}:session   hash   node, connected (1/0), since (server ms), expiry (s),
+                               protocol, keepalive, username, qos2 (inbound QoS 2 ids)
+    rt:{ch:session:ID}  channel  the session's queue (see router.state.channels)
+
+:meth:`SessionStore.mark_open` and :meth:`SessionStore.mark_away` are one fenced script
+each (``session_mark.lua``): only the claim's owner may write, and *away* makes every key
+of the client expire after the Session Expiry Interval, on Redis server time. So a
+session whose node died still ends on time; *open* makes them persist again.
+
+The queue is a channel with one subscriber (``session``): :class:`SessionQueue` appends
+deliveries in order (QoS 1/2 messages for an away client, and what a node held for the
+client when it let the session go), bounded by ``limit`` with the node's overflow policy,
+and a reader drains them (fetch, then ack and delete what was read). A *handoff marker*
+(a message with id ``handoff:EPOCH`` whose content lists the inbound QoS 2 packet
+ids still awaiting PUBREL) ends what the node that served the session
+before wrote for the claim of that epoch: the new owner drains until it sees it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import count
+from typing import Any, Final, Literal
+
+import msgpack  # type: ignore[import-untyped,unused-ignore]
+
+from router.core.messages import Delivery, MessageProperties
+from router.errors import CorruptStateError, MalformedMessageError
+from router.state.channels import Channel, ChannelMessage
+from router.state.keys import Keys, check_id
+from router.state.scan import scan_keys
+from router.state.scripts import RedisClient, Scripts
+from router.state.subscriptions import Owner, SubscriptionStore
+
+#: The Session Expiry Interval that means "never" (MQTT 5, 3.3.2.3.2).
+NEVER: Final = 0xFFFFFFFF
+#: The one subscriber of a session queue.
+READER: Final = "session"
+HANDOFF: Final = "handoff:"
+#: Seconds a queue keeps its messages when the session never expires (ten years).
+NEVER_TTL: Final = 10 * 365 * 24 * 3600
+
+Overflow = Literal["drop_oldest", "drop_newest"]
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A session as Redis describes it: ``since`` is when it connected (``connected``)
+    or went away, in server milliseconds; ``expiry`` its Session Expiry Interval in
+    seconds (:data:`NEVER`: never); ``protocol`` the MQTT level (0: the embedding API)."""
+
+    client_id: str
+    node_id: str
+    connected: bool
+    since: int
+    expiry: int
+    protocol: int
+    keepalive: int
+    username: str | None
+    awaiting_release: tuple[int, ...] = ()
+
+
+def _text(value: Any) -> str:
+    return bytes(value).decode("utf-8", "replace") if value is not None else ""
+
+
+def _number(fields: dict[Any, Any], name: bytes) -> int:
+    text = _text(fields.get(name)) or "0"
+    if not text.lstrip("-").isdigit():
+        raise CorruptStateError(f"session field {name.decode()} is not an integer: {text!r}")
+    return int(text)
+
+
+def parse_session(client_id: str, fields: dict[Any, Any]) -> SessionInfo | None:
+    """The :class:`SessionInfo` a session hash holds (None: no session);
+    :class:`CorruptStateError` for a hash the router did not write."""
+    if not fields:
+        return None
+    qos2 = _text(fields.get(b"qos2"))
+    try:
+        awaiting = tuple(int(part) for part in qos2.split(",") if part)
+    except ValueError:
+        raise CorruptStateError(f"session field qos2 is not a list of ids: {qos2!r}") from None
+    username = fields.get(b"username")
+    return SessionInfo(
+        client_id,
+        _text(fields.get(b"node")),
+        _text(fields.get(b"connected")) == "1",
+        _number(fields, b"since"),
+        _number(fields, b"expiry"),
+        _number(fields, b"protocol"),
+        _number(fields, b"keepalive"),
+        None if username is None or username == b"\x00" else _text(username),
+        awaiting,
+    )
+
+
+class SessionStore:
+    """Session descriptions of clients (see the module docstring)."""
+
+    def __init__(self, redis: RedisClient, keys: Keys, subscriptions: SubscriptionStore) -> None:
+        self.redis = redis
+        self.keys = keys
+        self._subscriptions = subscriptions
+        self._scripts = Scripts(redis)
+
+    async def mark_open(
+        self,
+        client_id: str,
+        owner: Owner,
+        *,
+        expiry: int,
+        protocol: int = 0,
+        keepalive: int = 0,
+        username: str | None = None,
+    ) -> int:
+        """The client is connected to ``owner``'s node: describe it, and keep every key of
+        the client until :meth:`mark_away`. Returns the server time (ms). Raises
+        :class:`SessionOwnershipError` if ``owner`` lost the claim (nothing changed)."""
+        pairs: list[str | int] = ["expiry", expiry, "protocol", protocol, "keepalive", keepalive]
+        pairs += ["username", "\x00" if username is None else username, "qos2", ""]
+        return await self._mark(client_id, owner, "open", -1, pairs)
+
+    async def mark_away(
+        self, client_id: str, owner: Owner, *, expiry: int, awaiting_release: Iterable[int] = ()
+    ) -> int:
+        """The client left; the session stays for ``expiry`` seconds (:data:`NEVER`:
+        always), then every key of the client expires. ``awaiting_release`` are the inbound
+        QoS 2 packet ids whose PUBREL has not come. Returns the server time (ms)."""
+        ids = ",".join(str(packet_id) for packet_id in sorted(awaiting_release))
+        ms = -1 if expiry >= NEVER else expiry * 1000
+        return await self._mark(client_id, owner, "away", ms, ["expiry", expiry, "qos2", ids])
+
+    async def _mark(
+        self, client_id: str, owner: Owner, mode: str, ms: int, pairs: list[str | int]
+    ) -> int:
+        keys = self._subscriptions.client_keys(client_id)
+        args = [owner.node_id, str(owner.epoch), mode, str(ms), *pairs]
+        return int(await self._scripts.run("session_mark", keys, args))
+
+    async def describe(self, client_id: str) -> SessionInfo | None:
+        """The client's session, None when it has none (never had, ended, or expired)."""
+        fields = await self.redis.hgetall(self.keys.client_session(client_id))
+        return parse_session(client_id, fields)
+
+    async def describe_many(self, client_ids: Sequence[str]) -> list[SessionInfo | None]:
+        """:meth:`describe` for each client, pipelined."""
+        if not client_ids:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for client_id in client_ids:
+            pipe.hgetall(self.keys.client_session(client_id))
+        replies = await pipe.execute()
+        return [parse_session(c, r) for c, r in zip(client_ids, replies, strict=True)]
+
+    async def client_ids(self, limit: int = 100_000) -> tuple[list[str], bool]:
+        """Clients with a session, sorted, at most ``limit``; and whether that is all of
+        them (SCAN: fine on a live cluster)."""
+        found = await scan_keys(self.redis, self.keys.client_sessions_pattern(), limit=limit)
+        ids = (self.keys.client_of_session_key(key) for key in found.keys)
+        return sorted(i for i in ids if i is not None), found.complete
+
+
+# -- the queue -------------------------------------------------------------------------
+
+
+def pack_delivery(delivery: Delivery) -> bytes:
+    """One queued delivery as bytes (read back by :func:`unpack_delivery`)."""
+    properties = delivery.properties
+    packed: bytes = msgpack.packb(
+        [
+            delivery.topic,
+            delivery.payload,
+            delivery.qos,
+            delivery.retain,
+            delivery.message_id,
+            delivery.publisher,
+            list(delivery.subscription_ids),
+            None if properties is None else properties.as_row(),
+            delivery.expires_at,
+            delivery.packet_id,
+            delivery.released,
+            delivery.expiry_interval,
+        ],
+        use_bin_type=True,
+    )
+    return packed
+
+
+def unpack_delivery(data: bytes) -> Delivery:
+    """The delivery :func:`pack_delivery` packed; :class:`MalformedMessageError` else."""
+    try:
+        row = msgpack.unpackb(data, raw=False)
+        (topic, payload, qos, retain, message_id, publisher, ids, props) = row[:8]
+        expires_at, packet_id, released, interval = row[8:12]
+        return Delivery(
+            str(topic),
+            bytes(payload),
+            int(qos),
+            bool(retain),
+            bytes(message_id),
+            None if publisher is None else str(publisher),
+            tuple(int(i) for i in ids),
+            expiry_interval=None if interval is None else int(interval),
+            properties=None if props is None else MessageProperties.from_row(props),
+            expires_at=None if expires_at is None else float(expires_at),
+            packet_id=None if packet_id is None else int(packet_id),
+            released=bool(released),
+        )
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise MalformedMessageError(f"not a queued delivery: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """A handoff marker: the claim's epoch, and the inbound QoS 2 packet ids whose PUBREL
+    had not come when the previous node let the session go."""
+
+    epoch: int
+    awaiting_release: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Drained:
+    """What one :meth:`SessionQueue.drain` read: the deliveries in order, the handoff
+    markers among them, and whether more wait."""
+
+    deliveries: list[Delivery]
+    handoffs: list[Handoff]
+    more: bool
+
+
+_serial = count()
+
+
+class SessionQueue:
+    """The offline queue of one session (see the module docstring)."""
+
+    def __init__(self, redis: RedisClient, keys: Keys, client_id: str, expiry: int) -> None:
+        ttl = NEVER_TTL if expiry >= NEVER else max(expiry, 1)
+        self.client_id = check_id(client_id, "client id")
+        self.channel = Channel(redis, keys.client_queue(client_id), ttl, keys)
+        self._redis = redis
+        self._keys = keys
+
+    async def reset(self) -> None:
+        """Forget every queued message (a clean start, or a new session)."""
+        await self.channel.remove_subscriber(READER)
+        await self.channel.add_subscriber(READER)
+
+    async def ensure(self) -> None:
+        """Create the queue's reader if it is missing (keeps what is queued)."""
+        await self.channel.add_subscriber(READER)
+
+    async def backlog(self) -> int:
+        """How many messages wait (markers included)."""
+        clock_key = self._keys.channel_clock(self.channel.name)
+        cursor_key = self._keys.channel_cursor(self.channel.name, READER)
+        clock, cursor = await self._redis.mget([clock_key, cursor_key])
+        if clock is None or cursor is None:
+            return 0
+        return max(int(clock) - int(cursor), 0)
+
+    async def append(
+        self, deliveries: Sequence[Delivery], limit: int, overflow: Overflow
+    ) -> tuple[int, int]:
+        """Queue ``deliveries`` in order, keeping at most ``limit`` waiting: with
+        ``drop_newest`` the ones that do not fit are refused, with ``drop_oldest`` the
+        oldest waiting ones make room. Returns (stored, dropped)."""
+        if not deliveries:
+            return 0, 0
+        dropped = 0
+        if overflow == "drop_newest":
+            room = max(limit - await self.backlog(), 0)
+            dropped = max(len(deliveries) - room, 0)
+            deliveries = deliveries[:room]
+        messages = [
+            ChannelMessage(f"{d.message_id.hex()}.{next(_serial)}", pack_delivery(d))
+            for d in deliveries
+        ]
+        await self.channel.publish(messages)
+        if overflow == "drop_oldest":
+            dropped += await self._trim(limit)
+        return len(messages), dropped
+
+    async def _trim(self, limit: int) -> int:
+        """Drop the oldest waiting messages beyond ``limit``; returns how many."""
+        excess = await self.backlog() - limit
+        if excess <= 0:
+            return 0
+        result = await self.channel.fetch(READER, max=min(excess, 10_000))
+        if result.ack_handle is not None:
+            await self.channel.ack(READER, result.ack_handle)
+            await self._discard([m.clock for m in result.messages])
+        return len(result.messages)
+
+    async def mark_handoff(self, epoch: int, awaiting_release: Sequence[int] = ()) -> None:
+        """Append the handoff marker for the claim of ``epoch`` (see the module docstring)."""
+        content = ",".join(str(packet_id) for packet_id in awaiting_release).encode()
+        await self.channel.publish([ChannelMessage(f"{HANDOFF}{epoch}", content)])
+
+    async def drain(self, max: int = 1000) -> Drained:
+        """Take up to ``max`` queued messages: they are acknowledged and deleted here, so
+        the caller owns them now. A message that cannot be read is skipped."""
+        result = await self.channel.fetch(READER, max=max)
+        deliveries: list[Delivery] = []
+        handoffs: list[Handoff] = []
+        for message in result.messages:
+            if message.id.startswith(HANDOFF):
+                with contextlib.suppress(ValueError):
+                    ids = tuple(int(part) for part in message.content.split(b",") if part)
+                    handoffs.append(Handoff(int(message.id.removeprefix(HANDOFF)), ids))
+                continue
+            try:
+                deliveries.append(unpack_delivery(message.content))
+            except MalformedMessageError:
+                continue
+        if result.ack_handle is not None:
+            await self.channel.ack(READER, result.ack_handle)
+            await self._discard([m.clock for m in result.messages])
+        return Drained(deliveries, handoffs, result.more)
+
+    async def _discard(self, clocks: list[int]) -> None:
+        if clocks:
+            name = self.channel.name
+            await self._redis.delete(*(self._keys.channel_body(name, c) for c in clocks))
+
+    async def delete(self) -> None:
+        """Remove the queue's reader (its messages expire with their TTL)."""
+        await self.channel.remove_subscriber(READER)
+
+    async def aclose(self) -> None:
+        await self.channel.aclose()
