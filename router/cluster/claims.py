@@ -48,8 +48,9 @@ class Claimed:
 class SessionClaims:
     """The claims this node holds, by client id.
 
-    ``close_taken_over(client_id)`` closes the local copy of a session that another node
-    took over; it is called after the claim is forgotten here.
+    ``close_taken_over(client_id, notice)`` closes the local copy of a session that
+    another node took over (``notice`` None: found by an audit or a claim, not told); it
+    is called after the claim is forgotten here.
     """
 
     def __init__(
@@ -57,7 +58,7 @@ class SessionClaims:
         node_id: str,
         store: SubscriptionStore,
         forwarder: Forwarder,
-        close_taken_over: Callable[[str], Awaitable[None]],
+        close_taken_over: Callable[[str, Takeover | None], Awaitable[None]],
     ) -> None:
         self.node_id = node_id
         self._store = store
@@ -78,32 +79,36 @@ class SessionClaims:
         """Forget the claim (the session ends here); returns it, None if none was held."""
         return self._held.pop(client_id, None)
 
-    async def claim(self, client_id: str) -> Claimed | None:
-        """Claim the client's session for a clean start.
+    async def claim(self, client_id: str, *, keep_state: bool = False) -> Claimed | None:
+        """Claim the client's session: for a clean start, or (``keep_state``) to resume it.
 
         Returns None when this node already holds the current claim (the session goes
         on). Otherwise a local copy that lost its claim is closed first, the client's
-        earlier state is removed from Redis, and the new claim is returned; the caller
-        then tells the previous owner with :meth:`notify_previous`.
+        earlier state is removed from Redis unless ``keep_state``, and the new claim is
+        returned; the caller then tells the previous owner with :meth:`notify_previous`.
         """
         previous = await self._store.owner(client_id)
         local = self._held.get(client_id)
         if local is not None:
             if local == previous:
                 return None
-            await self._drop(client_id)  # taken over before its notice arrived
-        await self._store.remove_client(client_id)
+            await self._drop(client_id, None)  # taken over before its notice arrived
+        if not keep_state:
+            await self._store.remove_client(client_id)
         owner = self._held[client_id] = await self._store.claim(client_id, self.node_id)
         return Claimed(owner, previous)
 
-    async def notify_previous(self, client_id: str, claimed: Claimed) -> None:
+    async def notify_previous(self, client_id: str, claimed: Claimed, resume: bool = False) -> None:
         """Leave a takeover notice for the node that served the session before, if it is
-        another node. A failure is logged: that node's audit finds the claim later."""
+        another node (``resume``: this node goes on with the session). A failure is
+        logged: that node's audit finds the claim later."""
         previous = claimed.previous
         if previous is None or previous.node_id == self.node_id:
             return
         try:
-            await self._forwarder.notify(previous.node_id, Takeover(client_id, claimed.owner.epoch))
+            await self._forwarder.notify(
+                previous.node_id, Takeover(client_id, claimed.owner.epoch, resume)
+            )
         except (RouterError, RedisError):
             log.error(
                 "could not tell node %s that client %s was taken over; that node "
@@ -118,7 +123,7 @@ class SessionClaims:
         node's own claim is the newer one. The client's Redis state is the new owner's."""
         owner = self._held.get(notice.client_id)
         if owner is not None and owner.epoch < notice.epoch:
-            await self._drop(notice.client_id)
+            await self._drop(notice.client_id, notice)
 
     async def audit(self) -> None:
         """Check the Redis claim of the next :data:`AUDIT_BATCH` local sessions (all of
@@ -138,9 +143,9 @@ class SessionClaims:
                 continue
             if self._held.get(client_id) == held:  # (not reconnected meanwhile)
                 log.warning("client %s was taken over by node %s", client_id, claim.node_id)
-                await self._drop(client_id)
+                await self._drop(client_id, None)
 
-    async def _drop(self, client_id: str) -> None:
+    async def _drop(self, client_id: str, notice: Takeover | None) -> None:
         del self._held[client_id]
         self.taken_over += 1
-        await self._close_taken_over(client_id)
+        await self._close_taken_over(client_id, notice)

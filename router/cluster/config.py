@@ -30,3 +30,5 @@ class NodeConfig:
     traffic_dir: str | None = None  # the traffic log's directory (None: no log)
     traffic_sample: float = 1.0  # the fraction of publishes the traffic log keeps
     match_cache: CacheSettings | None = DEFAULT_CACHE  # hot-topic match caches (None: off)
+    max_queued: int = 1_000  # messages a persistent session's Redis queue keeps while away
+    handoff_timeout: float = 5.0  # the longest a resume waits for the previous node's handoff

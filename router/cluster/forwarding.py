@@ -12,9 +12,10 @@ ids: a retried batch is recognised by the channel's dedup window and stored once
 Publishers *push* (``Channel.publish(..., push=True)``): the inbox's wake-up announcement
 carries the batch itself, so the receiving node dispatches it without reading Redis.
 
-Besides batches, an inbox carries takeover notices (:class:`~router.core.messages.Takeover`):
-a node that took a client's session over tells the node that served it
-(:meth:`Forwarder.notify`), which closes its copy.
+Besides batches, an inbox carries notices (:mod:`router.cluster.inbox`): a node that
+took a client's session over tells the node that served it (:meth:`Forwarder.notify`,
+a :class:`~router.cluster.inbox.Takeover`), which closes its copy; an operator's kick
+(a :class:`~router.cluster.inbox.Kick`) ends a client's connection where it is.
 
 Inbound (:class:`InboxReader`): a :class:`~router.cluster.follower.ChannelFollower` of the node's
 own inbox hands on each batch as it is announced (reading Redis only to catch up); it is
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
@@ -38,7 +40,7 @@ from redis.exceptions import (
 )
 
 from router.cluster.follower import ChannelFollower
-from router.cluster.inbox import Forward, Takeover, pack_batch, pack_takeover, unpack_record
+from router.cluster.inbox import Forward, Kick, Notice, pack_batch, pack_notice, unpack_record
 from router.cluster.tasks import stop_task
 from router.errors import MalformedMessageError, RouterError, SubscriptionNotFoundError
 from router.state.channels import Channel
@@ -131,11 +133,15 @@ class Forwarder:
         finally:
             outbox.task = None
 
-    async def notify(self, node_id: str, notice: Takeover) -> None:
-        """Store a takeover notice in ``node_id``'s inbox (once, however often retried)."""
-        digest = hashlib.blake2b(f"{notice.epoch}:{notice.client_id}".encode(), digest_size=16)
-        record_id = "takeover:" + digest.hexdigest()
-        await self._store(self._outbox(node_id).channel, (record_id, pack_takeover(notice)))
+    async def notify(self, node_id: str, notice: Notice) -> None:
+        """Store a notice in ``node_id``'s inbox (a takeover notice once, however often
+        retried; every kick is a notice of its own)."""
+        if isinstance(notice, Kick):
+            record_id = "kick:" + uuid.uuid4().hex
+        else:
+            digest = hashlib.blake2b(f"{notice.epoch}:{notice.client_id}".encode(), digest_size=16)
+            record_id = "takeover:" + digest.hexdigest()
+        await self._store(self._outbox(node_id).channel, (record_id, pack_notice(notice)))
 
     async def _write(self, channel: Channel, batch: list[Forward]) -> None:
         await self._store(channel, (batch_id(batch), pack_batch(batch)))
@@ -177,12 +183,12 @@ class _SeenIds:
 
 
 Dispatch = Callable[[list[Forward]], Awaitable[None]]
-TakeoverHandler = Callable[[Takeover], Awaitable[None]]
+NoticeHandler = Callable[[Notice], Awaitable[None]]
 
 
 class InboxReader:
     """Reads this node's inbox and dispatches every batch before acknowledging it;
-    takeover notices go to ``on_takeover``."""
+    notices go to ``on_notice``."""
 
     def __init__(
         self,
@@ -191,7 +197,7 @@ class InboxReader:
         node_id: str,
         expire: float,
         dispatch: Dispatch,
-        on_takeover: TakeoverHandler,
+        on_notice: NoticeHandler,
         *,
         poll: float = 5.0,
         max_fetch: int = 64,
@@ -201,7 +207,7 @@ class InboxReader:
         self._channel = Channel(redis, keys.inbox(node_id), expire, keys)
         self._follower = ChannelFollower(self._channel, node_id, max_fetch=max_fetch, poll=poll)
         self._dispatch = dispatch
-        self._on_takeover = on_takeover
+        self._on_notice = on_notice
         self._seen = _SeenIds(remember)
         self._task: asyncio.Task[None] | None = None
         self.received = 0
@@ -249,8 +255,8 @@ class InboxReader:
                     "dropped a malformed inbox record %s on node %s", stored.id, self._node_id
                 )
                 continue
-            if isinstance(record, Takeover):
-                await self._on_takeover(record)
+            if not isinstance(record, list):
+                await self._on_notice(record)
                 continue
             fresh = []
             for forward in record:

@@ -3,9 +3,13 @@
 An inbox record is one msgpack value, either
 
 * a *batch of forwards*: a list of rows ``[id, topic, payload, qos, retain, publisher,
-  sent_at, groups, tried, properties]``, one :class:`Forward` each (:func:`pack_batch`;
-  ``properties`` is None or :meth:`MessageProperties.as_row`); or
-* a *takeover notice*: ``{"takeover": [client_id, epoch]}`` (:func:`pack_takeover`).
+  sent_at, groups, tried, properties, expires_at]``, one :class:`Forward` each
+  (:func:`pack_batch`; ``properties`` is None or :meth:`MessageProperties.as_row`,
+  ``expires_at`` None or wall-clock seconds; a row of 10 items is a message without
+  expiry, from a node of the version before); or
+* a *takeover notice*: ``{"takeover": [client_id, epoch, resume]}`` (:func:`pack_notice`;
+  a notice of two items, from the version before, does not resume); or
+* a *kick notice*: ``{"kick": [client_id]}`` (:func:`pack_notice`).
 
 :func:`unpack_record` reads both and raises :class:`MalformedMessageError` for anything
 else, so a reader never acts on a record this router did not write. Topics and share
@@ -38,15 +42,33 @@ class Forward:
 @dataclass(frozen=True, slots=True)
 class Takeover:
     """A notice for the node that served a client's session before: another node took the
-    session of ``client_id`` over with owner epoch ``epoch`` (MQTT-3.1.4-3)."""
+    session of ``client_id`` over with owner epoch ``epoch`` (MQTT-3.1.4-3); ``resume``
+    says the new node goes on with the session (clean start 0), so this node hands on
+    what it holds for the client (see :mod:`router.cluster.session_keeper`)."""
 
     client_id: str
     epoch: int
+    resume: bool = False
 
 
-def pack_takeover(notice: Takeover) -> bytes:
-    """Pack a takeover notice into one inbox record (read back by :func:`unpack_record`)."""
-    packed: bytes = msgpack.packb({"takeover": [notice.client_id, notice.epoch]}, use_bin_type=True)
+@dataclass(frozen=True, slots=True)
+class Kick:
+    """A notice for the node serving ``client_id``: end its connection (an operator's
+    ``router clients kick``); a persistent session stays, as after any disconnect."""
+
+    client_id: str
+
+
+Notice = Takeover | Kick
+
+
+def pack_notice(notice: Notice) -> bytes:
+    """Pack a notice into one inbox record (read back by :func:`unpack_record`)."""
+    if isinstance(notice, Kick):
+        record: dict[str, list[object]] = {"kick": [notice.client_id]}
+    else:
+        record = {"takeover": [notice.client_id, notice.epoch, notice.resume]}
+    packed: bytes = msgpack.packb(record, use_bin_type=True)
     return packed
 
 
@@ -65,6 +87,7 @@ def pack_batch(forwards: list[Forward]) -> bytes:
                 list(f.groups),
                 list(f.tried),
                 None if f.message.properties is None else f.message.properties.as_row(),
+                f.message.expires_at,
             ]
             for f in forwards
         ],
@@ -73,16 +96,13 @@ def pack_batch(forwards: list[Forward]) -> bytes:
     return packed
 
 
-def unpack_record(data: bytes) -> list[Forward] | Takeover:
-    """Unpack an inbox record: a batch of forwards (:func:`pack_batch`) or a takeover
-    notice (:func:`pack_takeover`); raises :class:`MalformedMessageError` for anything else."""
+def unpack_record(data: bytes) -> list[Forward] | Notice:
+    """Unpack an inbox record: a batch of forwards (:func:`pack_batch`) or a notice
+    (:func:`pack_notice`); raises :class:`MalformedMessageError` for anything else."""
     try:
         record: Any = msgpack.unpackb(data, raw=False)
         if type(record) is dict:
-            client_id, epoch = record["takeover"]
-            if type(client_id) is not str or type(epoch) is not int or len(record) != 1:
-                raise TypeError("a takeover notice is a client id and an integer epoch")
-            return Takeover(client_id, epoch)
+            return _unpack_notice(record)
         return [
             Forward(
                 Message(
@@ -94,6 +114,7 @@ def unpack_record(data: bytes) -> list[Forward] | Takeover:
                     row[5],
                     float(row[6]),
                     None if row[9] is None else MessageProperties.from_row(row[9]),
+                    None if len(row) < 11 or row[10] is None else float(row[10]),
                 ),
                 tuple(row[7]),  # share filters: validated where they entered the cluster
                 tuple(row[8]),
@@ -102,3 +123,20 @@ def unpack_record(data: bytes) -> list[Forward] | Takeover:
         ]
     except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as exc:
         raise MalformedMessageError(f"not a router inbox record: {exc}") from None
+
+
+def _unpack_notice(record: dict[Any, Any]) -> Notice:
+    if len(record) != 1:
+        raise TypeError("a notice has one kind")
+    if "kick" in record:
+        (client_id,) = record["kick"]
+        if type(client_id) is not str:
+            raise TypeError("a kick notice names a client id")
+        return Kick(client_id)
+    client_id, epoch, *rest = record["takeover"]
+    resume = rest[0] if rest else False
+    if type(client_id) is not str or type(epoch) is not int or type(resume) is not bool:
+        raise TypeError("a takeover notice is a client id, an integer epoch and a flag")
+    if len(rest) > 1:
+        raise TypeError("a takeover notice has at most three items")
+    return Takeover(client_id, epoch, resume)

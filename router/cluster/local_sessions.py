@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection
+from dataclasses import replace
 from typing import Literal
 
 from router.core.cached_trie import CachedMatcher
@@ -34,7 +35,16 @@ OVERFLOW_POLICIES: tuple[Overflow, ...] = ("drop_oldest", "drop_newest")
 
 
 class ClientSession:
-    """One local client's delivery queue."""
+    """One local client's session on this node: its delivery queue and, for MQTT, what
+    is in flight.
+
+    ``inflight`` holds the QoS 1/2 copies sent and not yet acknowledged, by packet id (a
+    ``released`` one got its PUBREC); ``awaiting_release`` the inbound QoS 2 packet ids
+    whose PUBREL has not come. The MQTT connection keeps them here, so that whoever ends
+    the session (the connection, a takeover, the node) can hand them on with the queue
+    (:meth:`take_all`). ``expiry`` is the Session Expiry Interval in seconds (0: the
+    session ends with its connection); ``away`` is True while no client is connected.
+    """
 
     def __init__(self, client_id: str, limit: int, overflow: Overflow) -> None:
         self.client_id = client_id
@@ -43,6 +53,11 @@ class ClientSession:
         self.delivered = 0
         self.dropped = 0
         self.closed = False
+        self.expiry = 0
+        self.away = False
+        self.close_reason = "normal"
+        self.inflight: dict[int, Delivery] = {}
+        self.awaiting_release: set[int] = set()
         self._queue: deque[Delivery] = deque()
         self._ready = asyncio.Event()
 
@@ -64,6 +79,13 @@ class ClientSession:
         self._ready.set()
         return lost
 
+    def put_first(self, deliveries: list[Delivery]) -> None:
+        """Queue ``deliveries`` ahead of everything queued, in their order (what a
+        session held before its client came back goes first); not bounded."""
+        self._queue.extendleft(reversed(deliveries))
+        if deliveries:
+            self._ready.set()
+
     def pending(self) -> int:
         return len(self._queue)
 
@@ -76,8 +98,21 @@ class ClientSession:
             await self._ready.wait()
         return self._queue.popleft()
 
-    def close(self) -> None:
+    def take_all(self) -> list[Delivery]:
+        """Everything the session holds for its client, in the order it is due: the copies
+        in flight (by packet id, each keeping it), then the queue; both are emptied."""
+        held = [
+            replace(self.inflight[packet_id], packet_id=packet_id)
+            for packet_id in sorted(self.inflight)
+        ]
+        held += self._queue
+        self.inflight.clear()
+        self._queue.clear()
+        return held
+
+    def close(self, reason: str = "normal") -> None:
         self.closed = True
+        self.close_reason = reason
         self._ready.set()
 
     async def __aiter__(self) -> AsyncIterator[Delivery]:
@@ -136,6 +171,10 @@ class LocalSessions:
             raise ClientNotConnectedError(f"client {client_id!r} is not connected to this node")
         return session
 
+    def find(self, client_id: str) -> ClientSession | None:
+        """The client's session here, None if it has none."""
+        return self._sessions.get(client_id)
+
     def clients(self) -> list[str]:
         return sorted(self._sessions)
 
@@ -161,14 +200,26 @@ class LocalSessions:
             return False, None
         return True, self._count(topic_filter, -1)
 
-    def disconnect(self, client_id: str) -> list[CountChange]:
-        """Remove the client's subscriptions and close its session; the route changes."""
+    def disconnect(self, client_id: str, reason: str = "normal") -> list[CountChange]:
+        """Remove the client's subscriptions and close its session (``reason`` tells its
+        reader why); returns the route changes."""
         subscriptions = list(self.trie.subscriptions(client_id))
         self.trie.remove_client(client_id)
         changes = [c for f in subscriptions if (c := self._count(f, -1)) is not None]
         session = self._sessions.pop(client_id, None)
         if session is not None:
-            session.close()
+            session.close(reason)
+        return changes
+
+    def restore(
+        self, client_id: str, subscriptions: dict[TopicFilter, SubscriptionOptions]
+    ) -> list[CountChange]:
+        """Subscribe a resumed session's stored subscriptions here; the route changes."""
+        changes = []
+        for topic_filter, options in subscriptions.items():
+            _new, change = self.subscribe(client_id, topic_filter, options)
+            if change is not None:
+                changes.append(change)
         return changes
 
     def routes(self) -> dict[TopicFilter, int]:
@@ -236,6 +287,7 @@ class LocalSessions:
                 ids,
                 message.sent_at,
                 properties=message.properties,
+                expires_at=message.expires_at,
             )
             lost = session.offer(delivery)
             if lost is None:

@@ -11,13 +11,16 @@ Life of a node (one process, one *incarnation*):
    ``subscribe`` returns only once it is durable there. Every other node learns it from a
    hint plus the node's change stream.
 3. Publish: match the mirror; deliver locally; send exactly one copy to each other
-   interested node's inbox (batched); ``publish`` returns when every copy is stored.
-   Each share group gets exactly one member cluster-wide: the mirror picks the node.
+   interested node's inbox (batched); ``publish`` returns when every copy is stored
+   (:mod:`router.cluster.dispatcher`). Each share group gets exactly one member
+   cluster-wide: the mirror picks the node.
 4. A client that connects to another node is taken over (MQTT-3.1.4-3): the new node
    claims the session and leaves a takeover notice in the old node's inbox, which drops
    its local copy of the session (its routes with it) and reports reason ``takenover``.
    Should a notice be lost, each heartbeat also audits the claims of local sessions
-   (:mod:`router.cluster.claims`).
+   (:mod:`router.cluster.claims`). A session with a Session Expiry Interval outlives
+   its connection (:meth:`RouterNode.put_away`) and resumes on any node, what was
+   queued for it first (:mod:`router.cluster.session_keeper`).
 5. ``stop``: remove its routes, deregister, announce; other nodes drop its routes.
    A node that dies instead is purged by the others once its heartbeat expires; its inbox
    keeps messages until the channel TTL, for a restart under the same node id.
@@ -27,23 +30,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
-import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterable
 from types import TracebackType
 from typing import Any
 
 from router.cluster.claims import SessionClaims
 from router.cluster.config import NodeConfig
+from router.cluster.dispatcher import Dispatcher
 from router.cluster.forwarding import Forwarder, InboxReader
-from router.cluster.inbox import Forward
-from router.cluster.local_sessions import LocalSessions
+from router.cluster.inbox import Kick, Notice, Takeover
+from router.cluster.local_sessions import ClientSession, LocalSessions
 from router.cluster.mirror_sync import MirrorSync
 from router.cluster.policy import Policy
 from router.cluster.retainer import Retainer
-from router.cluster.route_writer import RouteWriter
+from router.cluster.route_writer import Reconciliation, RouteWriter
+from router.cluster.session_keeper import SessionKeeper
 from router.cluster.tasks import stop_task
 from router.cluster.traffic_log import TrafficLog
 from router.core.guid import GuidGenerator, node_part_for
@@ -51,7 +53,6 @@ from router.core.hooks import HookRegistry
 from router.core.hot_topics import cache_counters
 from router.core.messages import (
     Delivery,
-    Message,
     MessageProperties,
     Outgoing,
     PublishResult,
@@ -59,10 +60,11 @@ from router.core.messages import (
 from router.core.options import make_options
 from router.core.route_mirror import RouteMirror
 from router.core.sharing import LocalFirstStrategy, ShareStrategy, strategy_by_name
-from router.core.topics import TopicFilter, parse_shared, validate_filter, validate_topic
+from router.core.topics import TopicFilter, parse_shared, validate_filter
 from router.errors import (
     InvalidOptionsError,
     NodeNotRegisteredError,
+    SessionOwnershipError,
     StaleIncarnationError,
 )
 from router.state.keys import Keys, check_id
@@ -70,19 +72,10 @@ from router.state.node_registry import NodeRegistry
 from router.state.retained_store import RetainedStore
 from router.state.routes import RouteChange, RouteStore
 from router.state.scripts import RedisClient
+from router.state.session_store import SessionStore
 from router.state.subscriptions import Owner, SubscriptionStore
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Reconciliation:
-    """What :meth:`RouterNode.reconcile` found (and whether it repaired it)."""
-
-    node_id: str
-    missing: dict[TopicFilter, int]
-    stale: list[TopicFilter]
-    repaired: bool
 
 
 class RouterNode:
@@ -125,36 +118,50 @@ class RouterNode:
         )
         self._forwarder = Forwarder(redis, self.keys, config.inbox_expire)
         self._claims = SessionClaims(
+            self.node_id, self.subscriptions, self._forwarder, self._on_taken_over
+        )
+        self.session_store = SessionStore(redis, self.keys, self.subscriptions)
+        self._kickers: list[Callable[[str], bool]] = []
+        self.retained = RetainedStore(redis, self.keys, config.retained)
+        self._retainer = Retainer(self.retained, self.sessions)
+        self._traffic = (
+            TrafficLog(config.traffic_dir, self.node_id, sample=config.traffic_sample)
+            if config.traffic_dir
+            else None
+        )
+        self._dispatcher = Dispatcher(
             self.node_id,
-            self.subscriptions,
+            GuidGenerator(node_part_for(self.node_id, self.incarnation)),
+            self.mirror,
+            self.sessions,
             self._forwarder,
-            lambda client_id: self._close_session(client_id, "takenover", None),
+            self._policy,
+            self._retainer,
+            self._traffic,
+        )
+        self._keeper = SessionKeeper(
+            redis,
+            self.keys,
+            self.session_store,
+            max_queued=config.max_queued,
+            overflow=config.overflow,
+            handoff_timeout=config.handoff_timeout,
+            publish_will=self._dispatcher.publish,
+            end_session=self._end_session,
         )
         self._inbox = InboxReader(
             redis,
             self.keys,
             self.node_id,
             config.inbox_expire,
-            self._dispatch,
-            self._claims.on_notice,
+            self._dispatcher.dispatch,
+            self._on_notice,
             poll=config.inbox_poll,
         )
-        self._ids = GuidGenerator(node_part_for(self.node_id, self.incarnation))
-        self.retained = RetainedStore(redis, self.keys, config.retained)
-        self._retainer = Retainer(self.retained, self.sessions)
         self._generation: str | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._running = False
         self._taken_over = asyncio.Event()
-        self.published = 0
-        self.local_deliveries = 0
-        self.redispatched = 0
-        self.undeliverable = 0
-        self._traffic = (
-            TrafficLog(config.traffic_dir, self.node_id, sample=config.traffic_sample)
-            if config.traffic_dir
-            else None
-        )
 
     def _strategy(self) -> ShareStrategy:
         if self.config.share_strategy == "local":
@@ -193,6 +200,7 @@ class RouterNode:
         await self._retainer.stop()
         await self._forwarder.stop()
         await self._inbox.stop()
+        await self._keeper.stop()
         try:
             await self.registry.purge(self.node_id, self.incarnation)
             await self._sync.announce()
@@ -267,25 +275,169 @@ class RouterNode:
     # -- clients ---------------------------------------------------------------------
 
     async def connect(
-        self, client_id: str, username: str | None = None, password: str | bytes | None = None
-    ) -> None:
-        """Attach a client to this node with a clean session (earlier state is dropped).
+        self,
+        client_id: str,
+        username: str | None = None,
+        password: str | bytes | None = None,
+        *,
+        clean_start: bool = True,
+        expiry: int = 0,
+        protocol: int = 0,
+        keepalive: int = 0,
+    ) -> bool:
+        """Attach a client to this node; returns whether a session was present.
 
         ``client.authenticate`` hooks judge the credentials (none registered: everyone is
         accepted); a refusal raises :class:`NotAuthorizedError` and changes nothing. An
         attached client that connects again is authenticated again and keeps its session.
-        A session that another node served is taken over: that node gets a notice in its
-        inbox and closes its copy (see :meth:`_on_takeover`).
+        With ``clean_start`` earlier state is dropped; without it a session kept for the
+        client (on this node or another) goes on here: its subscriptions, and what was
+        queued for it first (:mod:`router.cluster.session_keeper`). ``expiry`` is the
+        Session Expiry Interval (0: the session ends with the connection). A session that
+        another node served is taken over: that node gets a notice in its inbox.
         """
         check_id(client_id, "client id")
         client = await self._policy.authenticate(client_id, username, password)
-        claimed = await self._claims.claim(client_id)
-        if claimed is None:
-            await self._policy.attached(client, new=False)
+        session = self.sessions.find(client_id)
+        if session is not None and client_id in self._claims:
+            if not session.away:
+                session.expiry = expiry
+                await self._policy.attached(client, new=False)
+                return True
+            if clean_start:
+                await self.disconnect(client_id)
+            else:
+                await self._keeper.settle(client_id, publish_will=False)
+                await self._come_back(session, None, expiry)
+                await self._mark_open(client_id, expiry, protocol, keepalive, username)
+                await self._policy.attached(client, new=False)
+                return True
+        present = False
+        if clean_start:
+            claimed = await self._claims.claim(client_id)
+            session = self.sessions.open(client_id)
+        else:
+            info = await self.session_store.describe(client_id)
+            present = info is not None
+            session = self.sessions.open(client_id)
+            if present:
+                stored = await self.subscriptions.subscriptions(client_id)
+                changes = self.sessions.restore(
+                    client_id, {validate_filter(f): o for f, o in stored.items()}
+                )
+                await self._write_routes(changes)
+            claimed = await self._claims.claim(client_id, keep_state=present)
+        session.expiry = expiry
+        if claimed is not None:
+            await self._claims.notify_previous(client_id, claimed, resume=present)
+            if present:
+                previous = claimed.previous
+                moved = previous is not None and previous.node_id != self.node_id
+                await self._come_back(session, claimed.owner.epoch if moved else None, expiry)
+            elif expiry:
+                await self._keeper.reset_queue(client_id, expiry)
+        await self._mark_open(client_id, expiry, protocol, keepalive, username)
+        await self._policy.attached(client, new=claimed is not None)
+        return present
+
+    async def _come_back(self, session: ClientSession, handoff: int | None, expiry: int) -> None:
+        """Give a resumed session what was queued for it, ahead of anything newer."""
+        session.away = False
+        queued, awaiting = await self._keeper.take_queued(session, handoff)
+        info = await self.session_store.describe(session.client_id)
+        if info is not None:
+            awaiting.update(info.awaiting_release)
+        session.awaiting_release |= awaiting
+        session.put_first(queued)
+        session.expiry = expiry
+
+    async def _mark_open(
+        self, client_id: str, expiry: int, protocol: int, keepalive: int, username: str | None
+    ) -> None:
+        owner = self._claims.held(client_id)
+        if owner is not None:
+            await self.session_store.mark_open(
+                client_id,
+                owner,
+                expiry=expiry,
+                protocol=protocol,
+                keepalive=keepalive,
+                username=username,
+            )
+
+    async def put_away(
+        self,
+        client_id: str,
+        *,
+        expiry: int | None = None,
+        will: Outgoing | None = None,
+        will_delay: int = 0,
+    ) -> None:
+        """The client's connection ended without ending its session: keep the session for
+        its Session Expiry Interval (``expiry`` replaces it when given) and queue QoS 1/2
+        messages for it; with a ``will``, publish it after ``will_delay`` seconds unless
+        the client is back by then (or when the session ends, if sooner). A session with
+        an interval of 0 ends now, as :meth:`disconnect` (and its will goes at once)."""
+        session = self.sessions.find(client_id)
+        owner = self._claims.held(client_id)
+        if session is None or owner is None or session.away:
             return
-        self.sessions.open(client_id)
-        await self._policy.attached(client, new=True)
-        await self._claims.notify_previous(client_id, claimed)
+        if expiry is not None:
+            session.expiry = expiry
+        if not session.expiry:
+            if will is not None:
+                await self._dispatcher.publish(will)
+            await self.disconnect(client_id)
+            return
+        try:
+            await self._keeper.put_away(session, owner, will, will_delay)
+        except SessionOwnershipError:
+            log.warning("client %s was taken over while leaving", client_id)
+
+    async def _end_session(self, client_id: str) -> None:
+        """The Session Expiry Interval of an away session passed: end it."""
+        owner = self._claims.release(client_id)
+        await self._keeper.settle(client_id, publish_will=True)
+        try:
+            await self._close_session(client_id, "expired", owner)
+        except SessionOwnershipError:
+            log.info("session of %s ended in Redis already", client_id)
+
+    async def _on_taken_over(self, client_id: str, notice: Takeover | None) -> None:
+        """Another node claimed the session: hand on what this node holds for the client
+        when it resumes the session there, and close the local copy."""
+        session = self.sessions.find(client_id)
+        changes = self.sessions.disconnect(client_id, "takenover")
+        if session is not None and notice is not None and notice.resume and session.expiry:
+            await self._keeper.hand_off(session, notice.epoch)
+        else:
+            await self._keeper.settle(client_id, publish_will=True)
+        await self._write_routes(changes)
+        await self._policy.detached(client_id, "takenover")
+
+    async def _on_notice(self, notice: Notice) -> None:
+        if isinstance(notice, Kick):
+            await self.kick(notice.client_id)
+        else:
+            await self._claims.on_notice(notice)
+
+    def add_kicker(self, kicker: Callable[[str], bool]) -> None:
+        """Register who can end a client's connection here (the MQTT server): called by
+        :meth:`kick` with the client id, True when it ended a connection."""
+        self._kickers.append(kicker)
+
+    def remove_kicker(self, kicker: Callable[[str], bool]) -> None:
+        self._kickers.remove(kicker)
+
+    async def kick(self, client_id: str) -> bool:
+        """End the client's connection on this node (an operator's kick); a client of the
+        embedding API is disconnected. True when the client was here."""
+        if any(kicker(client_id) for kicker in list(self._kickers)):
+            return True
+        if client_id in self._claims:
+            await self.disconnect(client_id)
+            return True
+        return False
 
     async def subscribe(self, client_id: str, topic_filter: str, **options: Any) -> bool:
         """Subscribe a client (connecting it if needed); True if the subscription is new.
@@ -311,7 +463,7 @@ class RouterNode:
         await self.subscriptions.write_subscriptions(client_id, [(checked, opts)], owner=owner)
         is_new, change = self.sessions.subscribe(client_id, checked, opts)
         if change is not None:
-            await self._write_route(*change)
+            await self._write_routes([change])
         await self._retainer.on_subscribe(
             client_id, checked, opts, is_new, self._policy.delivery_observer
         )
@@ -329,29 +481,33 @@ class RouterNode:
         await self.subscriptions.delete_subscriptions(client_id, [kept], owner=owner)
         existed, change = self.sessions.unsubscribe(client_id, kept)
         if change is not None:
-            await self._write_route(*change)
+            await self._write_routes([change])
         return existed
 
     async def disconnect(self, client_id: str) -> None:
-        """Detach the client: its subscriptions end, its queue closes, its state is removed."""
+        """End the client's session: its subscriptions end, its queue closes, its state
+        (a persistent session's queue too) is removed."""
         owner = self._claims.release(client_id)
+        await self._keeper.settle(client_id, publish_will=True)
         await self._close_session(client_id, "normal", owner)
 
     async def _close_session(self, client_id: str, reason: str, owner: Owner | None) -> None:
         """Close the local session and write the route changes; with ``owner``, also
         remove the client's state from Redis (fenced by that claim)."""
-        changes = self.sessions.disconnect(client_id)
-        waiters = [self._writer.submit(route, count) for route, count in changes]
+        session = self.sessions.find(client_id)
+        changes = self.sessions.disconnect(client_id, reason)
+        written = asyncio.ensure_future(self._write_routes(changes))
         if owner is not None:
             await self.subscriptions.remove_client(client_id, owner=owner)
-        if waiters:
-            await asyncio.gather(*waiters)
-            await self._sync.announce()
+            if session is not None and session.expiry:
+                await self._keeper.reset_queue(client_id, 1)  # (gone with the session)
+        await written
         await self._policy.detached(client_id, reason)
 
-    async def _write_route(self, route: TopicFilter, count: int) -> None:
-        await self._writer.submit(route, count)
-        await self._sync.announce()
+    async def _write_routes(self, changes: list[tuple[TopicFilter, int]]) -> None:
+        if changes:
+            await asyncio.gather(*(self._writer.submit(r, c) for r, c in changes))
+            await self._sync.announce()
 
     def serves(self, client_id: str) -> bool:
         """True while this node holds the client's session (its claim in Redis)."""
@@ -381,28 +537,14 @@ class RouterNode:
         for a payload that is not bytes or a QoS outside 0..2, and
         :class:`NotAuthorizedError` if the ACL denies the ``publisher``; nothing is sent
         then. A ``message.publish`` hook may rewrite or stop the message (stopped: a
-        result with no nodes); see :mod:`router.cluster.policy`. With ``retain`` the message also
-        becomes the topic's retained message (an empty payload deletes it), kept for
-        ``expiry_interval`` seconds (None: no expiry); see :mod:`router.cluster.retainer`.
-        ``properties`` (MQTT 5) travel with the message to every subscriber, unaltered.
+        result with no nodes); see :mod:`router.cluster.policy`. With ``retain`` the
+        message also becomes the topic's retained message (an empty payload deletes it).
+        ``expiry_interval`` (seconds; None: never) is the MQTT 5 Message Expiry Interval:
+        a copy not delivered by then is dropped, on any node, and a retained message
+        expires. ``properties`` (MQTT 5) travel with the message to every subscriber.
         """
-        message = self._message(topic, payload, qos, retain, publisher, properties)
-        if self._policy.guards_publish:
-            [admitted] = await self._policy.admit_publish([message])
-            if admitted is None:
-                return PublishResult(message.id, [], 0, 0)
-            message = admitted
-        if message.retain:
-            await self._retainer.retain([(message, expiry_interval)])
-        result, sends = self._route(message)
-        if len(sends) == 1:
-            [(node_id, forward)] = sends.items()
-            await self._forwarder.send(node_id, [forward])
-        elif sends:
-            await asyncio.gather(
-                *(self._forwarder.send(node_id, [f]) for node_id, f in sends.items())
-            )
-        return result
+        outgoing = Outgoing(topic, payload, qos, retain, publisher, expiry_interval, properties)
+        return await self._dispatcher.publish(outgoing)
 
     async def publish_many(self, items: Iterable[Outgoing]) -> list[PublishResult]:
         """Publish a batch: like :meth:`publish` per item, with one inbox write per node.
@@ -410,113 +552,7 @@ class RouterNode:
         Every item is validated (and checked by the ACL) before anything is sent. Returns
         one result per item.
         """
-        items = list(items)
-        messages = [self._message(o.topic, o.payload, o.qos, o.retain, o.publisher) for o in items]
-        admitted: Sequence[Message | None] = messages
-        if self._policy.guards_publish:
-            admitted = await self._policy.admit_publish(messages)
-        retains = [
-            (m, o.expiry_interval) for m, o in zip(admitted, items, strict=True) if m and m.retain
-        ]
-        if retains:
-            await self._retainer.retain(retains)
-        results = []
-        per_node: dict[str, list[Forward]] = {}
-        for original, message in zip(messages, admitted, strict=True):
-            if message is None:
-                results.append(PublishResult(original.id, [], 0, 0))
-                continue
-            result, sends = self._route(message)
-            results.append(result)
-            for node_id, forward in sends.items():
-                per_node.setdefault(node_id, []).append(forward)
-        if per_node:
-            await asyncio.gather(
-                *(self._forwarder.send(node_id, forwards) for node_id, forwards in per_node.items())
-            )
-        return results
-
-    def _message(
-        self,
-        topic: str,
-        payload: bytes,
-        qos: int,
-        retain: bool,
-        publisher: str | None,
-        properties: MessageProperties | None = None,
-    ) -> Message:
-        checked = validate_topic(topic)  # the one validation (see router.core.topics)
-        if not isinstance(payload, bytes | bytearray | memoryview):
-            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
-        if qos not in (0, 1, 2):
-            raise ValueError(f"qos must be 0, 1 or 2, not {qos!r}")
-        return Message(
-            self._ids.new_bytes(),
-            checked,
-            bytes(payload),
-            qos,
-            bool(retain),
-            publisher,
-            time.monotonic(),
-            properties,
-        )
-
-    def _route(self, message: Message) -> tuple[PublishResult, dict[str, Forward]]:
-        """Deliver locally and say which nodes get a copy (and for which share groups)."""
-        self.published += 1
-        route = self.mirror.match(message.topic, message.publisher)
-        if not route.nodes and self._policy.reports_drops:
-            self._policy.unrouted(message)
-        sends: dict[str, Forward] = {}
-        queued = dropped = 0
-        for node_id, groups in route.nodes.items():
-            if node_id == self.node_id:
-                queued, dropped = self.sessions.deliver(
-                    message, groups, self._policy.delivery_observer
-                )
-                self.local_deliveries += queued
-            else:
-                sends[node_id] = Forward(message, tuple(groups))
-        if self._traffic is not None:
-            self._traffic.record(message, sends, queued)
-        return PublishResult(message.id, list(route.nodes), queued, dropped), sends
-
-    async def _dispatch(self, forwards: list[Forward]) -> None:
-        """Deliver copies that arrived in the inbox; re-dispatch groups with no member here."""
-        waiters = []
-        for forward in forwards:
-            queued, _ = self.sessions.deliver(
-                forward.message, forward.groups, self._policy.delivery_observer
-            )
-            self.local_deliveries += queued
-            for share_filter in forward.groups:
-                if self.sessions.group_members(share_filter):
-                    continue
-                waiter = self._redispatch(forward, share_filter)
-                if waiter is not None:
-                    waiters.append(waiter)
-        if waiters:
-            await asyncio.gather(*waiters)
-
-    def _redispatch(
-        self, forward: Forward, share_filter: TopicFilter
-    ) -> asyncio.Future[None] | None:
-        tried = (*forward.tried, self.node_id)
-        candidates = {
-            node_id: count
-            for node_id, count in self.mirror.group_nodes(share_filter).items()
-            if node_id not in tried
-        }
-        if not candidates:
-            self.undeliverable += 1
-            log.warning(
-                "no member of %s left for message %s", share_filter, forward.message.id.hex()
-            )
-            return None
-        self.redispatched += 1
-        nodes = sorted(candidates)
-        chosen = random.choices(nodes, weights=[candidates[n] for n in nodes])[0]
-        return self._forwarder.send(chosen, [Forward(forward.message, (share_filter,), tried)])
+        return await self._dispatcher.publish_many(items)
 
     # -- repair ----------------------------------------------------------------------
 
@@ -528,37 +564,29 @@ class RouterNode:
         difference, the node claims its route set again with exactly what it needs
         (readers resync from the new generation). Returns what was found.
         """
-        wanted = self.sessions.routes()
-        stored = (await self.routes.snapshot(self.node_id)).routes
-        missing = {r: c for r, c in wanted.items() if stored.get(r) != c}
-        stale = sorted(r for r in stored if r not in wanted)
-        repaired = False
-        if repair and (missing or stale):
-            await self._writer.republish()
+        found = await self._writer.reconcile(repair)
+        if found.repaired:
             await self._sync.announce()
-            repaired = True
-        return Reconciliation(self.node_id, missing, stale, repaired)
+        return found
 
     # -- reading ---------------------------------------------------------------------
 
     def stats(self) -> dict[str, int]:
         """Counters of this node since it started."""
         return {
-            "published": self.published,
+            **self._dispatcher.stats(),
             "forwarded": self._forwarder.forwarded,
             "forward_batches": self._forwarder.batches,
             "received": self._inbox.received,
             "duplicates_dropped": self._inbox.duplicates,
             "inbox_restarts": self._inbox.restarts,
-            "local_deliveries": self.local_deliveries,
             "queue_drops": self.sessions.dropped(),
-            "redispatched": self.redispatched,
-            "undeliverable": self.undeliverable,
             "sessions_taken_over": self._claims.taken_over,
             "mirror_resyncs": self._sync.resyncs,
             "nodes_purged": self._sync.purged,
             "routes": len(self.sessions.routes()),
             **self._retainer.stats(),
+            **self._keeper.stats(),
             **(self._traffic.stats() if self._traffic is not None else {}),
             **cache_counters("route_cache", self.mirror.cache_stats()),
             **cache_counters("local_cache", self.sessions.cache_stats()),

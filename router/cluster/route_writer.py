@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from redis.exceptions import (
     ConnectionError as RedisConnectionError,
@@ -30,6 +31,16 @@ from router.state.routes import RouteChange, RouteStore
 log = logging.getLogger(__name__)
 
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """What :meth:`RouteWriter.reconcile` found (and whether it repaired it)."""
+
+    node_id: str
+    missing: dict[TopicFilter, int]
+    stale: list[TopicFilter]
+    repaired: bool
 
 
 class RouteWriter:
@@ -117,3 +128,17 @@ class RouteWriter:
             "node %s claimed its route set again (generation %s)", self._node_id, claim.generation
         )
         await self._on_claimed(claim.generation)
+
+    async def reconcile(self, repair: bool) -> Reconciliation:
+        """Compare the route set in Redis with ``current_routes``: ``missing`` are routes
+        Redis lacks (or holds with another count), ``stale`` routes in Redis that are not
+        current. With ``repair`` and any difference, claim the route set again with
+        exactly the current routes (readers resync from the new generation)."""
+        wanted = self._current_routes()
+        stored = (await self._store.snapshot(self._node_id)).routes
+        missing = {r: c for r, c in wanted.items() if stored.get(r) != c}
+        stale = sorted(r for r in stored if r not in wanted)
+        repaired = bool(repair and (missing or stale))
+        if repaired:
+            await self.republish()
+        return Reconciliation(self._node_id, missing, stale, repaired)

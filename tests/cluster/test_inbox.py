@@ -7,7 +7,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from router.cluster.inbox import Forward, Takeover, pack_batch, pack_takeover, unpack_record
+from router.cluster.inbox import Forward, Kick, Takeover, pack_batch, pack_notice, unpack_record
 from router.core.messages import Message, MessageProperties
 from router.errors import MalformedMessageError
 
@@ -23,8 +23,17 @@ def test_records_read_back_as_written() -> None:
         Forward(Message(b"\x03" * 16, "p", b"y", 1, False, None, 0.0, PROPERTIES)),
     ]
     assert unpack_record(pack_batch(batch)) == batch
-    notice = Takeover("phone ☎", 1_700_000_000_000_001)
-    assert unpack_record(pack_takeover(notice)) == notice
+    for notice in (
+        Takeover("phone ☎", 1_700_000_000_000_001),
+        Takeover("phone", 2, resume=True),
+        Kick("phone ☎"),
+    ):
+        assert unpack_record(pack_notice(notice)) == notice
+
+
+def test_a_takeover_notice_of_the_version_before_does_not_resume() -> None:
+    old = msgpack.packb({"takeover": ["phone", 12]}, use_bin_type=True)
+    assert unpack_record(old) == Takeover("phone", 12, resume=False)
 
 
 @pytest.mark.parametrize(
@@ -33,6 +42,10 @@ def test_records_read_back_as_written() -> None:
         {"takeover": ["phone", "12"]},
         {"takeover": [7, 12]},
         {"takeover": ["phone"]},
+        {"takeover": ["phone", 12, "yes"]},
+        {"takeover": ["phone", 12, True, 1]},
+        {"kick": [7]},
+        {"kick": ["a", "b"]},
         {"takeover": ["phone", 12], "extra": 1},
         {"other": ["phone", 12]},
         [["short row"]],

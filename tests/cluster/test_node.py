@@ -56,14 +56,14 @@ async def test_shared_group_across_nodes_gets_each_message_once(start_node: Star
     await eventually(lambda: a.mirror.group_nodes("$share/workers/jobs/#") == {"a": 1, "b": 1})
     for index in range(40):
         await a.publish(f"jobs/{index}", str(index).encode())
-    await eventually(lambda: a.local_deliveries + b.local_deliveries == 40)
+    await eventually(lambda: a.stats()["local_deliveries"] + b.stats()["local_deliveries"] == 40)
     got = [
         d.payload
         for node, c in ((a, "w1"), (b, "w2"))
-        for d in await take(node, c, node.local_deliveries)
+        for d in await take(node, c, node.stats()["local_deliveries"])
     ]
     assert sorted(got) == sorted(str(i).encode() for i in range(40))
-    assert a.local_deliveries > 0 and b.local_deliveries > 0
+    assert a.stats()["local_deliveries"] > 0 and b.stats()["local_deliveries"] > 0
 
 
 async def test_unsubscribe_stops_forwarding(start_node: StartNode) -> None:

@@ -1,0 +1,193 @@
+"""Publishing and dispatching on one node: local delivery and one copy per other node.
+
+:meth:`Dispatcher.publish` validates a message once, lets the node's policy admit it
+(ACL, ``message.publish`` hooks), keeps it as retained when asked, matches the route
+mirror, queues the local copies and sends exactly one copy to each other interested
+node's inbox (for the share groups that node serves). :meth:`Dispatcher.dispatch`
+delivers copies that arrived in this node's inbox and sends a share group's copy on
+(re-dispatch) when no member of the group is left here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Iterable, Sequence
+
+from router.cluster.forwarding import Forwarder
+from router.cluster.inbox import Forward
+from router.cluster.local_sessions import LocalSessions
+from router.cluster.policy import Policy
+from router.cluster.retainer import Retainer
+from router.cluster.traffic_log import TrafficLog
+from router.core.guid import GuidGenerator
+from router.core.messages import Message, Outgoing, PublishResult
+from router.core.route_mirror import RouteMirror
+from router.core.topics import TopicFilter, validate_topic
+
+log = logging.getLogger(__name__)
+
+
+class Dispatcher:
+    """What a node does with a publish, and with the copies other nodes sent it."""
+
+    def __init__(
+        self,
+        node_id: str,
+        ids: GuidGenerator,
+        mirror: RouteMirror,
+        sessions: LocalSessions,
+        forwarder: Forwarder,
+        policy: Policy,
+        retainer: Retainer,
+        traffic: TrafficLog | None,
+    ) -> None:
+        self.node_id = node_id
+        self._ids = ids
+        self.mirror = mirror
+        self.sessions = sessions
+        self._forwarder = forwarder
+        self._policy = policy
+        self._retainer = retainer
+        self._traffic = traffic
+        self.published = 0
+        self.local_deliveries = 0
+        self.redispatched = 0
+        self.undeliverable = 0
+
+    async def publish(self, outgoing: Outgoing) -> PublishResult:
+        """See :meth:`RouterNode.publish <router.cluster.node.RouterNode.publish>`."""
+        message = self.message(outgoing)
+        if self._policy.guards_publish:
+            [admitted] = await self._policy.admit_publish([message])
+            if admitted is None:
+                return PublishResult(message.id, [], 0, 0)
+            message = admitted
+        if message.retain:
+            await self._retainer.retain([(message, outgoing.expiry_interval)])
+        result, sends = self.route(message)
+        if len(sends) == 1:
+            [(node_id, forward)] = sends.items()
+            await self._forwarder.send(node_id, [forward])
+        elif sends:
+            await asyncio.gather(
+                *(self._forwarder.send(node_id, [f]) for node_id, f in sends.items())
+            )
+        return result
+
+    async def publish_many(self, items: Iterable[Outgoing]) -> list[PublishResult]:
+        """See :meth:`RouterNode.publish_many <router.cluster.node.RouterNode.publish_many>`."""
+        items = list(items)
+        messages = [self.message(o) for o in items]
+        admitted: Sequence[Message | None] = messages
+        if self._policy.guards_publish:
+            admitted = await self._policy.admit_publish(messages)
+        retains = [
+            (m, o.expiry_interval) for m, o in zip(admitted, items, strict=True) if m and m.retain
+        ]
+        if retains:
+            await self._retainer.retain(retains)
+        results = []
+        per_node: dict[str, list[Forward]] = {}
+        for original, message in zip(messages, admitted, strict=True):
+            if message is None:
+                results.append(PublishResult(original.id, [], 0, 0))
+                continue
+            result, sends = self.route(message)
+            results.append(result)
+            for node_id, forward in sends.items():
+                per_node.setdefault(node_id, []).append(forward)
+        if per_node:
+            await asyncio.gather(
+                *(self._forwarder.send(node_id, forwards) for node_id, forwards in per_node.items())
+            )
+        return results
+
+    def message(self, outgoing: Outgoing) -> Message:
+        """The message ``outgoing`` describes, validated (the one validation of its topic,
+        see :mod:`router.core.topics`); raises as :meth:`publish` does."""
+        checked = validate_topic(outgoing.topic)
+        payload = outgoing.payload
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        if outgoing.qos not in (0, 1, 2):
+            raise ValueError(f"qos must be 0, 1 or 2, not {outgoing.qos!r}")
+        expiry = outgoing.expiry_interval
+        return Message(
+            self._ids.new_bytes(),
+            checked,
+            bytes(payload),
+            outgoing.qos,
+            bool(outgoing.retain),
+            outgoing.publisher,
+            time.monotonic(),
+            outgoing.properties,
+            None if expiry is None else time.time() + expiry,
+        )
+
+    def route(self, message: Message) -> tuple[PublishResult, dict[str, Forward]]:
+        """Deliver locally and say which nodes get a copy (and for which share groups)."""
+        self.published += 1
+        route = self.mirror.match(message.topic, message.publisher)
+        if not route.nodes and self._policy.reports_drops:
+            self._policy.unrouted(message)
+        sends: dict[str, Forward] = {}
+        queued = dropped = 0
+        for node_id, groups in route.nodes.items():
+            if node_id == self.node_id:
+                queued, dropped = self.sessions.deliver(
+                    message, groups, self._policy.delivery_observer
+                )
+                self.local_deliveries += queued
+            else:
+                sends[node_id] = Forward(message, tuple(groups))
+        if self._traffic is not None:
+            self._traffic.record(message, sends, queued)
+        return PublishResult(message.id, list(route.nodes), queued, dropped), sends
+
+    async def dispatch(self, forwards: list[Forward]) -> None:
+        """Deliver copies that arrived in the inbox; re-dispatch groups with no member here."""
+        waiters = []
+        for forward in forwards:
+            queued, _ = self.sessions.deliver(
+                forward.message, forward.groups, self._policy.delivery_observer
+            )
+            self.local_deliveries += queued
+            for share_filter in forward.groups:
+                if self.sessions.group_members(share_filter):
+                    continue
+                waiter = self._redispatch(forward, share_filter)
+                if waiter is not None:
+                    waiters.append(waiter)
+        if waiters:
+            await asyncio.gather(*waiters)
+
+    def _redispatch(
+        self, forward: Forward, share_filter: TopicFilter
+    ) -> asyncio.Future[None] | None:
+        tried = (*forward.tried, self.node_id)
+        candidates = {
+            node_id: count
+            for node_id, count in self.mirror.group_nodes(share_filter).items()
+            if node_id not in tried
+        }
+        if not candidates:
+            self.undeliverable += 1
+            log.warning(
+                "no member of %s left for message %s", share_filter, forward.message.id.hex()
+            )
+            return None
+        self.redispatched += 1
+        nodes = sorted(candidates)
+        chosen = random.choices(nodes, weights=[candidates[n] for n in nodes])[0]
+        return self._forwarder.send(chosen, [Forward(forward.message, (share_filter,), tried)])
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "published": self.published,
+            "local_deliveries": self.local_deliveries,
+            "redispatched": self.redispatched,
+            "undeliverable": self.undeliverable,
+        }
