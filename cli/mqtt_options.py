@@ -49,6 +49,16 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
         click.IntRange(min=1, max=65535),
         "QoS 1/2 deliveries a client may leave unacknowledged.",
     ),
+    "--mqtt-session-expiry-max": (
+        "session_expiry_max",
+        click.IntRange(min=0, max=0xFFFFFFFF),
+        "Longest Session Expiry Interval granted, seconds (4294967295: never ends).",
+    ),
+    "--mqtt-sys-interval": (
+        "sys_interval",
+        click.FloatRange(min=0.0),
+        "Seconds between updates of the $SYS/broker/... topics (0: none).",
+    ),
 }
 
 

@@ -82,6 +82,14 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
     help="Deliveries queued per local client before the overflow policy drops one.",
 )
 @setting(
+    "--mqtt-max-queued",
+    "max_queued",
+    type=click.IntRange(min=1),
+    default=_DEFAULTS.max_queued,
+    help="Messages kept in Redis per persistent session while its client is away "
+    "(then the overflow policy drops one, counted).",
+)
+@setting(
     "--acl",
     "acl_file",
     default=None,
@@ -133,6 +141,7 @@ def node_run(
     heartbeat_interval: float,
     heartbeat_ttl: float,
     queue_limit: int,
+    max_queued: int,
     acl_file: str | None,
     acl_default: str | None,
     traffic_dir: str | None,
@@ -184,6 +193,7 @@ def node_run(
                 heartbeat_interval=heartbeat_interval,
                 heartbeat_ttl=heartbeat_ttl,
                 queue_limit=queue_limit,
+                max_queued=max_queued,
                 acl=acl,
                 traffic_dir=traffic_dir,
                 traffic_sample=traffic_sample,

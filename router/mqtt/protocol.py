@@ -12,8 +12,13 @@ The life of a connection:
    ``client.authenticate`` hooks (refused: 0x86 with a password, else 0x87). A client id
    already connected to this node closes that connection first (0x8E, MQTT-3.1.4-3);
    connected to another node, the node's takeover closes it there.
-2. Sessions end with their connection for now: CONNACK says Session Present 0 and, to a
-   5.0 client asking for a Session Expiry Interval, returns 0 (what the server grants).
+2. Sessions: a Session Expiry Interval (5.0; capped by ``session_expiry_max`` and then
+   announced in CONNACK) or clean session 0 (3.1.1: ``session_expiry_max``) keeps the
+   session after the connection, on any node of the cluster
+   (:mod:`router.cluster.session_keeper`): CONNACK says Session Present, copies that were
+   in flight go again with their packet ids and DUP (a released one as PUBREL), and
+   inbound QoS 2 ids awaiting PUBREL are remembered. DISCONNECT may change the interval
+   (not from 0: 0x82).
 3. PUBLISH at QoS 0, 1 and 2: PUBACK / PUBREC go out only once the node has stored
    every remote copy; a QoS 2 message is published once however often it is resent
    before PUBREL (exactly once), and counts against ``receive_maximum`` (0x93 above it).
@@ -24,11 +29,16 @@ The life of a connection:
    0x8F invalid filter, 0x87 not authorized, 0x80 in 3.1.1 for any failure).
 5. Deliveries: at most ``min(max_inflight, client's Receive Maximum)`` QoS 1/2 publishes
    are unacknowledged at once; the rest wait in the client's queue on the node. A
-   packet above the client's Maximum Packet Size is not sent and is counted.
+   packet above the client's Maximum Packet Size is not sent and is counted, as is a
+   message whose Message Expiry Interval passed (the interval sent is what is left).
+   Outbound topic aliases, when the client allows them: the first ``topic_alias_maximum``
+   topics get one each, sent with the topic once, then alone.
 6. The connection ends on DISCONNECT (0x04 keeps the will), on a protocol error (5.0:
    DISCONNECT with its reason code first), after 1.5 x keepalive of silence (0x8D), when
-   another connection takes the session over (0x8E) or the node stops (0x8B). The will
-   is published unless the client sent DISCONNECT 0x00.
+   another connection takes the session over (0x8E), an operator kicks it (0x98) or the
+   node stops (0x8B). The will is published unless the client sent DISCONNECT 0x00;
+   with a Will Delay Interval, only if the client is not back by then (or its session
+   ends first).
 """
 
 from __future__ import annotations
@@ -38,11 +48,13 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Final, Protocol
 
+from router.cluster.local_sessions import ClientSession
 from router.cluster.node import RouterNode
 from router.core.aliases import AliasTable
-from router.core.messages import Delivery, MessageProperties
+from router.core.messages import Outgoing, PublishResult
 from router.errors import (
     ConnectionEndedError,
     InvalidIdError,
@@ -55,6 +67,7 @@ from router.errors import (
     UnsupportedProtocolVersionError,
 )
 from router.mqtt.codec import PacketReader, encode
+from router.mqtt.outgoing import Outbox, PublishEncoder, carried_properties
 from router.mqtt.packets import (
     MQTT_3_1,
     MQTT_3_1_1,
@@ -83,6 +96,10 @@ if TYPE_CHECKING:
     from router.mqtt.server import MqttServer
 
 log = logging.getLogger(__name__)
+
+#: Topics only the broker publishes (:mod:`router.mqtt.sys_topics`); a client's publish
+#: there is refused (PUBACK/PUBREC 0x87 in 5.0, dropped in 3.1.1), as Mosquitto does.
+SYSTEM_TOPICS: Final = "$SYS/"
 
 RC = ReasonCode
 
@@ -113,17 +130,13 @@ class MqttConnection:
         self.connect: Connect | None = None
         self.keepalive = 0
         self._aliases = AliasTable()
-        self._awaiting_release: set[int] = set()  # inbound QoS 2 ids before PUBREL
-        self._inflight: dict[int, int] = {}  # outbound packet id -> QoS
-        self._slots = asyncio.Semaphore(self.settings.max_inflight)
-        self._next_id = 0
-        self._client_max_packet = 0  # 0: no limit
+        self._session = ClientSession("", 1, "drop_oldest")  # the node's, once attached
+        self._session_expiry = 0
         self._deliverer: asyncio.Task[None] | None = None
         self._ended = asyncio.Event()
         self._finished = asyncio.Event()
         self._end_code: int | None = None
         self._disconnect_sent = False
-        self.oversized_dropped = 0
 
     # -- the connection's life -----------------------------------------------------------
 
@@ -137,8 +150,7 @@ class MqttConnection:
             attached = await self._accept(connect)
             if not attached:
                 return
-            for packet in rest:
-                await self._handle(packet)
+            await self._handle_all(rest)  # (a DISCONNECT among them ends here too)
             self._raise_stream_error()
             await self._serve(chunks)
         except ConnectionEndedError as ended:
@@ -178,8 +190,7 @@ class MqttConnection:
                 raise ConnectionEndedError(
                     None
                 ) from None  # closed without DISCONNECT: the will goes
-            for packet in self.reader.feed(chunk):
-                await self._handle(packet)
+            await self._handle_all(self.reader.feed(chunk))
             self._raise_stream_error()
             if self._ended.is_set():
                 raise ConnectionEndedError(self._end_code)
@@ -197,21 +208,35 @@ class MqttConnection:
         client_id = self.client_id
         try:
             if attached and client_id is not None:
-                connect = self.connect
-                if keep_will and connect is not None and connect.will is not None:
-                    will = connect.will
+                will, delay = self._will() if keep_will else (None, 0)
+                if self.node.serves(client_id):
+                    await self.node.put_away(
+                        client_id, expiry=self._session_expiry, will=will, will_delay=delay
+                    )
+                elif will is not None and not delay:
                     await self.node.publish(
                         will.topic, will.payload, qos=will.qos, retain=will.retain,
-                        publisher=client_id,
+                        publisher=client_id, expiry_interval=will.expiry_interval,
+                        properties=will.properties,
                     )  # fmt: skip
-                if self.node.serves(client_id):
-                    await self.node.disconnect(client_id)
         except (RouterError, ConnectionError) as error:
             log.warning("closing MQTT client %s: %s", client_id, error)
         finally:
             self.server.forget(self)
             self.transport.close()
             self._finished.set()
+
+    def _will(self) -> tuple[Outgoing | None, int]:
+        """The connection's will as a message, and its delay in seconds."""
+        connect = self.connect
+        if connect is None or connect.will is None:
+            return None, 0
+        will = connect.will
+        outgoing = Outgoing(
+            will.topic, will.payload, will.qos, will.retain, self.client_id,
+            will.properties.message_expiry_interval, carried_properties(will.properties),
+        )  # fmt: skip
+        return outgoing, will.properties.will_delay_interval or 0
 
     def end(self, code: int) -> None:
         """Close from outside (takeover on this node, node shutdown): DISCONNECT ``code``."""
@@ -241,10 +266,18 @@ class MqttConnection:
             previous.end(RC.SESSION_TAKEN_OVER)
             async with asyncio.timeout(self.settings.connect_timeout):
                 await previous.finished()
+        requested = connect.properties.session_expiry_interval
+        if not v5:
+            requested = 0 if connect.clean_start else self.settings.session_expiry_max
+        self._session_expiry = min(requested or 0, self.settings.session_expiry_max)
         try:
-            if connect.clean_start and previous is None:
+            if connect.clean_start and previous is None and self.node.serves(client_id):
                 await self.node.disconnect(client_id)  # a clean start drops a local session
-            await self.node.connect(client_id, connect.username, connect.password)
+            present = await self.node.connect(
+                client_id, connect.username, connect.password,
+                clean_start=connect.clean_start, expiry=self._session_expiry,
+                protocol=self.level, keepalive=connect.keepalive,
+            )  # fmt: skip
         except InvalidIdError:
             return self._refuse(RC.CLIENT_IDENTIFIER_NOT_VALID)
         except NotAuthorizedError:
@@ -253,18 +286,20 @@ class MqttConnection:
         self.client_id = client_id
         self.server.attach(self)
         self.keepalive = connect.keepalive
-        requested = connect.properties
-        if requested.receive_maximum is not None:
-            self._slots = asyncio.Semaphore(
-                min(self.settings.max_inflight, requested.receive_maximum)
-            )
-        self._client_max_packet = requested.maximum_packet_size or 0
+        self._session = self.node.sessions.session(client_id)
+        asked = connect.properties
+        window = min(self.settings.max_inflight, asked.receive_maximum or 0xFFFF)
+        self._outbox = Outbox(
+            self._session, self.transport, self.server,
+            PublishEncoder(self.level, asked.topic_alias_maximum or 0),
+            window, asked.maximum_packet_size or 0,
+        )  # fmt: skip
         self._aliases.set_maximum(client_id, "client", self.settings.topic_alias_maximum)
         properties = NO_PROPERTIES
         if v5:
             properties = self._connack_properties(connect, assigned)
-        self._write(ConnAck(False, RC.SUCCESS, properties))
-        self._deliverer = asyncio.create_task(self._deliver(client_id), name=f"mqtt:{client_id}")
+        self._write(ConnAck(present, RC.SUCCESS, properties))
+        self._deliverer = asyncio.create_task(self._deliver(), name=f"mqtt:{client_id}")
         return True
 
     def _connack_properties(self, connect: Connect, assigned: str | None) -> Properties:
@@ -275,10 +310,13 @@ class MqttConnection:
         ):
             keepalive = self.keepalive = settings.max_keepalive
         expiry = connect.properties.session_expiry_interval
+        granted = (
+            self._session_expiry if expiry is not None and expiry != self._session_expiry else None
+        )
         return Properties(
             assigned_client_identifier=assigned,
             server_keep_alive=keepalive,
-            session_expiry_interval=0 if expiry else None,
+            session_expiry_interval=granted,  # (announced only when cut down)
             receive_maximum=settings.receive_maximum,
             maximum_packet_size=settings.max_packet_size,
             topic_alias_maximum=settings.topic_alias_maximum,
@@ -294,6 +332,21 @@ class MqttConnection:
 
     # -- packets from the client -----------------------------------------------------------
 
+    async def _handle_all(self, packets: list[Packet]) -> None:
+        """Handle packets in order; a run of QoS 0/1 PUBLISH packets is published as one
+        batch (one inbox write per node, one write of their acknowledgements)."""
+        run: list[Publish] = []
+        for packet in packets:
+            if type(packet) is Publish and packet.qos < 2:
+                run.append(packet)
+                continue
+            if run:
+                await self._on_publishes(run)
+                run = []
+            await self._handle(packet)
+        if run:
+            await self._on_publishes(run)
+
     async def _handle(self, packet: Packet) -> None:
         kind = type(packet)
         if kind is Publish:
@@ -301,19 +354,23 @@ class MqttConnection:
             await self._on_publish(packet)
         elif kind is PubAck or kind is PubComp:
             assert isinstance(packet, PubAck | PubComp)
-            self._release(packet.packet_id)
+            self._outbox.release(packet.packet_id)
         elif kind is PubRec:
             assert isinstance(packet, PubRec)
+            inflight = self._session.inflight
+            sent = inflight.get(packet.packet_id)
             if packet.reason_code >= 0x80:
-                self._release(packet.packet_id)
-            elif packet.packet_id in self._inflight:
+                self._outbox.release(packet.packet_id)
+            elif sent is not None:
+                inflight[packet.packet_id] = replace(sent, released=True)
                 self._write(PubRel(packet.packet_id))
             else:
                 self._write(PubRel(packet.packet_id, RC.PACKET_IDENTIFIER_NOT_FOUND))
         elif kind is PubRel:
             assert isinstance(packet, PubRel)
-            known = packet.packet_id in self._awaiting_release
-            self._awaiting_release.discard(packet.packet_id)
+            awaiting = self._session.awaiting_release
+            known = packet.packet_id in awaiting
+            awaiting.discard(packet.packet_id)
             code = RC.SUCCESS if known else RC.PACKET_IDENTIFIER_NOT_FOUND
             self._write(PubComp(packet.packet_id, code))
         elif kind is Subscribe:
@@ -326,32 +383,93 @@ class MqttConnection:
             self._write(PingResp())
         elif kind is Disconnect:
             assert isinstance(packet, Disconnect)
-            raise ConnectionEndedError(
-                None, keep_will=packet.reason_code != RC.NORMAL_DISCONNECTION
-            )
+            self._on_disconnect(packet)
         elif kind is Connect:
             raise MqttProtocolError("a second CONNECT")
         else:
             raise MqttProtocolError(f"a client may not send {kind.__name__}")
 
-    async def _on_publish(self, packet: Publish) -> None:
+    def _on_disconnect(self, packet: Disconnect) -> None:
+        expiry = packet.properties.session_expiry_interval
+        if expiry is not None:
+            if expiry and self._asked_expiry() == 0:
+                raise MqttProtocolError("a Session Expiry Interval of 0 at CONNECT is final")
+            self._session_expiry = min(expiry, self.settings.session_expiry_max)
+        raise ConnectionEndedError(None, keep_will=packet.reason_code != RC.NORMAL_DISCONNECTION)
+
+    def _asked_expiry(self) -> int:
+        connect = self.connect
+        return 0 if connect is None else connect.properties.session_expiry_interval or 0
+
+    async def _on_publishes(self, packets: list[Publish]) -> None:
+        """Publish QoS 0/1 packets as one batch; should the batch be refused as a whole
+        (an invalid topic, a publish the ACL denies), one at a time instead, so that each
+        packet gets exactly what it would have got alone."""
+        if len(packets) == 1:
+            await self._on_publish(packets[0])
+            return
+        items: list[Outgoing] = []
+        error: MqttError | None = None
+        for packet in packets:
+            try:
+                topic = self._resolve_alias(packet)
+            except MqttError as refused:
+                error = refused  # (the packets before it still go)
+                break
+            properties = packet.properties
+            items.append(
+                Outgoing(
+                    topic,
+                    packet.payload,
+                    packet.qos,
+                    packet.retain,
+                    self.client_id,
+                    properties.message_expiry_interval,
+                    carried_properties(properties),
+                )
+            )
+        try:
+            if any(item.topic.startswith(SYSTEM_TOPICS) for item in items):
+                raise NotAuthorizedError(self.client_id or "", "publish", "$SYS", "the broker's")
+            results = await self.node.publish_many(items)
+        except (InvalidTopicError, NotAuthorizedError):
+            for packet, item in zip(packets, items, strict=False):
+                await self._on_publish(packet, item.topic)
+        else:
+            self.server.messages_received += len(items)
+            v5 = self.level >= MQTT_5
+            acks = [
+                encode(PubAck(p.packet_id, _no_match(v5, r)), self.level)
+                for p, r in zip(packets, results, strict=False)
+                if p.qos == 1 and p.packet_id is not None
+            ]
+            if acks:
+                self.transport.write(b"".join(acks))
+        if error is not None:
+            raise error
+
+    async def _on_publish(self, packet: Publish, resolved: str | None = None) -> None:
+        """Publish one packet; ``resolved``: its topic, its alias resolved already."""
         self.server.messages_received += 1
         v5 = self.level >= MQTT_5
-        topic = self._resolve_alias(packet)
+        topic = self._resolve_alias(packet) if resolved is None else resolved
         qos, packet_id = packet.qos, packet.packet_id
+        awaiting = self._session.awaiting_release
         if qos == 2 and packet_id is not None:
-            if packet_id in self._awaiting_release:
+            if packet_id in awaiting:
                 self._write(PubRec(packet_id))  # a resend: published already
                 return
-            if len(self._awaiting_release) >= self.settings.receive_maximum:
+            if len(awaiting) >= self.settings.receive_maximum:
                 raise MqttProtocolError("receive maximum exceeded", RC.RECEIVE_MAXIMUM_EXCEEDED)
         expiry = packet.properties.message_expiry_interval
         code = RC.SUCCESS
         try:
+            if topic.startswith(SYSTEM_TOPICS):
+                raise NotAuthorizedError(self.client_id or "", "publish", topic, "the broker's")
             result = await self.node.publish(
                 topic, packet.payload, qos=qos, retain=packet.retain,
-                publisher=self.client_id, expiry_interval=expiry if packet.retain else None,
-                properties=message_properties(packet.properties),
+                publisher=self.client_id, expiry_interval=expiry,
+                properties=carried_properties(packet.properties),
             )  # fmt: skip
             if v5 and not result.nodes:
                 code = RC.NO_MATCHING_SUBSCRIBERS
@@ -365,7 +483,7 @@ class MqttConnection:
             self._write(PubAck(packet_id, code if v5 else 0))
         elif qos == 2 and packet_id is not None:
             if code < 0x80:
-                self._awaiting_release.add(packet_id)
+                awaiting.add(packet_id)
             self._write(PubRec(packet_id, code if v5 else 0))
 
     def _resolve_alias(self, packet: Publish) -> str:
@@ -416,51 +534,18 @@ class MqttConnection:
 
     # -- deliveries to the client ----------------------------------------------------------
 
-    async def _deliver(self, client_id: str) -> None:
-        """Send the node's deliveries until the session closes; a session closed by the
-        node (taken over elsewhere, node stopping) ends the connection."""
+    async def _deliver(self) -> None:
+        """Send the session's deliveries (:class:`~router.mqtt.outgoing.Outbox`) until it
+        closes; a session closed by the node (taken over elsewhere, node stopping) ends
+        the connection."""
         try:
-            async for delivery in self.node.messages(client_id):
-                await self._send(delivery)
-        except RouterError:
-            log.warning("deliveries to MQTT client %s ended", client_id, exc_info=True)
+            await self._outbox.run()
+        except (RouterError, ConnectionError):
+            log.warning("deliveries to MQTT client %s ended", self.client_id, exc_info=True)
         if not self._ended.is_set():
-            self.end(RC.SESSION_TAKEN_OVER if self.node.running else RC.SERVER_SHUTTING_DOWN)
-
-    async def _send(self, delivery: Delivery) -> None:
-        packet_id = None
-        if delivery.qos:
-            await self._slots.acquire()
-            packet_id = self._allocate()
-            self._inflight[packet_id] = delivery.qos
-        properties = NO_PROPERTIES
-        if self.level >= MQTT_5:
-            properties = publish_properties(delivery)
-        data = encode(
-            Publish(delivery.topic, delivery.payload, delivery.qos, delivery.retain, False,
-                    packet_id, properties),
-            self.level,
-        )  # fmt: skip
-        if self._client_max_packet and len(data) > self._client_max_packet:
-            self.oversized_dropped += 1  # MQTT-3.1.2-25: discarded as if sent
-            self.server.oversized_dropped += 1
-            if packet_id is not None:
-                self._release(packet_id)
-            return
-        self.transport.write(data)
-        self.server.messages_sent += 1
-        await self.transport.drain()
-
-    def _allocate(self) -> int:
-        for _ in range(0xFFFF):
-            self._next_id = self._next_id % 0xFFFF + 1
-            if self._next_id not in self._inflight:
-                return self._next_id
-        raise MqttProtocolError("no free packet identifier")  # (slots make this unreachable)
-
-    def _release(self, packet_id: int) -> None:
-        if self._inflight.pop(packet_id, None) is not None:
-            self._slots.release()
+            reason = self._session.close_reason
+            running = self.node.running and reason != "node_stopped"
+            self.end(RC.SESSION_TAKEN_OVER if running else RC.SERVER_SHUTTING_DOWN)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -478,36 +563,6 @@ class MqttConnection:
             self._write(Disconnect(code))
 
 
-def message_properties(properties: Properties) -> MessageProperties | None:
-    """The properties of a PUBLISH that travel with the message (None: none of them)."""
-    if properties is NO_PROPERTIES:
-        return None
-    carried = MessageProperties(
-        properties.payload_format_indicator,
-        properties.content_type,
-        properties.response_topic,
-        properties.correlation_data,
-        properties.user_properties,
-    )
-    return None if carried == _NOTHING_CARRIED else carried
-
-
-def publish_properties(delivery: Delivery) -> Properties:
-    """The properties of the PUBLISH that delivers ``delivery`` to a 5.0 client."""
-    carried = delivery.properties
-    if carried is None and not delivery.subscription_ids and delivery.expiry_interval is None:
-        return NO_PROPERTIES
-    if carried is None:
-        carried = _NOTHING_CARRIED
-    return Properties(
-        payload_format_indicator=carried.payload_format_indicator,
-        message_expiry_interval=delivery.expiry_interval,
-        content_type=carried.content_type,
-        response_topic=carried.response_topic,
-        correlation_data=carried.correlation_data,
-        subscription_identifiers=delivery.subscription_ids,
-        user_properties=carried.user_properties,
-    )
-
-
-_NOTHING_CARRIED: Final = MessageProperties()
+def _no_match(v5: bool, result: PublishResult) -> int:
+    """The PUBACK reason code of a publish: 0x10 in 5.0 when nobody subscribed."""
+    return RC.NO_MATCHING_SUBSCRIBERS if v5 and not result.nodes else RC.SUCCESS

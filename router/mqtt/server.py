@@ -29,6 +29,7 @@ from router.errors import InvalidSettingError, ListenerError
 from router.mqtt.protocol import MqttConnection
 from router.mqtt.reason_codes import ReasonCode
 from router.mqtt.settings import DEFAULT_SETTINGS, MqttSettings
+from router.mqtt.sys_topics import SysTopics
 from router.mqtt.websocket import DEFAULT_PATH, WebSocketServer, listen_websocket
 
 log = logging.getLogger(__name__)
@@ -109,11 +110,14 @@ class MqttServer:
         self._connections: set[MqttConnection] = set()
         self._clients: dict[str, MqttConnection] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        node.add_kicker(self.kick)
         self.accepted = 0
         self.refused = 0
         self.messages_received = 0  # PUBLISH packets from clients
         self.messages_sent = 0  # PUBLISH packets to clients
         self.oversized_dropped = 0  # deliveries above a client's Maximum Packet Size
+        self.expired_dropped = 0  # deliveries whose Message Expiry Interval passed
+        self.sys_topics = SysTopics(self)  # $SYS/broker/...: started by serve()
 
     # -- the registry of connections -------------------------------------------------------
 
@@ -134,6 +138,15 @@ class MqttServer:
     def clients(self) -> list[str]:
         """Client ids connected to this node through MQTT, sorted."""
         return sorted(self._clients)
+
+    def kick(self, client_id: str) -> bool:
+        """End the client's connection here with DISCONNECT 0x98 (administrative action);
+        its session goes on as after any disconnect. False when it is not connected here."""
+        connection = self._clients.get(client_id)
+        if connection is None:
+            return False
+        connection.end(ReasonCode.ADMINISTRATIVE_ACTION)
+        return True
 
     # -- listeners -------------------------------------------------------------------------
 
@@ -196,6 +209,9 @@ class MqttServer:
 
     async def close(self) -> None:
         """Stop listening and end every connection with DISCONNECT 0x8B."""
+        with contextlib.suppress(ValueError):
+            self.node.remove_kicker(self.kick)
+        await self.sys_topics.stop()
         for server in self._servers:
             server.close()
         for listener in self._websockets:
@@ -223,6 +239,7 @@ class MqttServer:
             "mqtt_messages_received": self.messages_received,
             "mqtt_messages_sent": self.messages_sent,
             "mqtt_oversized_dropped": self.oversized_dropped,
+            "mqtt_expired_dropped": self.expired_dropped,
         }
 
 
@@ -252,6 +269,8 @@ async def serve(
             await server.listen_tcp(address, tls_context)
         for address in websocket:
             await server.listen_websocket(address, websocket_path)
+        if settings.sys_interval > 0 and server.listeners:
+            server.sys_topics.start()
         yield server
     finally:
         await server.close()

@@ -21,7 +21,11 @@ class MqttSettings:
     ``topic_alias_maximum``: inbound topic aliases a client may use. ``max_inflight``:
     QoS 1/2 deliveries unacknowledged by a client, at most (and at most the client's
     Receive Maximum); further ones wait in the client's queue. ``allow_anonymous``: a
-    client without a user name may connect.
+    client without a user name may connect. ``sys_interval``: seconds between updates of
+    the ``$SYS/broker/...`` topics (:mod:`router.mqtt.sys_topics`; 0: none published).
+    ``session_expiry_max``: the longest Session Expiry Interval granted (a longer one is
+    cut down and announced in CONNACK); also what a 3.1.1 client with clean session 0
+    gets, whose session the specification never ends.
     """
 
     max_connections: int = 10_000
@@ -32,6 +36,8 @@ class MqttSettings:
     topic_alias_maximum: int = 64
     max_inflight: int = 64
     allow_anonymous: bool = True
+    sys_interval: float = 10.0
+    session_expiry_max: int = 7 * 24 * 3600
 
     def __post_init__(self) -> None:
         checks = {
@@ -42,6 +48,8 @@ class MqttSettings:
             "max_keepalive": 0 <= self.max_keepalive <= 0xFFFF,
             "topic_alias_maximum": 0 <= self.topic_alias_maximum <= 0xFFFF,
             "max_inflight": 1 <= self.max_inflight <= 0xFFFF,
+            "sys_interval": self.sys_interval >= 0,
+            "session_expiry_max": 0 <= self.session_expiry_max <= 0xFFFFFFFF,
         }
         for name, good in checks.items():
             if not good:

@@ -50,8 +50,10 @@ class Paho:
         self.client.on_disconnect = self._on_disconnect
         self.client.on_subscribe = self._on_subscribe
         if "will" in options:
-            topic, payload, qos = options.pop("will")
-            self.client.will_set(topic, payload, qos)
+            topic, payload, qos, *will_properties = options.pop("will")
+            self.client.will_set(topic, payload, qos, properties=(will_properties or [None])[0])
+        if options.pop("manual_ack", False):
+            self.client.manual_ack_set(True)
         if "user" in options:
             self.client.username_pw_set(*options.pop("user"))
         if "tls" in options:
@@ -59,7 +61,7 @@ class Paho:
             cert = (str(pki.client_cert), str(pki.client_key)) if with_cert else (None, None)
             self.client.tls_set(ca_certs=str(pki.ca), certfile=cert[0], keyfile=cert[1])
         properties = options.pop("properties", None)
-        clean_start = True if protocol == V5 else mqtt.MQTT_CLEAN_START_FIRST_ONLY
+        clean_start = clean if protocol == V5 else mqtt.MQTT_CLEAN_START_FIRST_ONLY
         keepalive = options.pop("keepalive", 60)
         self.client.connect(
             "127.0.0.1", port, keepalive, clean_start=clean_start, properties=properties
@@ -92,6 +94,10 @@ class Paho:
         info.wait_for_publish(TIMEOUT)
         assert info.is_published()
 
+    def expect_disconnect(self) -> int:
+        """The reason code of the DISCONNECT the server sent (or 0 for a plain close)."""
+        return self.disconnects.get(timeout=TIMEOUT)
+
     def take(self, count: int) -> list[mqtt.MQTTMessage]:
         return [self.messages.get(timeout=TIMEOUT) for _ in range(count)]
 
@@ -113,6 +119,22 @@ class Paho:
         if sock is not None:
             sock.close()
         self.client.loop_stop()
+
+
+def connect_properties(**values: Any) -> Properties:
+    """CONNECT properties, e.g. ``SessionExpiryInterval=300``."""
+    properties = Properties(PacketTypes.CONNECT)
+    for name, value in values.items():
+        setattr(properties, name, value)
+    return properties
+
+
+def publish_properties(**values: Any) -> Properties:
+    """PUBLISH properties, e.g. ``MessageExpiryInterval=60``."""
+    properties = Properties(PacketTypes.PUBLISH)
+    for name, value in values.items():
+        setattr(properties, name, value)
+    return properties
 
 
 def user_properties(pairs: list[tuple[str, str]]) -> Properties:

@@ -1,0 +1,216 @@
+"""PUBLISH packets to a client: the MQTT 5 properties a delivery carries, and outbound
+topic aliases.
+
+The properties a publisher attaches travel with the message unaltered
+(:func:`carried_properties`, :class:`~router.core.messages.MessageProperties`); a
+delivery's PUBLISH gets them back with the subscription identifiers and the Message
+Expiry Interval that is left (:func:`publish_properties`). A client that allows topic
+aliases (Topic Alias Maximum in its CONNECT) gets one for each of the first topics sent
+to it, up to its maximum: the topic goes with its alias once, then the alias alone; an
+alias lives as long as the connection.
+
+:class:`Outbox` sends a session's deliveries over one connection: at most ``window`` QoS
+1/2 deliveries unacknowledged (the smaller of the node's ``max_inflight`` and the
+client's Receive Maximum), the rest wait in the session. A slot of the window is taken
+*before* a delivery leaves the session, so a delivery is always queued there or in
+flight, never in between (a session handed on takes both). Packets gathered while more
+deliveries wait go out in one write. A packet above the client's Maximum Packet Size
+is not sent (MQTT-3.1.2-25) and a message whose expiry passed neither; both are counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Final, Protocol
+
+from router.cluster.local_sessions import ClientSession
+from router.core.messages import Delivery, MessageProperties
+from router.errors import MqttProtocolError
+from router.mqtt.codec import encode
+from router.mqtt.packets import MQTT_5, Publish, PubRel
+from router.mqtt.properties import NO_PROPERTIES, Properties
+
+if TYPE_CHECKING:
+    from router.mqtt.protocol import Transport
+
+#: Packets to a client gathered into one write, at most.
+OUT_BATCH: Final = 256
+
+
+class DeliveryCounters(Protocol):
+    """Where an :class:`Outbox` counts (the node's MQTT server)."""
+
+    messages_sent: int
+    expired_dropped: int
+    oversized_dropped: int
+
+
+_NOTHING_CARRIED: Final = MessageProperties()
+
+
+class PublishEncoder:
+    """Encodes the PUBLISH packets of one connection (protocol ``level``), with outbound
+    topic aliases up to the client's ``alias_maximum`` (0: none)."""
+
+    def __init__(self, level: int, alias_maximum: int) -> None:
+        self.level = level
+        self.alias_maximum = alias_maximum if level >= MQTT_5 else 0
+        self._aliases: dict[str, int] = {}
+
+    def encode(self, delivery: Delivery, packet_id: int | None, dup: bool) -> bytes:
+        topic = delivery.topic
+        properties = NO_PROPERTIES
+        if self.level >= MQTT_5:
+            properties = publish_properties(delivery, time.time())
+            alias = self._alias(topic)
+            if alias is not None:
+                properties = replace(properties, topic_alias=alias[0])
+                if alias[1]:
+                    topic = ""
+        return encode(
+            Publish(topic, delivery.payload, delivery.qos, delivery.retain, dup, packet_id,
+                    properties),
+            self.level,
+        )  # fmt: skip
+
+    def _alias(self, topic: str) -> tuple[int, bool] | None:
+        """(alias, already known to the client) for ``topic``, None to send it plainly."""
+        alias = self._aliases.get(topic)
+        if alias is not None:
+            return alias, True
+        if len(self._aliases) >= self.alias_maximum:
+            return None
+        alias = self._aliases[topic] = len(self._aliases) + 1
+        return alias, False
+
+
+def carried_properties(properties: Properties) -> MessageProperties | None:
+    """The properties of a PUBLISH that travel with the message (None: none of them)."""
+    if properties is NO_PROPERTIES:
+        return None
+    carried = MessageProperties(
+        properties.payload_format_indicator,
+        properties.content_type,
+        properties.response_topic,
+        properties.correlation_data,
+        properties.user_properties,
+    )
+    return None if carried == _NOTHING_CARRIED else carried
+
+
+def publish_properties(delivery: Delivery, now: float) -> Properties:
+    """The properties of the PUBLISH that delivers ``delivery`` to a 5.0 client at ``now``
+    (wall-clock seconds): a live message's expiry interval is what is left of it."""
+    carried = delivery.properties
+    expiry = delivery.expiry_interval
+    if delivery.expires_at is not None:
+        expiry = max(math.ceil(delivery.expires_at - now), 1)
+    if carried is None and not delivery.subscription_ids and expiry is None:
+        return NO_PROPERTIES
+    if carried is None:
+        carried = _NOTHING_CARRIED
+    return Properties(
+        payload_format_indicator=carried.payload_format_indicator,
+        message_expiry_interval=expiry,
+        content_type=carried.content_type,
+        response_topic=carried.response_topic,
+        correlation_data=carried.correlation_data,
+        subscription_identifiers=delivery.subscription_ids,
+        user_properties=carried.user_properties,
+    )
+
+
+class Outbox:
+    """The deliveries of one session over one connection (see the module docstring)."""
+
+    def __init__(
+        self,
+        session: ClientSession,
+        transport: Transport,
+        counters: DeliveryCounters,
+        encoder: PublishEncoder,
+        window: int,
+        max_packet: int,
+    ) -> None:
+        self._session = session
+        self._transport = transport
+        self._counters = counters
+        self._encoder = encoder
+        self._slots = asyncio.Semaphore(window)
+        self._max_packet = max_packet  # 0: no limit
+        self._next_id = 0
+        self._out: list[bytes] = []
+
+    async def run(self) -> None:
+        """Send deliveries until the session closes: first what was in flight when its
+        last connection ended (by packet id), then the queue."""
+        session = self._session
+        for packet_id in sorted(session.inflight):
+            await self._slots.acquire()
+            self._send_inflight(packet_id, session.inflight[packet_id])
+        while True:
+            if self._out and (self._slots.locked() or not session.pending()):
+                await self._flush()
+            await self._slots.acquire()
+            delivery = await session.get()
+            if delivery is None:
+                return
+            self._send(delivery)
+            if len(self._out) >= OUT_BATCH:
+                await self._flush()
+
+    def release(self, packet_id: int) -> None:
+        """The client acknowledged ``packet_id`` (PUBACK, PUBCOMP, a failed PUBREC)."""
+        if self._session.inflight.pop(packet_id, None) is not None:
+            self._slots.release()
+
+    async def _flush(self) -> None:
+        data, self._out = b"".join(self._out), []
+        self._transport.write(data)
+        await self._transport.drain()
+
+    def _send(self, delivery: Delivery) -> None:
+        """Gather one delivery's packet (holding a slot, given back unless in flight)."""
+        if delivery.expires_at is not None and delivery.expires_at <= time.time():
+            self._counters.expired_dropped += 1
+            self._slots.release()
+            return
+        if delivery.packet_id is not None:  # resumed: went out before this connection
+            self._session.inflight[delivery.packet_id] = delivery
+            self._send_inflight(delivery.packet_id, delivery)
+            return
+        packet_id = None
+        if delivery.qos:
+            packet_id = self._allocate()
+            self._session.inflight[packet_id] = delivery
+        data = self._encoder.encode(delivery, packet_id, dup=False)
+        if self._max_packet and len(data) > self._max_packet:
+            self._counters.oversized_dropped += 1  # discarded as if sent
+            if packet_id is not None:
+                self.release(packet_id)
+            else:
+                self._slots.release()
+            return
+        if packet_id is None:
+            self._slots.release()
+        self._out.append(data)
+        self._counters.messages_sent += 1
+
+    def _send_inflight(self, packet_id: int, delivery: Delivery) -> None:
+        """Send again, with DUP, what was in flight (a released one: its PUBREL)."""
+        if delivery.released:
+            self._out.append(encode(PubRel(packet_id), self._encoder.level))
+        else:
+            self._out.append(self._encoder.encode(delivery, packet_id, dup=True))
+            self._counters.messages_sent += 1
+
+    def _allocate(self) -> int:
+        inflight = self._session.inflight
+        for _ in range(0xFFFF):
+            self._next_id = self._next_id % 0xFFFF + 1
+            if self._next_id not in inflight:
+                return self._next_id
+        raise MqttProtocolError("no free packet identifier")  # (the window makes it unreachable)
