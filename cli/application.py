@@ -18,6 +18,8 @@ from redis.exceptions import (
 
 from router import RouterError, __version__
 
+from .clients import clients
+
 
 class RouterGroup(click.Group):
     """A click group that turns expected errors into one-line messages."""
@@ -39,6 +41,9 @@ class RouterGroup(click.Group):
 @click.version_option(__version__, prog_name="router")
 def app() -> None:
     """A Redis-backed, distributed, MQTT-style publish/subscribe router."""
+
+
+app.add_command(clients)
 
 
 def main() -> None:

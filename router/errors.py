@@ -245,6 +245,17 @@ class EmbeddedServerError(RouterError):
     """No embedded Redis could be started."""
 
 
+class ClientNotFoundError(RouterError, LookupError):
+    """No such client to show or act on: ``client_id`` has no session in Redis (never
+    had one, it ended or expired), or, for an action on its connection (a kick), it is
+    not connected. ``reason`` says which, after the client id in the message."""
+
+    def __init__(self, client_id: str, reason: str) -> None:
+        self.client_id = client_id
+        self.reason = reason
+        super().__init__(f"client {client_id!r} {reason}")
+
+
 # -- The Spark pipeline --------------------------------------------------------------------
 
 

@@ -1,0 +1,303 @@
+"""Operator views of clients (``router clients``): their sessions, and the kick.
+
+Every client attached to a node (MQTT or the embedding API) has a session hash in Redis,
+and so has every persistent session whose client is away, until it expires
+(:mod:`router.state.session_store`). Clients have no index: :func:`client_rows` finds
+their session hashes by SCAN (every primary of a cluster), bounded by ``limit``. For each
+session a row says::
+
+    client   node   protocol  state      since (UTC)           keepalive  subs  queued  expires in
+    sensor1  a      5.0       connected  2025-05-01T10:00:00Z  60         2     0       -
+    logger   b      3.1.1     away       2025-05-01T09:58:12Z  30         1     17      184
+    forever  a      5.0       away       2025-05-01T09:00:00Z  60         1     3       never
+
+``queued`` is what waits in an away session's Redis queue (0 while connected: the node
+delivers); ``expires in`` is the seconds an away session has left, ``expiry - (now -
+since)``, where ``since`` is the server time it went away and ``now`` the registry's
+server time, read once for all rows.
+
+A kick (:func:`kick_client`) leaves a :class:`~router.cluster.inbox.Kick` notice in the
+inbox of the node that serves the client; that node ends the connection (MQTT 5:
+DISCONNECT 0x98, administrative action) and a persistent session stays, as after any
+disconnect. Only a connected client on a live node is kicked: a notice for a dead node
+would wait in its inbox and end a later connection of the same client after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from router.cluster.config import NodeConfig
+from router.cluster.forwarding import Forwarder
+from router.cluster.inbox import Kick
+from router.core.options import SubscriptionOptions
+from router.errors import ClientNotFoundError
+from router.state.keys import Keys, check_id
+from router.state.node_registry import NodeRegistry
+from router.state.scripts import RedisClient
+from router.state.session_store import NEVER, SessionInfo, SessionQueue, SessionStore
+from router.state.subscriptions import SubscriptionStore
+
+#: Sessions found by SCAN at most, unless the caller says otherwise.
+DEFAULT_LIMIT: Final = 10_000
+#: How a session's protocol level is shown (0: a client of the embedding API).
+PROTOCOLS: Final = {0: "api", 3: "3.1", 4: "3.1.1", 5: "5.0"}
+#: Seconds a kick notice may wait in an inbox: the nodes' default inbox expiry.
+KICK_EXPIRE: Final = NodeConfig.inbox_expire
+#: Away sessions whose queues are read at once.
+_CONCURRENT: Final = 64
+
+ExpiresIn = int | Literal["never"] | None
+
+
+def protocol_name(level: int) -> str:
+    """``"5.0"``, ``"3.1.1"``, ``"3.1"`` or ``"api"`` (level 0); other levels as a number."""
+    return PROTOCOLS.get(level, str(level))
+
+
+def iso_time(ms: int) -> str:
+    """Server milliseconds as an ISO 8601 UTC time to the second (``...T10:00:00Z``)."""
+    moment = datetime.fromtimestamp(ms / 1000, UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def expires_in(info: SessionInfo, now_ms: int) -> ExpiresIn:
+    """The seconds an away session has left (rounded up, at least 0), ``"never"`` for a
+    session that never expires, None for a connected one (it does not count down)."""
+    if info.connected:
+        return None
+    if info.expiry >= NEVER:
+        return "never"
+    left_ms = info.expiry * 1000 - (now_ms - info.since)
+    return max(0, -(-left_ms // 1000))
+
+
+@dataclass(frozen=True)
+class ClientRow:
+    """One session as ``router clients`` lists it (see the module docstring).
+
+    ``node_alive`` is False when the node named in the session no longer heartbeats (a
+    connected session there is stale: it ends when its keys expire or a node takes the
+    client over). ``expiry`` is the Session Expiry Interval (:data:`NEVER`: never).
+    """
+
+    client_id: str
+    node_id: str
+    node_alive: bool
+    protocol: str
+    connected: bool
+    since_ms: int
+    keepalive: int
+    subscriptions: int
+    queued: int
+    expiry: int
+    expires_in: ExpiresIn
+
+    @property
+    def state(self) -> str:
+        return "connected" if self.connected else "away"
+
+    @property
+    def since(self) -> str:
+        return iso_time(self.since_ms)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "client_id": self.client_id,
+            "node": self.node_id,
+            "node_alive": self.node_alive,
+            "protocol": self.protocol,
+            "state": self.state,
+            "since": self.since,
+            "since_ms": self.since_ms,
+            "keepalive": self.keepalive,
+            "subscriptions": self.subscriptions,
+            "queued": self.queued,
+            "expiry": self.expiry,
+            "expires_in": self.expires_in,
+        }
+
+
+@dataclass(frozen=True)
+class ClientDetail:
+    """One session with its filters (sorted) and their options, the username it
+    connected with (None: none) and the inbound QoS 2 packet ids awaiting PUBREL."""
+
+    row: ClientRow
+    username: str | None
+    filters: dict[str, SubscriptionOptions]
+    awaiting_release: tuple[int, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.row.as_dict(),
+            "username": self.username,
+            "awaiting_release": list(self.awaiting_release),
+            "filters": [{"filter": f, **o.as_dict()} for f, o in self.filters.items()],
+        }
+
+
+@dataclass(frozen=True)
+class KickSent:
+    """A kick notice stored in ``node_id``'s inbox for ``client_id`` (``protocol`` as
+    :func:`protocol_name` shows it)."""
+
+    client_id: str
+    node_id: str
+    protocol: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"client_id": self.client_id, "node": self.node_id, "protocol": self.protocol}
+
+
+# -- reading -----------------------------------------------------------------------------
+
+
+async def _clock(redis: RedisClient, keys: Keys) -> tuple[int, set[str]]:
+    """The registry's server time (ms) and the ids of the live nodes."""
+    found = await NodeRegistry(redis, keys).nodes()
+    if not found:
+        return await _server_ms(redis), set()
+    return found[0].now_ms, {info.node_id for info in found if info.alive}
+
+
+async def _server_ms(redis: RedisClient) -> int:
+    """Redis server time in ms (a cluster answers from one of its nodes)."""
+    reply: Any = await redis.time()
+    if isinstance(reply, dict):  # a cluster may answer per node
+        reply = next(iter(reply.values()))
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def _subscription_counts(
+    redis: RedisClient, keys: Keys, client_ids: Sequence[str]
+) -> list[int]:
+    if not client_ids:
+        return []
+    pipe = redis.pipeline(transaction=False)
+    for client_id in client_ids:
+        pipe.hlen(keys.client_subscriptions(client_id))
+    return [int(count) for count in await pipe.execute()]
+
+
+async def _backlog(redis: RedisClient, keys: Keys, info: SessionInfo) -> int:
+    if info.connected:
+        return 0
+    queue = SessionQueue(redis, keys, info.client_id, info.expiry)
+    try:
+        return await queue.backlog()
+    finally:
+        await queue.aclose()
+
+
+async def _backlogs(redis: RedisClient, keys: Keys, infos: Sequence[SessionInfo]) -> list[int]:
+    found: list[int] = []
+    for start in range(0, len(infos), _CONCURRENT):
+        chunk = infos[start : start + _CONCURRENT]
+        found += await asyncio.gather(*(_backlog(redis, keys, info) for info in chunk))
+    return found
+
+
+async def _rows(
+    redis: RedisClient, keys: Keys, infos: Sequence[SessionInfo], now_ms: int, alive: set[str]
+) -> list[ClientRow]:
+    counts = await _subscription_counts(redis, keys, [info.client_id for info in infos])
+    queued = await _backlogs(redis, keys, infos)
+    return [
+        ClientRow(
+            info.client_id,
+            info.node_id,
+            info.node_id in alive,
+            protocol_name(info.protocol),
+            info.connected,
+            info.since,
+            info.keepalive,
+            count,
+            waiting,
+            info.expiry,
+            expires_in(info, now_ms),
+        )
+        for info, count, waiting in zip(infos, counts, queued, strict=True)
+    ]
+
+
+async def client_rows(
+    redis: RedisClient, keys: Keys, *, node_id: str | None = None, limit: int = DEFAULT_LIMIT
+) -> tuple[list[ClientRow], bool]:
+    """Every session (connected and away), sorted by client id, at most ``limit`` found by
+    SCAN; with ``node_id`` only the sessions on that node. Returns the rows and whether
+    the scan saw every session. Raises :class:`InvalidIdError` for an unusable node id,
+    :class:`CorruptStateError` for a session hash the router did not write."""
+    if node_id is not None:
+        check_id(node_id, "node id")
+    store = SessionStore(redis, keys, SubscriptionStore(redis, keys))
+    client_ids, complete = await store.client_ids(limit)
+    now_ms, alive = await _clock(redis, keys)
+    infos = [
+        info
+        for info in await store.describe_many(client_ids)
+        if info is not None and (node_id is None or info.node_id == node_id)
+    ]
+    return await _rows(redis, keys, infos, now_ms, alive), complete
+
+
+async def _describe(redis: RedisClient, keys: Keys, client_id: str) -> SessionInfo:
+    check_id(client_id, "client id")
+    store = SessionStore(redis, keys, SubscriptionStore(redis, keys))
+    info = await store.describe(client_id)
+    if info is None:
+        raise ClientNotFoundError(
+            client_id, f"has no session under prefix {keys.prefix!r} (never, or not anymore)"
+        )
+    return info
+
+
+async def client_detail(redis: RedisClient, keys: Keys, client_id: str) -> ClientDetail:
+    """One client's session, subscriptions included.
+
+    Raises :class:`ClientNotFoundError` when it has no session (never had, ended or
+    expired), :class:`InvalidIdError` for an id that cannot name a client.
+    """
+    info = await _describe(redis, keys, client_id)
+    now_ms, alive = await _clock(redis, keys)
+    [row] = await _rows(redis, keys, [info], now_ms, alive)
+    found = await SubscriptionStore(redis, keys).subscriptions(client_id)
+    filters = {f: found[f] for f in sorted(found)}
+    return ClientDetail(row, info.username, filters, info.awaiting_release)
+
+
+# -- the kick ----------------------------------------------------------------------------
+
+
+async def kick_client(
+    redis: RedisClient, keys: Keys, client_id: str, *, expire: float = KICK_EXPIRE
+) -> KickSent:
+    """Ask the node serving ``client_id`` to end its connection (see the module
+    docstring); returns once the notice is in that node's inbox, not when it acted.
+
+    Raises :class:`ClientNotFoundError` when the client has no session, is away, or its
+    node is not alive; :class:`InvalidIdError` for an id that cannot name a client.
+    """
+    info = await _describe(redis, keys, client_id)
+    if not info.connected:
+        away = iso_time(info.since)
+        raise ClientNotFoundError(
+            client_id, f"is not connected (its session is away since {away}): nothing to kick"
+        )
+    _, alive = await _clock(redis, keys)
+    if info.node_id not in alive:
+        raise ClientNotFoundError(
+            client_id,
+            f"is not connected: node {info.node_id!r}, which served it, is not alive",
+        )
+    forwarder = Forwarder(redis, keys, expire)
+    try:
+        await forwarder.notify(info.node_id, Kick(client_id))
+    finally:
+        await forwarder.stop()
+    return KickSent(client_id, info.node_id, protocol_name(info.protocol))
