@@ -103,6 +103,32 @@ def bench_cluster(
         _print_table("router bench cluster", {"value": result})
 
 
+@bench.command("mqtt")
+@click.option("--redis", "url", default=None, help="Standalone Redis URL (default: start one).")
+@click.option("--messages", default=40_000, show_default=True, help="Messages per QoS and broker.")
+@click.option("--publishers", default=4, show_default=True, help="Publisher connections.")
+@click.option("--subscribers", default=4, show_default=True, help="Subscriber connections.")
+@click.option("--window", default=100, show_default=True, help="QoS 1 publishes in flight.")
+@click.option("--rate", default=2_000.0, show_default=True, help="Latency phase rate (msg/s).")
+@click.option("--seconds", default=5.0, show_default=True, help="Latency phase length.")
+@click.option("--drain-seconds", default=3.0, show_default=True, help="Wait for stragglers.")
+@click.option("--skip-mosquitto", is_flag=True, help="Leave mosquitto out.")
+@click.option("--skip-amqtt", is_flag=True, help="Leave amqtt out.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_mqtt(url: str | None, as_json: bool, **sizes: Any) -> None:
+    """MQTT 3.1.1 clients through two router nodes, one node, mosquitto and amqtt at QoS 0
+    and 1 (the same messages, checked), and latency through two nodes at a fixed rate."""
+    from router.bench import broker_runs
+
+    result = broker_runs.run(url, broker_runs.MqttBenchConfig(**sizes))
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        qos = {name: result.pop(name) for name in ("qos0", "qos1")}
+        _print_table("router bench mqtt: throughput (msg/s delivered)", qos)
+        _print_table("router bench mqtt: latency and workload", {"value": result})
+
+
 @bench.command("pipeline")
 @click.option("--redis", "url", default=None, help="Standalone Redis URL (default: start one).")
 @click.option("--publishes", default=2_000_000, show_default=True, help="Traffic-log records.")

@@ -1,0 +1,67 @@
+"""``router bench mqtt --json`` on a tiny size: the shape, and every broker's answers agree.
+
+It starts two router nodes, then one, then mosquitto and amqtt (amqtt from the bench's own
+virtualenv under ~/.cache/router/, created by pip on first use).
+"""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from router.cli import app
+
+BROKERS = ("router_two_nodes", "router_one_node", "mosquitto", "amqtt")
+QOS_FIELDS = (
+    *(f"{broker}_msgs_per_s" for broker in BROKERS),
+    "vs_mosquitto",
+    "vs_amqtt",
+    "lost",
+    "duplicates",
+    "lost_by_broker",
+    "duplicates_by_broker",
+    "answers_agree",
+)
+TOP_FIELDS = (
+    "qos0",
+    "qos1",
+    "p50_latency_ms",
+    "p99_latency_ms",
+    "latency_messages",
+    "messages",
+    "publishers",
+    "subscribers",
+    "rate",
+    "seconds",
+    "targets_met",
+)
+
+
+def test_bench_mqtt_reports_every_field(redis_standalone_url: str) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench", "mqtt", "--redis", redis_standalone_url, "--messages", "300",
+            "--publishers", "3", "--subscribers", "2", "--rate", "400", "--seconds", "0.5",
+            "--drain-seconds", "1", "--json",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    for field in TOP_FIELDS:
+        assert field in report, field
+    for qos in ("qos0", "qos1"):
+        row = report[qos]
+        for field in QOS_FIELDS:
+            assert field in row, (qos, field)
+        for broker in BROKERS:
+            assert row[f"{broker}_msgs_per_s"] > 0, (qos, broker)
+        assert set(row["lost_by_broker"]) == set(BROKERS)
+        assert row["vs_mosquitto"] > 0 and row["vs_amqtt"] > 0
+    assert report["qos1"]["lost_by_broker"] == dict.fromkeys(BROKERS, 0)
+    assert report["qos1"]["duplicates_by_broker"] == dict.fromkeys(BROKERS, 0)
+    assert report["qos1"]["answers_agree"] is True
+    assert report["qos0"]["lost_by_broker"]["router_two_nodes"] == 0
+    assert report["latency_messages"] == 200  # 400 msg/s for 0.5 s, every one through
+    assert 0 < report["p50_latency_ms"] <= report["p99_latency_ms"]
