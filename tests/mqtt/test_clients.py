@@ -15,27 +15,8 @@ import pytest
 from router.mqtt.codec import PacketReader, encode
 from router.mqtt.packets import MQTT_5, ConnAck, Connect, Disconnect
 from router.state.keys import Keys
+from tests.mqtt.conftest import Nodes
 from tests.support.mqtt import TIMEOUT, V5, V311, Paho, mqtt_node, user_properties
-
-Nodes = tuple[int, int]
-
-
-@pytest.fixture(params=["redis_standalone_url", "redis_cluster_url"])
-def nodes(request: pytest.FixtureRequest, keys: Keys) -> Iterator[Nodes]:
-    """Two nodes with MQTT listeners: (port of node A, port of node B)."""
-    env = {"ROUTER_REDIS_URL": request.getfixturevalue(request.param), "ROUTER_PREFIX": keys.prefix}
-    with mqtt_node("a", env) as (_, port_a), mqtt_node("b", env) as (_, port_b):
-        yield port_a, port_b
-
-
-@pytest.fixture
-def clients() -> Iterator[list[Paho]]:
-    made: list[Paho] = []
-    try:
-        yield made
-    finally:
-        for client in made:
-            client.close()
 
 
 def routed(publisher: Paho, subscriber: Paho, topic: str) -> None:

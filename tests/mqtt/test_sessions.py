@@ -6,45 +6,28 @@ everything it missed."""
 from __future__ import annotations
 
 import queue
+import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
-import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from router.state.keys import Keys
+from router.mqtt.codec import PacketReader, encode
+from router.mqtt.packets import MQTT_5, ConnAck, Connect, PubComp, Publish, PubRec, PubRel
+from router.mqtt.properties import Properties as MqttProperties
+from tests.mqtt.conftest import Nodes
 from tests.support.mqtt import (
     TIMEOUT,
     V5,
     V311,
     Paho,
     connect_properties,
-    mqtt_node,
     publish_properties,
 )
 from tests.support.waiting import wait_until
-
-Nodes = tuple[int, int]
-
-
-@pytest.fixture(params=["redis_standalone_url", "redis_cluster_url"])
-def nodes(request: pytest.FixtureRequest, keys: Keys) -> Iterator[Nodes]:
-    env = {"ROUTER_REDIS_URL": request.getfixturevalue(request.param), "ROUTER_PREFIX": keys.prefix}
-    with mqtt_node("a", env) as (_, port_a), mqtt_node("b", env) as (_, port_b):
-        yield port_a, port_b
-
-
-@pytest.fixture
-def clients() -> Iterator[list[Paho]]:
-    made: list[Paho] = []
-    try:
-        yield made
-    finally:
-        for client in made:
-            client.close()
 
 
 def keeper(port: int, clients: list[Paho], client_id: str, expiry: int, **options: object) -> Paho:
@@ -315,3 +298,54 @@ def _drain(client: Paho) -> list[Any]:
             got.append(client.messages.get(timeout=0.5))
         except queue.Empty:
             return got
+
+
+def _packets_until(sock: socket.socket, want: int) -> list[object]:
+    """Read packets until ``want`` of them came (bounded by the socket timeout)."""
+    reader = PacketReader()
+    reader.level = MQTT_5
+    got: list[object] = []
+    while len(got) < want:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        got += reader.feed(chunk)
+    return got
+
+
+def test_inbound_qos_2_state_survives_a_reconnect_to_another_node(
+    nodes: Nodes, clients: list[Paho]
+) -> None:
+    """A QoS 2 PUBLISH acknowledged by PUBREC on node a, then the connection drops; the
+    client resends it (DUP) on node b and releases it there: one copy reaches the
+    subscriber, and PUBREL finds the packet id (PUBCOMP 0x00, not 0x92). The sender is
+    a raw socket speaking through our codec: no client library lets a test drop the
+    connection between PUBREC and PUBREL."""
+    port_a, port_b = nodes
+    watcher = Paho(port_b, "q2-watcher", V5)
+    clients.append(watcher)
+    assert watcher.subscribe("q2/#", 2) == [2]
+    probe = Paho(port_a, "q2-probe", V5)
+    clients.append(probe)
+    routed_to(probe, "q2/probe", watcher)
+    hello = encode(Connect("q2-sender", MQTT_5, clean_start=False, keepalive=60,
+                           properties=MqttProperties(session_expiry_interval=300)))  # fmt: skip
+    message = Publish("q2/t", b"exactly once", 2, packet_id=7)
+    first = socket.create_connection(("127.0.0.1", port_a), timeout=TIMEOUT)
+    first.sendall(hello + encode(message))
+    assert [type(p) for p in _packets_until(first, 2)] == [ConnAck, PubRec]
+    first.close()  # no DISCONNECT: the session stays, PUBREL never came
+    second = socket.create_connection(("127.0.0.1", port_b), timeout=TIMEOUT)
+    second.sendall(hello)
+    [connack] = _packets_until(second, 1)
+    assert isinstance(connack, ConnAck) and connack.session_present
+    second.sendall(encode(replace(message, dup=True)))
+    [rec] = _packets_until(second, 1)
+    assert isinstance(rec, PubRec) and rec.packet_id == 7
+    second.sendall(encode(PubRel(7)))
+    [comp] = _packets_until(second, 1)
+    assert isinstance(comp, PubComp) and (comp.packet_id, comp.reason_code) == (7, 0)
+    second.close()
+    [got] = watcher.take(1)
+    assert got.payload == b"exactly once"
+    assert watcher.nothing_more(0.5)

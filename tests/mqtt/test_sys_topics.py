@@ -10,7 +10,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 
 import pytest
@@ -114,16 +114,6 @@ def env(request: pytest.FixtureRequest, keys: Keys) -> dict[str, str]:
         "ROUTER_REDIS_URL": request.getfixturevalue(request.param),
         "ROUTER_PREFIX": keys.prefix,
     }
-
-
-@pytest.fixture
-def clients() -> Iterator[list[Paho]]:
-    made: list[Paho] = []
-    try:
-        yield made
-    finally:
-        for client in made:
-            client.close()
 
 
 def connected(clients: list[Paho], port: int, client_id: str) -> Paho:
