@@ -4,7 +4,6 @@ session, and the kick."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +12,7 @@ from click.testing import CliRunner
 
 from router.cli import app
 from tests.support.cli import invoke, invoke_json
-from tests.support.mqtt import TIMEOUT, V5, V311, Paho, connect_properties, mqtt_node
+from tests.support.mqtt import TIMEOUT, V5, V311, Paho, connect_properties, mqtt_node, routed_to
 from tests.support.waiting import wait_until
 
 ADMINISTRATIVE_ACTION = 0x98
@@ -65,19 +64,6 @@ def nodes(redis_url: str, prefix: str) -> Iterator[Nodes]:
                 client.close()
 
 
-def routed(publisher: Paho, topic: str, watcher: Paho) -> None:
-    """Publish QoS 0 probes until ``watcher`` gets one (the publisher's node knows the
-    watcher's route), then drain the probes."""
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        publisher.publish(topic, b"probe", 0)
-        if not watcher.nothing_more(0.1):
-            while not watcher.nothing_more(0.2):
-                pass
-            return
-    raise AssertionError(f"{topic} never reached the watcher")
-
-
 def test_connected_clients_are_listed_with_node_protocol_and_subscriptions(
     nodes: Nodes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -122,7 +108,7 @@ def test_a_persistent_session_that_left_is_away_with_what_waits_for_it(
     keeper = nodes.keeper("a", "keeper", 300)
     assert keeper.subscribe("news/#", 1) == [1]
     publisher = nodes.client("b", "publisher")
-    routed(publisher, "news/probe", keeper)
+    routed_to(publisher, "news/probe", keeper)
     keeper.close()  # DISCONNECT 0x00: the session stays for 300 s
     wait_until(lambda: nodes.rows()["keeper"]["state"] == "away", TIMEOUT, nodes.rows)
     for n in range(3):

@@ -4,7 +4,6 @@ Redis Cluster: whatever one node receives, subscribers on the other get."""
 
 from __future__ import annotations
 
-import queue
 import socket
 import subprocess
 import time
@@ -16,24 +15,7 @@ from router.mqtt.codec import PacketReader, encode
 from router.mqtt.packets import MQTT_5, ConnAck, Connect, Disconnect
 from router.state.keys import Keys
 from tests.mqtt.conftest import Nodes
-from tests.support.mqtt import TIMEOUT, V5, V311, Paho, mqtt_node, user_properties
-
-
-def routed(publisher: Paho, subscriber: Paho, topic: str) -> None:
-    """Publish probes until the subscriber gets one (the route reached the publisher's
-    node), then forget the probes."""
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        publisher.publish(topic, b"probe", 0)
-        try:
-            subscriber.messages.get(timeout=0.1)
-            break
-        except queue.Empty:
-            continue
-    else:
-        raise AssertionError(f"{topic} never reached the subscriber")
-    while not subscriber.nothing_more(0.2):
-        pass
+from tests.support.mqtt import TIMEOUT, V5, V311, Paho, mqtt_node, routed_to, user_properties
 
 
 @pytest.mark.parametrize("protocol", [V311, V5], ids=["3.1.1", "5.0"])
@@ -44,7 +26,7 @@ def test_qos_0_1_2_cross_nodes(nodes: Nodes, clients: list[Paho], protocol: int)
     clients += [sub, pub]
     assert sub.connected()[0] == 0 and pub.connected()[0] == 0
     assert sub.subscribe("s/+", 2) == [2]
-    routed(pub, sub, "s/probe")
+    routed_to(pub, "s/probe", sub)
     for qos in (0, 1, 2):
         pub.publish("s/x", f"qos{qos}".encode(), qos)
     got = sorted((m.topic, m.payload, m.qos) for m in sub.take(3))
@@ -94,7 +76,7 @@ def test_properties_cross_nodes_and_assigned_client_id(nodes: Nodes, clients: li
     assert sub.subscribe("p/#", 1) == [1]
     pub = Paho(port_a, "pub5", V5)
     clients.append(pub)
-    routed(pub, sub, "p/probe")
+    routed_to(pub, "p/probe", sub)
     pub.publish("p/x", b"hello", 1)
     [message] = sub.take(1)
     assert (message.topic, message.payload, message.qos) == ("p/x", b"hello", 1)
@@ -107,7 +89,7 @@ def test_a_will_is_published_when_a_client_drops(nodes: Nodes, clients: list[Pah
     assert watcher.subscribe("will/#", 1) == [1]
     probe = Paho(port_a, "probe", V5)
     clients.append(probe)
-    routed(probe, watcher, "will/probe")
+    routed_to(probe, "will/probe", watcher)
     dying = Paho(port_a, "dying", V311, will=("will/dying", b"gone", 1))
     assert dying.connected()[0] == 0
     dying.drop()
@@ -154,7 +136,7 @@ def test_message_properties_cross_nodes_unaltered_and_in_order(
     sub, pub = Paho(port_b, "s5", V5), Paho(port_a, "p5", V5)
     clients += [sub, pub]
     sub.subscribe("u/#", 1)
-    routed(pub, sub, "u/probe")
+    routed_to(pub, "u/probe", sub)
     pairs = [("k", "v2"), ("a", "1"), ("k", "v1")]
     properties = user_properties(pairs)
     properties.PayloadFormatIndicator = 1

@@ -26,6 +26,7 @@ from tests.support.mqtt import (
     Paho,
     connect_properties,
     publish_properties,
+    routed_to,
 )
 from tests.support.waiting import wait_until
 
@@ -42,19 +43,6 @@ def keeper(port: int, clients: list[Paho], client_id: str, expiry: int, **option
     )
     clients.append(client)
     return client
-
-
-def routed_to(publisher: Paho, probe_topic: str, watcher: Paho) -> None:
-    """Publish QoS 0 probes until ``watcher`` gets one: the publisher's node knows the
-    watcher's route; then forget the probes."""
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        publisher.publish(probe_topic, b"probe", 0)
-        if not watcher.nothing_more(0.1):
-            while not watcher.nothing_more(0.2):
-                pass
-            return
-    raise AssertionError(f"{probe_topic} never reached the watcher")
 
 
 def test_a_session_away_on_one_node_resumes_on_the_other_with_what_it_missed(

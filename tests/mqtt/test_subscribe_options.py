@@ -15,7 +15,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from tests.mqtt.conftest import Nodes
-from tests.support.mqtt import TIMEOUT, V5, Paho, connect_properties
+from tests.support.mqtt import TIMEOUT, V5, Paho, connect_properties, routed_to
 from tests.support.waiting import wait_until
 
 
@@ -26,20 +26,6 @@ def client(port: int, clients: list[Paho], client_id: str, **options: Any) -> Pa
     code, _ = made.connected()
     assert code == 0
     return made
-
-
-def routed_to(publisher: Paho, probe_topic: str, *watchers: Paho) -> None:
-    """Publish QoS 0 probes until every watcher got one: the publisher's node knows the
-    watchers' routes; then forget the probes."""
-    waiting = set(watchers)
-    deadline = time.monotonic() + TIMEOUT
-    while waiting and time.monotonic() < deadline:
-        publisher.publish(probe_topic, b"probe", 0)
-        waiting = {w for w in waiting if w.nothing_more(0.1)}
-    assert not waiting, f"{probe_topic} never reached every watcher"
-    for watcher in watchers:
-        while not watcher.nothing_more(0.2):
-            pass
 
 
 def collect(member: Paho, into: list[mqtt.MQTTMessage]) -> int:

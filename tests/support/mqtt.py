@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -119,6 +120,21 @@ class Paho:
         if sock is not None:
             sock.close()
         self.client.loop_stop()
+
+
+def routed_to(publisher: Paho, probe_topic: str, *watchers: Paho) -> None:
+    """Publish QoS 0 probes until every watcher got one (the publisher's node knows the
+    watchers' routes: a subscription reaches other nodes' route mirrors asynchronously),
+    then forget the probes."""
+    waiting = set(watchers)
+    deadline = time.monotonic() + TIMEOUT
+    while waiting and time.monotonic() < deadline:
+        publisher.publish(probe_topic, b"probe", 0)
+        waiting = {w for w in waiting if w.nothing_more(0.1)}
+    assert not waiting, f"{probe_topic} never reached every watcher"
+    for watcher in watchers:
+        while not watcher.nothing_more(0.2):
+            pass
 
 
 def connect_properties(**values: Any) -> Properties:
