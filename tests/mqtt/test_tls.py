@@ -17,8 +17,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from router.cli import app
 from router.state.keys import Keys
-from tests.mqtt.test_clients import routed
-from tests.support.mqtt import TIMEOUT, V5, Paho, listener_ports, mqtt_node
+from tests.support.mqtt import TIMEOUT, V5, Paho, listener_ports, mqtt_node, routed_to
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ def test_paho_over_tls_reaches_a_plain_subscriber_on_another_node(
     try:
         assert pub.connected()[0] == 0
         sub.subscribe("secure/#", 1)
-        routed(pub, sub, "secure/probe")
+        routed_to(pub, "secure/probe", sub)
         pub.publish("secure/x", b"over tls", 1)
         [message] = sub.take(1)
         assert (message.topic, message.payload) == ("secure/x", b"over tls")

@@ -10,8 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from router.state.keys import Keys
-from tests.mqtt.test_clients import routed
-from tests.support.mqtt import TIMEOUT, V5, V311, Paho, listener_ports, mqtt_node
+from tests.support.mqtt import TIMEOUT, V5, V311, Paho, listener_ports, mqtt_node, routed_to
 
 
 @pytest.fixture
@@ -37,8 +36,8 @@ def test_paho_over_websocket_both_ways(ports: tuple[int, int], protocol: int) ->
         assert web.connected()[0] == 0
         assert web.subscribe("down/#", 1) == [1]
         assert tcp.subscribe("up/#", 1) == [1]
-        routed(web, tcp, "up/probe")
-        routed(tcp, web, "down/probe")
+        routed_to(web, "up/probe", tcp)
+        routed_to(tcp, "down/probe", web)
         web.publish("up/x", b"from the browser", 1)
         tcp.publish("down/x", b"to the browser", 2)
         assert tcp.take(1)[0].payload == b"from the browser"
