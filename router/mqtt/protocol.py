@@ -489,6 +489,8 @@ class MqttConnection:
     def _resolve_alias(self, packet: Publish) -> str:
         alias = packet.properties.topic_alias
         if alias is None:
+            if not packet.topic:
+                raise MqttProtocolError("a PUBLISH with neither a topic name nor a topic alias")
             return packet.topic
         client_id = self.client_id or ""
         if not 1 <= alias <= self.settings.topic_alias_maximum:

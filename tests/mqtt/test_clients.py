@@ -244,8 +244,16 @@ def test_unsupported_protocol_levels_get_connack_0x84_or_0x01(lone_node: int) ->
         (b"\x30\x06\x00\x03a/#\x00", 0x90),  # a wildcard in a topic name
         (b"\x30\x07\x00\x00\x03\x23\x00\x05x", 0x82),  # an alias that was never bound
         (b"\x30\x07\x00\x00\x03\x23\x01\x00x", 0x94),  # alias 256: above the maximum
+        (b"\x30\x04\x00\x00\x00x", 0x82),  # no topic name and no alias (MQTT-3.3.2-1)
     ],
-    ids=["too large", "second connect", "wildcard topic", "unbound alias", "alias too high"],
+    ids=[
+        "too large",
+        "second connect",
+        "wildcard topic",
+        "unbound alias",
+        "alias too high",
+        "no topic at all",
+    ],
 )
 def test_protocol_errors_get_disconnect_with_their_reason_code(
     lone_node: int, after_connect: bytes, code: int
