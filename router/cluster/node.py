@@ -72,7 +72,7 @@ from router.state.node_registry import NodeRegistry
 from router.state.retained_store import RetainedStore
 from router.state.routes import RouteChange, RouteStore
 from router.state.scripts import RedisClient
-from router.state.session_store import SessionStore
+from router.state.session_store import SessionInfo, SessionStore
 from router.state.subscriptions import Owner, SubscriptionStore
 
 log = logging.getLogger(__name__)
@@ -312,42 +312,47 @@ class RouterNode:
                 await self._mark_open(client_id, expiry, protocol, keepalive, username)
                 await self._policy.attached(client, new=False)
                 return True
-        present = False
+        info: SessionInfo | None = None
         if clean_start:
             claimed = await self._claims.claim(client_id)
             session = self.sessions.open(client_id)
         else:
             info = await self.session_store.describe(client_id)
-            present = info is not None
             session = self.sessions.open(client_id)
-            if present:
+            if info is not None:
                 stored = await self.subscriptions.subscriptions(client_id)
                 changes = self.sessions.restore(
                     client_id, {validate_filter(f): o for f, o in stored.items()}
                 )
                 await self._write_routes(changes)
-            claimed = await self._claims.claim(client_id, keep_state=present)
+            claimed = await self._claims.claim(client_id, keep_state=info is not None)
         session.expiry = expiry
         if claimed is not None:
-            await self._claims.notify_previous(client_id, claimed, resume=present)
-            if present:
+            await self._claims.notify_previous(client_id, claimed, resume=info is not None)
+            if info is not None:
                 previous = claimed.previous
                 moved = previous is not None and previous.node_id != self.node_id
-                await self._come_back(session, claimed.owner.epoch if moved else None, expiry)
+                epoch = claimed.owner.epoch if moved else None
+                await self._come_back(session, epoch, expiry, info.awaiting_release)
             elif expiry:
                 await self._keeper.reset_queue(client_id, expiry)
         await self._mark_open(client_id, expiry, protocol, keepalive, username)
         await self._policy.attached(client, new=claimed is not None)
-        return present
+        return info is not None
 
-    async def _come_back(self, session: ClientSession, handoff: int | None, expiry: int) -> None:
-        """Give a resumed session what was queued for it, ahead of anything newer."""
+    async def _come_back(
+        self,
+        session: ClientSession,
+        handoff: int | None,
+        expiry: int,
+        stored: tuple[int, ...] = (),
+    ) -> None:
+        """Give a resumed session what was queued for it, ahead of anything newer, and
+        the inbound QoS 2 ids awaiting PUBREL: those in memory (it was away here), those
+        ``stored`` with the session in Redis and those a handoff marker carried."""
         session.away = False
-        queued, awaiting = await self._keeper.take_queued(session, handoff)
-        info = await self.session_store.describe(session.client_id)
-        if info is not None:
-            awaiting.update(info.awaiting_release)
-        session.awaiting_release |= awaiting
+        queued, handed_on = await self._keeper.take_queued(session, handoff)
+        session.awaiting_release |= handed_on | set(stored)
         session.put_first(queued)
         session.expiry = expiry
 

@@ -55,8 +55,9 @@ SPILL_BATCH = 500
 
 @dataclass
 class _Away:
-    """The timers and spiller of one away session."""
+    """The queue, timers and spiller of one away session."""
 
+    queue: SessionQueue
     spiller: asyncio.Task[None] | None = None
     spilling: asyncio.Future[None] | None = None  # the batch on its way to Redis
     end: asyncio.TimerHandle | None = None
@@ -121,13 +122,10 @@ class SessionKeeper:
         await self.store.mark_away(
             client_id, owner, expiry=session.expiry, awaiting_release=session.awaiting_release
         )
-        queue = self.queue(client_id, session.expiry)
-        try:
-            await queue.ensure()  # (a reader idle longer than the interval had expired)
-        finally:
-            await queue.aclose()
-        await self._spill(session, session.take_all())
-        away = self._away[client_id] = _Away()
+        queue = self.queue(client_id, session.expiry)  # (one for the spiller's life)
+        await queue.ensure()  # (a reader idle longer than the interval had expired)
+        away = self._away[client_id] = _Away(queue)
+        await self._spill(queue, session.take_all())
         loop = asyncio.get_running_loop()
         if session.expiry < NEVER:
             away.end = loop.call_later(session.expiry, self._spawn, self._expire, client_id)
@@ -151,21 +149,20 @@ class SessionKeeper:
                 next_one = await session.get()
                 if next_one is not None:
                     batch.append(next_one)
-            away.spilling = asyncio.ensure_future(self._spill_batch(session, batch))
+            away.spilling = asyncio.ensure_future(self._spill_batch(away.queue, batch))
             await asyncio.shield(away.spilling)
 
-    async def _spill_batch(self, session: ClientSession, batch: list[Delivery]) -> None:
+    async def _spill_batch(self, queue: SessionQueue, batch: list[Delivery]) -> None:
         try:
-            await self._spill(session, batch)
+            await self._spill(queue, batch)
         except (RouterError, RedisError):
             self.queue_drops += len(batch)
-            log.warning("could not queue %d messages for %s", len(batch), session.client_id)
+            log.warning("could not queue %d messages for %s", len(batch), queue.client_id)
 
-    async def _spill(self, session: ClientSession, deliveries: list[Delivery]) -> None:
+    async def _spill(self, queue: SessionQueue, deliveries: list[Delivery]) -> None:
         kept = [d for d in deliveries if d.qos > 0]
         self.offline_qos0_skipped += len(deliveries) - len(kept)
         if kept:
-            queue = self.queue(session.client_id, session.expiry)
             stored, dropped = await queue.append(kept, self.max_queued, self.overflow)
             self.queued += stored
             self.queue_drops += dropped
@@ -210,6 +207,7 @@ class SessionKeeper:
         await stop_task(away.spiller)
         if away.spilling is not None:
             await away.spilling
+        await away.queue.aclose()
         if publish_will and away.pending_will is not None:
             await self._publish(away.pending_will)
 
@@ -219,7 +217,7 @@ class SessionKeeper:
         await self.settle(session.client_id, publish_will=False)
         queue = self.queue(session.client_id, session.expiry)
         try:
-            await self._spill(session, session.take_all())
+            await self._spill(queue, session.take_all())
             await queue.mark_handoff(epoch, sorted(session.awaiting_release))
         finally:
             await queue.aclose()
