@@ -98,6 +98,15 @@ class ClientSession:
             await self._ready.wait()
         return self._queue.popleft()
 
+    def take(self, limit: int) -> list[Delivery]:
+        """Up to ``limit`` queued deliveries, oldest first, without waiting (maybe none)."""
+        queue = self._queue
+        if len(queue) <= limit:
+            taken = list(queue)
+            queue.clear()
+            return taken
+        return [queue.popleft() for _ in range(limit)]
+
     def take_all(self) -> list[Delivery]:
         """Everything the session holds for its client, in the order it is due: the copies
         in flight (by packet id, each keeping it), then the queue; both are emptied."""
@@ -268,26 +277,34 @@ class LocalSessions:
             session = self._sessions.get(client_id)
             if session is None:
                 continue
-            best = max(s.options.qos for s in subscriptions)
-            keep_retain = message.retain and any(
-                s.options.retain_as_published for s in subscriptions
-            )
-            ids = tuple(
-                s.options.subscription_identifier
-                for s in subscriptions
-                if s.options.subscription_identifier is not None
-            )
+            if len(subscriptions) == 1:  # the usual case, without the loops below
+                options = subscriptions[0].options
+                best = options.qos
+                keep_retain = message.retain and options.retain_as_published
+                sid = options.subscription_identifier
+                ids: tuple[int, ...] = () if sid is None else (sid,)
+            else:
+                best = max(s.options.qos for s in subscriptions)
+                keep_retain = message.retain and any(
+                    s.options.retain_as_published for s in subscriptions
+                )
+                ids = tuple(
+                    s.options.subscription_identifier
+                    for s in subscriptions
+                    if s.options.subscription_identifier is not None
+                )
             delivery = Delivery(
                 message.topic,
                 message.payload,
-                min(best, message.qos),
+                best if best < message.qos else message.qos,
                 keep_retain,
                 message.id,
                 message.publisher,
                 ids,
                 message.sent_at,
-                properties=message.properties,
-                expires_at=message.expires_at,
+                None,
+                message.properties,
+                message.expires_at,
             )
             lost = session.offer(delivery)
             if lost is None:

@@ -70,9 +70,11 @@ class Message:
     expires_at: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Delivery:
-    """One client's copy of a message.
+    """One client's copy of a message; treat it as immutable (:func:`dataclasses.replace`
+    makes a changed one). It is not frozen because one is built per copy on the delivery
+    path, where a frozen dataclass's ``__init__`` costs four times as much.
 
     ``qos`` is min(message QoS, the best matching subscription's QoS); ``retain`` is the
     message's flag only where a matching subscription asked for retain-as-published (or
@@ -102,9 +104,10 @@ class Delivery:
     released: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Outgoing:
-    """One message for :meth:`RouterNode.publish_many`."""
+    """One message for :meth:`RouterNode.publish_many` (a request: read once, where it
+    is published; not frozen, which would make building one per publish cost more)."""
 
     topic: str
     payload: bytes

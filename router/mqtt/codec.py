@@ -97,6 +97,11 @@ def encode(packet: Packet, level: int = MQTT_5) -> bytes:
     """The bytes of ``packet`` for protocol ``level`` (fields 5.0 alone has are left out
     below 5). Raises ``ValueError`` for a field that cannot be encoded (a string over
     65535 bytes, a packet over the protocol's size) and ``TypeError`` for a non-packet."""
+    if type(packet) is Publish:
+        return encode_publish(
+            packet.topic, packet.payload, packet.qos, packet.retain, packet.dup,
+            packet.packet_id, packet.properties, level >= MQTT_5,
+        )  # fmt: skip
     writer = _WRITERS.get(type(packet))
     if writer is None:
         raise TypeError(f"not an MQTT packet: {packet!r}")
@@ -110,16 +115,46 @@ def encode(packet: Packet, level: int = MQTT_5) -> bytes:
     return bytes(out)
 
 
-def _write_publish(body: bytearray, packet: Publish, v5: bool) -> int:
-    write_string(body, packet.topic)
-    if packet.qos:
-        if not packet.packet_id:
+def encode_publish(
+    topic: str,
+    payload: bytes,
+    qos: int,
+    retain: bool,
+    dup: bool,
+    packet_id: int | None,
+    properties: Properties,
+    v5: bool,
+) -> bytes:
+    """The bytes of one PUBLISH, as :func:`encode` makes them, without a :class:`Publish`
+    to build first (the delivery path encodes one per copy); raises as :func:`encode`."""
+    name = topic.encode("utf-8")
+    if len(name) > 0xFFFF:
+        raise ValueError(f"binary data or a string is at most 65535 bytes, not {len(name)}")
+    head = bytearray(len(name).to_bytes(2, "big"))
+    head += name
+    if qos:
+        if not packet_id:
             raise ValueError("a QoS 1 or 2 PUBLISH needs a packet identifier 1..65535")
-        write_u16(body, packet.packet_id)
+        head += packet_id.to_bytes(2, "big")
     if v5:
-        write_properties(body, packet.properties)
-    body += packet.payload
-    return (packet.dup << 3) | (packet.qos << 1) | packet.retain
+        write_properties(head, properties)
+    size = len(head) + len(payload)
+    if size < 0x80:
+        fixed = bytearray((0x30 | (dup << 3) | (qos << 1) | retain, size))
+    else:
+        if size > MAX_VARINT:
+            raise ValueError(f"a packet body is at most {MAX_VARINT} bytes, not {size}")
+        fixed = bytearray((0x30 | (dup << 3) | (qos << 1) | retain,))
+        write_varint(fixed, size)
+    return b"".join((fixed, head, payload))
+
+
+def encode_puback(packet_id: int, reason_code: int, v5: bool) -> bytes:
+    """The bytes of ``PubAck(packet_id, reason_code)``, as :func:`encode` makes them (a
+    3.1.1 PUBACK has no reason code); one is written per QoS 1 publish."""
+    if v5 and reason_code:
+        return b"\x40\x03" + packet_id.to_bytes(2, "big") + bytes((reason_code,))
+    return b"\x40\x02" + packet_id.to_bytes(2, "big")
 
 
 def _write_ack(body: bytearray, packet: PubAck | PubRec | PubRel | PubComp, v5: bool) -> int:
@@ -239,7 +274,6 @@ def _encode_connect(body: bytearray, packet: Connect) -> None:
 _WRITERS: Final[dict[type, Callable[[bytearray, Any, bool], int]]] = {
     Connect: _write_connect,
     ConnAck: _write_connack,
-    Publish: _write_publish,
     PubAck: _write_ack,
     PubRec: _write_ack,
     PubRel: _write_ack,
@@ -558,6 +592,8 @@ __all__ = [
     "PacketReader",
     "decode",
     "encode",
+    "encode_publish",
+    "encode_puback",
     "encoded_size",
     "varint_size",
 ]

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Final, Protocol
 from router.cluster.local_sessions import ClientSession
 from router.core.messages import Delivery, MessageProperties
 from router.errors import MqttProtocolError
-from router.mqtt.codec import encode
-from router.mqtt.packets import MQTT_5, Publish, PubRel
+from router.mqtt.codec import encode, encode_publish
+from router.mqtt.packets import MQTT_5, PubRel
 from router.mqtt.properties import NO_PROPERTIES, Properties
 
 if TYPE_CHECKING:
@@ -63,18 +63,17 @@ class PublishEncoder:
     def encode(self, delivery: Delivery, packet_id: int | None, dup: bool) -> bytes:
         topic = delivery.topic
         properties = NO_PROPERTIES
-        if self.level >= MQTT_5:
+        v5 = self.level >= MQTT_5
+        if v5:
             properties = publish_properties(delivery, time.time())
             alias = self._alias(topic)
             if alias is not None:
                 properties = replace(properties, topic_alias=alias[0])
                 if alias[1]:
                     topic = ""
-        return encode(
-            Publish(topic, delivery.payload, delivery.qos, delivery.retain, dup, packet_id,
-                    properties),
-            self.level,
-        )  # fmt: skip
+        return encode_publish(
+            topic, delivery.payload, delivery.qos, delivery.retain, dup, packet_id, properties, v5
+        )
 
     def _alias(self, topic: str) -> tuple[int, bool] | None:
         """(alias, already known to the client) for ``topic``, None to send it plainly."""
@@ -139,33 +138,53 @@ class Outbox:
         self._transport = transport
         self._counters = counters
         self._encoder = encoder
-        self._slots = asyncio.Semaphore(window)
+        self._free = window  # slots of the window not held by a delivery
+        self._slot_freed = asyncio.Event()
         self._max_packet = max_packet  # 0: no limit
         self._next_id = 0
         self._out: list[bytes] = []
 
     async def run(self) -> None:
         """Send deliveries until the session closes: first what was in flight when its
-        last connection ended (by packet id), then the queue."""
+        last connection ended (by packet id), then the queue. Whatever is queued when a
+        turn starts goes in that turn, up to the free slots, without a wait per delivery."""
         session = self._session
         for packet_id in sorted(session.inflight):
-            await self._slots.acquire()
+            await self._slot()
+            self._free -= 1
             self._send_inflight(packet_id, session.inflight[packet_id])
         while True:
-            if self._out and (self._slots.locked() or not session.pending()):
+            if self._out:
                 await self._flush()
-            await self._slots.acquire()
-            delivery = await session.get()
-            if delivery is None:
-                return
-            self._send(delivery)
-            if len(self._out) >= OUT_BATCH:
+            await self._slot()
+            deliveries = session.take(min(self._free, OUT_BATCH))
+            if not deliveries:
+                delivery = await session.get()
+                if delivery is None:
+                    return
+                deliveries = [delivery]
+            self._free -= len(deliveries)
+            for delivery in deliveries:
+                self._send(delivery)
+
+    async def _slot(self) -> None:
+        """Return once a slot of the window is free (what is gathered goes out first: the
+        client cannot acknowledge packets it has not got)."""
+        while not self._free:
+            if self._out:
                 await self._flush()
+                continue
+            self._slot_freed.clear()
+            await self._slot_freed.wait()
+
+    def _give_back(self) -> None:
+        self._free += 1
+        self._slot_freed.set()
 
     def release(self, packet_id: int) -> None:
         """The client acknowledged ``packet_id`` (PUBACK, PUBCOMP, a failed PUBREC)."""
         if self._session.inflight.pop(packet_id, None) is not None:
-            self._slots.release()
+            self._give_back()
 
     async def _flush(self) -> None:
         data, self._out = b"".join(self._out), []
@@ -176,7 +195,7 @@ class Outbox:
         """Gather one delivery's packet (holding a slot, given back unless in flight)."""
         if delivery.expires_at is not None and delivery.expires_at <= time.time():
             self._counters.expired_dropped += 1
-            self._slots.release()
+            self._give_back()
             return
         if delivery.packet_id is not None:  # resumed: went out before this connection
             self._session.inflight[delivery.packet_id] = delivery
@@ -192,10 +211,10 @@ class Outbox:
             if packet_id is not None:
                 self.release(packet_id)
             else:
-                self._slots.release()
+                self._give_back()
             return
         if packet_id is None:
-            self._slots.release()
+            self._give_back()
         self._out.append(data)
         self._counters.messages_sent += 1
 

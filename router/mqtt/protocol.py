@@ -66,7 +66,7 @@ from router.errors import (
     RouterError,
     UnsupportedProtocolVersionError,
 )
-from router.mqtt.codec import PacketReader, encode
+from router.mqtt.codec import PacketReader, encode, encode_puback
 from router.mqtt.outgoing import Outbox, PublishEncoder, carried_properties
 from router.mqtt.packets import (
     MQTT_3_1,
@@ -439,7 +439,7 @@ class MqttConnection:
             self.server.messages_received += len(items)
             v5 = self.level >= MQTT_5
             acks = [
-                encode(PubAck(p.packet_id, _no_match(v5, r)), self.level)
+                encode_puback(p.packet_id, _no_match(v5, r), v5)
                 for p, r in zip(packets, results, strict=False)
                 if p.qos == 1 and p.packet_id is not None
             ]
