@@ -29,7 +29,7 @@ from router.core.topics import TopicFilter, TopicName
 from router.errors import MalformedMessageError
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Forward:
     """A message as sent to one node: the message, the share groups that node serves, and
     the nodes that already failed to serve those groups (a re-dispatch skips them)."""

@@ -118,7 +118,7 @@ class Outgoing:
     properties: MessageProperties | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PublishResult:
     """What a publish did: its message id, the nodes that got a copy (this node included
     when it had an interested client), and the local copies queued and dropped."""

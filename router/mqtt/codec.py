@@ -421,10 +421,21 @@ def _decode_connack(body: memoryview, v5: bool) -> ConnAck:
 
 
 def _decode_publish(flags: int, body: memoryview, v5: bool) -> Publish:
+    """A PUBLISH, its topic read in line (the one packet decoded per message)."""
     qos = (flags >> 1) & 0x03
     if qos == 3:
         raise MalformedPacketError("a PUBLISH has QoS 3")
-    topic, at = read_string(body, 0)
+    if len(body) < 2:
+        raise MalformedPacketError("the packet ends inside a two byte integer")
+    at = 2 + ((body[0] << 8) | body[1])
+    if at > len(body):
+        raise MalformedPacketError("the packet ends inside binary data or a string")
+    try:
+        topic = str(body[2:at], "utf-8")
+    except UnicodeDecodeError:
+        raise MalformedPacketError("a string is not well-formed UTF-8") from None
+    if "\x00" in topic:
+        raise MalformedPacketError("a string contains U+0000")
     packet_id = None
     if qos:
         packet_id, at = _packet_id(body, at)
@@ -570,7 +581,12 @@ class PacketReader:
                     )
                 if at + remaining > size:
                     break
-                packet = decode(snapshot[start], view[at : at + remaining], self.level)
+                first = snapshot[start]
+                if first >> 4 == PacketType.PUBLISH and self.level is not None:
+                    body = view[at : at + remaining]
+                    packet = _decode_publish(first & 0x0F, body, self.level >= MQTT_5)
+                else:
+                    packet = decode(first, view[at : at + remaining], self.level)
                 if self.level is None and type(packet) is Connect:
                     self.level = packet.protocol_level
                 packets.append(packet)
