@@ -582,6 +582,7 @@ class PacketReader:
                 if at + remaining > size:
                     break
                 first = snapshot[start]
+                packet: Packet
                 if first >> 4 == PacketType.PUBLISH and self.level is not None:
                     body = view[at : at + remaining]
                     packet = _decode_publish(first & 0x0F, body, self.level >= MQTT_5)
@@ -608,8 +609,8 @@ __all__ = [
     "PacketReader",
     "decode",
     "encode",
-    "encode_publish",
     "encode_puback",
+    "encode_publish",
     "encoded_size",
     "varint_size",
 ]
