@@ -61,7 +61,7 @@ from router.mqtt.properties import (
     read_properties,
     write_properties,
 )
-from router.mqtt.reason_codes import VALUES, connack_return_code
+from router.mqtt.reason_codes import ALLOWED, connack_return_code
 from router.mqtt.wire import (
     MAX_VARINT,
     PacketType,
@@ -338,7 +338,7 @@ def decode(first: int, body: memoryview, level: int | None) -> Packet:
         properties, at = read_properties(body, at, kind) if v5 else (NO_PROPERTIES, at)
         codes = tuple(body[at:])
         for code in codes:
-            _check_code(code)
+            _check_code(code, kind)
         return SubAck(packet_id, codes, properties)
     if kind == PacketType.UNSUBACK:
         packet_id, at = _packet_id(body, 0)
@@ -348,7 +348,7 @@ def decode(first: int, body: memoryview, level: int | None) -> Packet:
         properties, at = read_properties(body, at, kind)
         codes = tuple(body[at:])
         for code in codes:
-            _check_code(code)
+            _check_code(code, kind)
         return UnsubAck(packet_id, codes, properties)
     if kind in (PacketType.PINGREQ, PacketType.PINGRESP):
         _end(body, 0)
@@ -414,7 +414,7 @@ def _decode_connack(body: memoryview, v5: bool) -> ConnAck:
         if code not in _V3_CONNACK:
             raise MalformedPacketError(f"CONNACK return code {code} is not defined")
         return ConnAck(bool(ack_flags), _V3_CONNACK[code])
-    _check_code(code)
+    _check_code(code, PacketType.CONNACK)
     properties, at = read_properties(body, at, PacketType.CONNACK)
     _end(body, at)
     return ConnAck(bool(ack_flags), code, properties)
@@ -487,7 +487,7 @@ def _code_and_properties(body: memoryview, at: int, kind: int) -> tuple[int, Pro
     if at == len(body):
         return 0, NO_PROPERTIES
     code, at = read_byte(body, at)
-    _check_code(code)
+    _check_code(code, kind)
     if at == len(body):
         return code, NO_PROPERTIES
     properties, at = read_properties(body, at, kind)
@@ -502,9 +502,10 @@ def _packet_id(body: memoryview, at: int) -> tuple[int, int]:
     return packet_id, at
 
 
-def _check_code(code: int) -> None:
-    if code not in VALUES:
-        raise MalformedPacketError(f"reason code 0x{code:02x} is not defined")
+def _check_code(code: int, kind: int) -> None:
+    if code not in ALLOWED[kind]:
+        name = PacketType(kind).name
+        raise MalformedPacketError(f"reason code 0x{code:02x} is not one a {name} may carry")
 
 
 def _end(body: memoryview, at: int) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Final
 
+from router.mqtt.wire import PacketType
+
 
 class ReasonCode(IntEnum):
     SUCCESS = 0x00
@@ -62,6 +64,60 @@ class ReasonCode(IntEnum):
 
 VALUES: Final = frozenset(int(code) for code in ReasonCode)
 """Every value the specification defines (a reason code outside it is a Malformed Packet)."""
+
+# Which packets may carry each reason code (section 2.4, Table 2-6 of MQTT 5.0).
+_ACKS: Final = ("PUBACK", "PUBREC")
+_USED_IN: Final[dict[int, tuple[str, ...]]] = {
+    0x00: ("CONNACK", *_ACKS, "PUBREL", "PUBCOMP", "SUBACK", "UNSUBACK", "DISCONNECT", "AUTH"),
+    0x01: ("SUBACK",),
+    0x02: ("SUBACK",),
+    0x04: ("DISCONNECT",),
+    0x10: _ACKS,
+    0x11: ("UNSUBACK",),
+    0x18: ("AUTH",),
+    0x19: ("AUTH",),
+    0x80: ("CONNACK", *_ACKS, "SUBACK", "UNSUBACK", "DISCONNECT"),
+    0x81: ("CONNACK", "DISCONNECT"),
+    0x82: ("CONNACK", "DISCONNECT"),
+    0x83: ("CONNACK", *_ACKS, "SUBACK", "UNSUBACK", "DISCONNECT"),
+    0x84: ("CONNACK",),
+    0x85: ("CONNACK",),
+    0x86: ("CONNACK",),
+    0x87: ("CONNACK", *_ACKS, "SUBACK", "UNSUBACK", "DISCONNECT"),
+    0x88: ("CONNACK",),
+    0x89: ("CONNACK", "DISCONNECT"),
+    0x8A: ("CONNACK",),
+    0x8B: ("DISCONNECT",),
+    0x8C: ("CONNACK", "DISCONNECT"),
+    0x8D: ("DISCONNECT",),
+    0x8E: ("DISCONNECT",),
+    0x8F: ("SUBACK", "UNSUBACK", "DISCONNECT"),
+    0x90: ("CONNACK", *_ACKS, "DISCONNECT"),
+    0x91: (*_ACKS, "SUBACK", "UNSUBACK"),
+    0x92: ("PUBREL", "PUBCOMP"),
+    0x93: ("DISCONNECT",),
+    0x94: ("DISCONNECT",),
+    0x95: ("CONNACK", "DISCONNECT"),
+    0x96: ("DISCONNECT",),
+    0x97: ("CONNACK", *_ACKS, "SUBACK", "DISCONNECT"),
+    0x98: ("DISCONNECT",),
+    0x99: ("CONNACK", *_ACKS, "DISCONNECT"),
+    0x9A: ("CONNACK", "DISCONNECT"),
+    0x9B: ("CONNACK", "DISCONNECT"),
+    0x9C: ("CONNACK", "DISCONNECT"),
+    0x9D: ("CONNACK", "DISCONNECT"),
+    0x9E: ("SUBACK", "DISCONNECT"),
+    0x9F: ("CONNACK", "DISCONNECT"),
+    0xA0: ("DISCONNECT",),
+    0xA1: ("SUBACK", "DISCONNECT"),
+    0xA2: ("SUBACK", "DISCONNECT"),
+}
+ALLOWED: Final[dict[int, frozenset[int]]] = {
+    PacketType[packet]: frozenset(code for code, names in _USED_IN.items() if packet in names)
+    for packet in {name for names in _USED_IN.values() for name in names}
+}
+"""The reason codes each packet type may carry; another one in that packet is a
+Malformed Packet, even where the value is defined for another packet."""
 
 # 3.1.1 CONNACK return codes (section 3.2.2.3 of 3.1.1), from the 5.0 reason code.
 _V3_RETURN_CODES: Final = {

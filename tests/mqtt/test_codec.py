@@ -42,7 +42,7 @@ from router.mqtt.packets import (
     Will,
 )
 from router.mqtt.properties import NO_PROPERTIES, SPECS, WILL, Kind, Properties
-from router.mqtt.reason_codes import VALUES
+from router.mqtt.reason_codes import ALLOWED
 from router.mqtt.wire import PacketType
 
 LEVELS = (MQTT_3_1, MQTT_3_1_1, MQTT_5)
@@ -52,7 +52,11 @@ texts = st.text(
 )
 blobs = st.binary(max_size=40)
 packet_ids = st.integers(1, 0xFFFF)
-codes = st.sampled_from(sorted(VALUES))
+
+
+def codes(kind: int) -> st.SearchStrategy[int]:
+    """The reason codes a packet of ``kind`` may carry."""
+    return st.sampled_from(sorted(ALLOWED[kind]))
 
 
 def value_of(kind: Kind, flag: bool, minimum: int) -> st.SearchStrategy[Any]:
@@ -129,7 +133,7 @@ def publishes(draw: st.DrawFn, level: int) -> Publish:
 def acks(cls: type, level: int) -> st.SearchStrategy[Packet]:
     if level < MQTT_5:
         return st.builds(cls, packet_ids)
-    return st.builds(cls, packet_ids, codes, properties(cls.type, level))
+    return st.builds(cls, packet_ids, codes(cls.type), properties(cls.type, level))
 
 
 def subscriptions(level: int) -> st.SearchStrategy[Subscription]:
@@ -142,8 +146,10 @@ def subscriptions(level: int) -> st.SearchStrategy[Subscription]:
 
 def packets(level: int) -> st.SearchStrategy[Packet]:
     v5 = level == MQTT_5
-    connack_codes = codes if v5 else st.sampled_from([0x00, 0x84, 0x85, 0x88, 0x86, 0x87])
-    suback_codes = codes if v5 else st.sampled_from([0, 1, 2, 0x80])
+    connack_codes = (
+        codes(PacketType.CONNACK) if v5 else st.sampled_from([0x00, 0x84, 0x85, 0x88, 0x86, 0x87])
+    )
+    suback_codes = codes(PacketType.SUBACK) if v5 else st.sampled_from([0, 1, 2, 0x80])
     options = [
         connects(level),
         publishes(level),
@@ -170,7 +176,7 @@ def packets(level: int) -> st.SearchStrategy[Packet]:
         st.builds(
             UnsubAck,
             packet_ids,
-            st.lists(codes, max_size=3).map(tuple) if v5 else st.just(()),
+            st.lists(codes(PacketType.UNSUBACK), max_size=3).map(tuple) if v5 else st.just(()),
             properties(PacketType.UNSUBACK, level),
         ),
         st.just(PingReq()),
@@ -178,7 +184,7 @@ def packets(level: int) -> st.SearchStrategy[Packet]:
     ]
     if v5:
         for cls, kind in ((Disconnect, PacketType.DISCONNECT), (Auth, PacketType.AUTH)):
-            options.append(st.builds(cls, codes, properties(kind)))
+            options.append(st.builds(cls, codes(kind), properties(kind)))
     else:
         options.append(st.just(Disconnect()))
     return st.one_of(options)
@@ -277,6 +283,10 @@ ERRORS: list[tuple[str, bytes, int | None, type[MqttError]]] = [
     ("PINGREQ with a body", b"\xc0\x01\x00", MQTT_3_1_1, MalformedPacketError),
     ("AUTH below 5.0", b"\xf0\x00", MQTT_3_1_1, MqttProtocolError),
     ("undefined reason code", b"\xe0\x01\x03", MQTT_5, MalformedPacketError),
+    ("PUBACK with a DISCONNECT code", b"\x40\x03\x00\x01\x8e", MQTT_5, MalformedPacketError),
+    ("PUBCOMP with a PUBACK code", b"\x70\x03\x00\x01\x10", MQTT_5, MalformedPacketError),
+    ("DISCONNECT with a CONNACK code", b"\xe0\x01\x84", MQTT_5, MalformedPacketError),
+    ("AUTH with a PUBREL code", b"\xf0\x01\x92", MQTT_5, MalformedPacketError),
     ("reserved packet type 0", b"\x00\x00", MQTT_5, MalformedPacketError),
     ("property not allowed in PUBLISH", b"\x30\x09\x00\x01a\x05\x11\x00\x00\x00\x01", MQTT_5,
      MalformedPacketError),

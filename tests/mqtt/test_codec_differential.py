@@ -58,6 +58,7 @@ from router.mqtt.packets import (
     Will,
 )
 from router.mqtt.properties import NO_PROPERTIES, Properties
+from router.mqtt.reason_codes import ALLOWED
 
 TIMEOUT: Final = 5.0
 """The longest any one step of a loopback exchange may take."""
@@ -734,6 +735,19 @@ def test_auth_success_without_properties_is_two_bytes_which_mqtt5_refuses() -> N
     assert _decode_v5(mqtt5.AuthPacket().write()) == Auth()
     with pytest.raises(ValueError, match="property length"):
         mqtt5.read(memoryview(b"\xf0\x00"))
+
+
+@pytest.mark.parametrize(
+    "kind", [ConnAck, PubAck, PubRec, PubRel, PubComp, SubAck, UnsubAck, Disconnect, Auth]
+)
+def test_the_reason_codes_a_packet_may_carry_are_mqtt5s(kind: type) -> None:
+    """Our table of which packet carries which code, against mqtt5's enums. The one
+    difference is the specification's own: Table 2-6 lists 0x8C (Bad authentication
+    method) for DISCONNECT, section 3.14.2.1 does not; we accept it."""
+    enum = getattr(mqtt5, f"{kind.__name__}ReasonCode")
+    theirs = {int(m) for m in vars(enum).values() if isinstance(m, enum)}
+    extra = {0x8C} if kind is Disconnect else set()
+    assert ALLOWED[kind.type] == theirs | extra
 
 
 def test_auth_with_a_reason_code_writes_its_property_length() -> None:
