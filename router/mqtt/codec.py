@@ -1,6 +1,7 @@
 """Bytes to packets and back, for protocol levels 3, 4 and 5, without I/O.
 
-:func:`encode` writes one packet for a protocol level. :class:`PacketReader` frames a
+:func:`encode` writes one packet for a protocol level (it lives in
+:mod:`router.mqtt.encoder`, with the delivery path's shortcuts). :class:`PacketReader` frames a
 byte stream: it reads the fixed header first and refuses a packet above its maximum size
 from the remaining length alone (:class:`PacketTooLargeError`, 0x95), before any of the
 body arrives or is buffered; then :func:`decode` parses the body. The protocol level is
@@ -10,7 +11,7 @@ What a decoding error becomes (reason codes of 5.0, section 4.13):
 
 * :class:`MalformedPacketError` (0x81): reserved flag bits set, a QoS of 3, a remaining
   length or a field that runs short or long, bad UTF-8, a packet identifier 0, a
-  reason code the specification does not define, a property not allowed there;
+  reason code that packet may not carry, a property not allowed there;
 * :class:`MqttProtocolError` (0x82): a well-formed packet the protocol forbids (a first
   packet other than CONNECT, a second CONNECT is left to the session; an empty
   SUBSCRIBE in 5.0, retain handling 3, a property given twice, AUTH below 5.0);
@@ -20,8 +21,7 @@ What a decoding error becomes (reason codes of 5.0, section 4.13):
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 from router.errors import (
     MalformedPacketError,
@@ -30,6 +30,7 @@ from router.errors import (
     PacketTooLargeError,
     UnsupportedProtocolVersionError,
 )
+from router.mqtt.encoder import encode, encode_puback, encode_publish, encoded_size
 from router.mqtt.packets import (
     MQTT_3_1,
     MQTT_3_1_1,
@@ -59,9 +60,8 @@ from router.mqtt.properties import (
     WILL,
     Properties,
     read_properties,
-    write_properties,
 )
-from router.mqtt.reason_codes import ALLOWED, connack_return_code
+from router.mqtt.reason_codes import ALLOWED
 from router.mqtt.wire import (
     MAX_VARINT,
     PacketType,
@@ -70,10 +70,6 @@ from router.mqtt.wire import (
     read_string,
     read_u16,
     varint_size,
-    write_binary,
-    write_string,
-    write_u16,
-    write_varint,
 )
 
 MAX_PACKET_SIZE: Final = 1 + 4 + MAX_VARINT
@@ -88,210 +84,6 @@ _ACKS: Final[dict[int, type[PubAck | PubRec | PubRel | PubComp]]] = {
     PacketType.PUBREL: PubRel,
     PacketType.PUBCOMP: PubComp,
 }
-
-
-# -- encoding ----------------------------------------------------------------------------------
-
-
-def encode(packet: Packet, level: int = MQTT_5) -> bytes:
-    """The bytes of ``packet`` for protocol ``level`` (fields 5.0 alone has are left out
-    below 5). Raises ``ValueError`` for a field that cannot be encoded (a string over
-    65535 bytes, a packet over the protocol's size) and ``TypeError`` for a non-packet."""
-    if type(packet) is Publish:
-        return encode_publish(
-            packet.topic, packet.payload, packet.qos, packet.retain, packet.dup,
-            packet.packet_id, packet.properties, level >= MQTT_5,
-        )  # fmt: skip
-    writer = _WRITERS.get(type(packet))
-    if writer is None:
-        raise TypeError(f"not an MQTT packet: {packet!r}")
-    body = bytearray()
-    flags = writer(body, packet, level >= MQTT_5)
-    if len(body) > MAX_VARINT:
-        raise ValueError(f"a packet body is at most {MAX_VARINT} bytes, not {len(body)}")
-    out = bytearray(((packet.type << 4) | flags,))
-    write_varint(out, len(body))
-    out += body
-    return bytes(out)
-
-
-def encode_publish(
-    topic: str,
-    payload: bytes,
-    qos: int,
-    retain: bool,
-    dup: bool,
-    packet_id: int | None,
-    properties: Properties,
-    v5: bool,
-) -> bytes:
-    """The bytes of one PUBLISH, as :func:`encode` makes them, without a :class:`Publish`
-    to build first (the delivery path encodes one per copy); raises as :func:`encode`."""
-    name = topic.encode("utf-8")
-    if len(name) > 0xFFFF:
-        raise ValueError(f"binary data or a string is at most 65535 bytes, not {len(name)}")
-    head = bytearray(len(name).to_bytes(2, "big"))
-    head += name
-    if qos:
-        if not packet_id:
-            raise ValueError("a QoS 1 or 2 PUBLISH needs a packet identifier 1..65535")
-        head += packet_id.to_bytes(2, "big")
-    if v5:
-        write_properties(head, properties)
-    size = len(head) + len(payload)
-    if size < 0x80:
-        fixed = bytearray((0x30 | (dup << 3) | (qos << 1) | retain, size))
-    else:
-        if size > MAX_VARINT:
-            raise ValueError(f"a packet body is at most {MAX_VARINT} bytes, not {size}")
-        fixed = bytearray((0x30 | (dup << 3) | (qos << 1) | retain,))
-        write_varint(fixed, size)
-    return b"".join((fixed, head, payload))
-
-
-def encode_puback(packet_id: int, reason_code: int, v5: bool) -> bytes:
-    """The bytes of ``PubAck(packet_id, reason_code)``, as :func:`encode` makes them (a
-    3.1.1 PUBACK has no reason code); one is written per QoS 1 publish."""
-    if v5 and reason_code:
-        return b"\x40\x03" + packet_id.to_bytes(2, "big") + bytes((reason_code,))
-    return b"\x40\x02" + packet_id.to_bytes(2, "big")
-
-
-def _write_ack(body: bytearray, packet: PubAck | PubRec | PubRel | PubComp, v5: bool) -> int:
-    write_u16(body, packet.packet_id)
-    _write_code_and_properties(body, packet.reason_code, packet.properties, v5)
-    return 2 if type(packet) is PubRel else 0
-
-
-def _write_code_and_properties(
-    body: bytearray, code: int, properties: Properties, v5: bool
-) -> None:
-    """The optional tail of 5.0 acks, DISCONNECT and AUTH: left out when it is 0 and empty."""
-    if v5 and (code or properties):
-        body.append(code)
-        if properties:
-            write_properties(body, properties)
-
-
-def _write_connack(body: bytearray, packet: ConnAck, v5: bool) -> int:
-    body.append(1 if packet.session_present else 0)
-    body.append(packet.reason_code if v5 else connack_return_code(packet.reason_code))
-    if v5:
-        write_properties(body, packet.properties)
-    return 0
-
-
-def _write_subscribe(body: bytearray, packet: Subscribe, v5: bool) -> int:
-    write_u16(body, packet.packet_id)
-    if v5:
-        write_properties(body, packet.properties)
-    for sub in packet.subscriptions:
-        write_string(body, sub.topic_filter)
-        options = sub.qos
-        if v5:
-            options |= (sub.no_local << 2) | (sub.retain_as_published << 3)
-            options |= sub.retain_handling << 4
-        body.append(options)
-    return 2
-
-
-def _write_suback(body: bytearray, packet: SubAck, v5: bool) -> int:
-    write_u16(body, packet.packet_id)
-    if v5:
-        write_properties(body, packet.properties)
-    body += bytes(code if v5 or code < 0x80 else 0x80 for code in packet.reason_codes)
-    return 0
-
-
-def _write_unsubscribe(body: bytearray, packet: Unsubscribe, v5: bool) -> int:
-    write_u16(body, packet.packet_id)
-    if v5:
-        write_properties(body, packet.properties)
-    for topic_filter in packet.topic_filters:
-        write_string(body, topic_filter)
-    return 2
-
-
-def _write_unsuback(body: bytearray, packet: UnsubAck, v5: bool) -> int:
-    write_u16(body, packet.packet_id)
-    if v5:
-        write_properties(body, packet.properties)
-        body += bytes(packet.reason_codes)
-    return 0
-
-
-def _write_disconnect(body: bytearray, packet: Disconnect, v5: bool) -> int:
-    _write_code_and_properties(body, packet.reason_code, packet.properties, v5)
-    return 0
-
-
-def _write_auth(body: bytearray, packet: Auth, v5: bool) -> int:
-    """AUTH may leave out its reason code and property length only together, and only
-    for Success (MQTT 5.0 3.15.2.1); unlike the acks it never leaves out the length alone."""
-    if not v5:
-        raise ValueError("AUTH exists only in MQTT 5.0")
-    if packet.reason_code or packet.properties:
-        body.append(packet.reason_code)
-        write_properties(body, packet.properties)
-    return 0
-
-
-def _write_nothing(body: bytearray, packet: PingReq | PingResp, v5: bool) -> int:
-    return 0
-
-
-def _write_connect(body: bytearray, packet: Connect, v5: bool) -> int:
-    _encode_connect(body, packet)  # its own protocol level, whatever the connection's
-    return 0
-
-
-def _encode_connect(body: bytearray, packet: Connect) -> None:
-    level = packet.protocol_level
-    v5 = level >= MQTT_5
-    write_string(body, PROTOCOL_NAMES[level])
-    body.append(level)
-    will = packet.will
-    flags = (packet.clean_start << 1) | (packet.username is not None) << 7
-    flags |= (packet.password is not None) << 6
-    if will is not None:
-        flags |= 0x04 | (will.qos << 3) | (will.retain << 5)
-    body.append(flags)
-    write_u16(body, packet.keepalive)
-    if v5:
-        write_properties(body, packet.properties)
-    write_string(body, packet.client_id)
-    if will is not None:
-        if v5:
-            write_properties(body, will.properties)
-        write_string(body, will.topic)
-        write_binary(body, will.payload)
-    if packet.username is not None:
-        write_string(body, packet.username)
-    if packet.password is not None:
-        write_binary(body, packet.password)
-
-
-_WRITERS: Final[dict[type, Callable[[bytearray, Any, bool], int]]] = {
-    Connect: _write_connect,
-    ConnAck: _write_connack,
-    PubAck: _write_ack,
-    PubRec: _write_ack,
-    PubRel: _write_ack,
-    PubComp: _write_ack,
-    Subscribe: _write_subscribe,
-    SubAck: _write_suback,
-    Unsubscribe: _write_unsubscribe,
-    UnsubAck: _write_unsuback,
-    PingReq: _write_nothing,
-    PingResp: _write_nothing,
-    Disconnect: _write_disconnect,
-    Auth: _write_auth,
-}
-
-
-def encoded_size(packet: Packet, level: int = MQTT_5) -> int:
-    """The size in bytes of ``packet`` encoded for ``level`` (fixed header included)."""
-    return len(encode(packet, level))
 
 
 # -- decoding ----------------------------------------------------------------------------------
