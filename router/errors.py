@@ -102,6 +102,19 @@ class RouteSetMissingError(StateError):
     """
 
 
+class RouteWriteError(StateError):
+    """A node's route change is not durable in Redis yet (Redis refused or could not be
+    reached through every retry). The node keeps the change and writes it when Redis
+    takes writes again; until then other nodes may not route to the new subscription."""
+
+    def __init__(self, node_id: str, cause: BaseException) -> None:
+        self.node_id = node_id
+        super().__init__(
+            f"route changes of node {node_id!r} are not in Redis yet ({type(cause).__name__}: "
+            f"{cause}); the node keeps retrying them"
+        )
+
+
 class ResyncRequiredError(StateError):
     """A reader of a node's route changes cannot continue from where it is.
 

@@ -590,6 +590,8 @@ class RouterNode:
             "mirror_resyncs": self._sync.resyncs,
             "nodes_purged": self._sync.purged,
             "routes": len(self.sessions.routes()),
+            "route_batches_failed": self._writer.failed_batches,
+            "route_changes_unwritten": self._writer.unwritten,
             **self._retainer.stats(),
             **self._keeper.stats(),
             **(self._traffic.stats() if self._traffic is not None else {}),

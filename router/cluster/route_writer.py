@@ -6,6 +6,14 @@ changes of that batch (versions included). While one batch is being written, new
 gather; several changes of one route in a gathering batch collapse to the last one
 (EMQX's lesson: add/delete of the same route coalesce, last wins).
 
+A batch that still fails after the retries (Redis unreachable for long, or refusing
+writes: OOM, READONLY) is not dropped: its changes go back ahead of newer ones and the
+writer tries again with backoff until Redis takes them. Its callers get
+:class:`~router.errors.RouteWriteError` meanwhile (``failed_batches`` counts these, and
+:attr:`~RouteWriter.unwritten` is what waits), so a subscribe is never lost after the
+local state changed: another subscribe of the same filter writes nothing new, because
+routes are written when a local count goes 0 -> 1.
+
 If the route set vanished in Redis (the node was purged as dead, or Redis lost its data),
 the writer claims it again and republishes every route the node holds (``current_routes``),
 so Redis converges to the node's local state whatever happened in between.
@@ -25,12 +33,14 @@ from redis.exceptions import (
 
 from router.cluster.tasks import stop_task
 from router.core.topics import TopicFilter
-from router.errors import RouteSetMissingError
+from router.errors import RouteSetMissingError, RouteWriteError
 from router.state.routes import RouteChange, RouteStore
 
 log = logging.getLogger(__name__)
 
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+MAX_BACKOFF = 5.0
+"""Seconds between attempts at most, once a batch failed through every retry."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,7 @@ class RouteWriter:
         self._waiters: list[asyncio.Future[None]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.failed_batches = 0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"route-writer:{self._node_id}")
@@ -87,6 +98,7 @@ class RouteWriter:
         return waiter
 
     async def _run(self) -> None:
+        backoff = RETRY_DELAYS[0]
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -96,15 +108,35 @@ class RouteWriter:
                 continue
             try:
                 await self._write(batch)
-            except Exception as exc:  # report to every caller of this batch
-                log.exception("route batch failed on node %s", self._node_id)
+            except Exception as exc:  # (whatever failed: no change may be dropped)
+                self._keep(batch)
+                self.failed_batches += 1
+                log.error(
+                    "routes of node %s not written (%d changes kept, retrying in %.1f s): %r",
+                    self._node_id, len(self._pending), backoff, exc,
+                )  # fmt: skip
+                error = RouteWriteError(self._node_id, exc)
                 for waiter in waiters:
                     if not waiter.done():
-                        waiter.set_exception(exc)
+                        waiter.set_exception(error)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+                self._wake.set()
                 continue
+            backoff = RETRY_DELAYS[0]
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(None)
+
+    def _keep(self, batch: dict[TopicFilter, int]) -> None:
+        """Put a batch that could not be written back before what was submitted since
+        (a later change of the same route wins, as in any batch)."""
+        self._pending = {**batch, **self._pending}
+
+    @property
+    def unwritten(self) -> int:
+        """Route changes waiting to be written (kept from failed batches, or new)."""
+        return len(self._pending)
 
     async def _write(self, batch: dict[TopicFilter, int]) -> None:
         for delay in (*RETRY_DELAYS, None):

@@ -64,6 +64,7 @@ from router.errors import (
     MqttProtocolError,
     NotAuthorizedError,
     RouterError,
+    RouteWriteError,
     UnsupportedProtocolVersionError,
 )
 from router.mqtt.codec import PacketReader, encode, encode_puback
@@ -522,6 +523,8 @@ class MqttConnection:
                 raise MqttProtocolError("no local on a shared subscription") from None
             except NotAuthorizedError:
                 codes.append(RC.NOT_AUTHORIZED if v5 else RC.UNSPECIFIED_ERROR)
+            except RouteWriteError:  # (kept and written later: a repeat is harmless)
+                codes.append(RC.UNSPECIFIED_ERROR)
         self._write(SubAck(packet.packet_id, tuple(codes)))
 
     async def _on_unsubscribe(self, packet: Unsubscribe) -> None:

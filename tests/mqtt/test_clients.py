@@ -10,12 +10,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from redis import Redis
 
 from router.mqtt.codec import PacketReader, encode
 from router.mqtt.packets import MQTT_5, ConnAck, Connect, Disconnect
 from router.state.keys import Keys
 from tests.mqtt.conftest import Nodes
 from tests.support.mqtt import TIMEOUT, V5, V311, Paho, mqtt_node, routed_to, user_properties
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.parametrize("protocol", [V311, V5], ids=["3.1.1", "5.0"])
@@ -276,3 +278,22 @@ def test_empty_client_id_with_a_persistent_3_1_1_session_is_refused(lone_node: i
     sock = raw(lone_node)
     sock.sendall(b"\x10\x0c\x00\x04MQTT\x04\x00\x00\x3c\x00\x00")  # clean session 0, id ""
     assert closed_after(sock) == b"\x20\x02\x00\x02"  # return code 2: identifier rejected
+
+
+def test_a_subscription_whose_route_redis_refused_gets_0x80_and_is_routed_later(
+    lone_node: int, redis_standalone_url: str, keys: Keys, clients: list[Paho]
+) -> None:
+    """The node keeps a route change Redis refused (issue 14, silent loss 1): the client
+    hears 0x80, and the route is written once Redis takes writes again."""
+    routes = keys.node_routes("lone")
+    redis = Redis.from_url(redis_standalone_url)
+    try:
+        redis.set(routes, b"not a hash")  # the node's route_apply.lua fails: WRONGTYPE
+        client = Paho(lone_node, "patient", V5)
+        clients.append(client)
+        assert client.subscribe("alerts/#", 1) == [0x80]
+        redis.delete(routes)
+        wait_until(lambda: redis.hget(routes, "alerts/#") == b"1", TIMEOUT, "the kept route")
+        assert client.subscribe("alerts/#", 1) == [1]  # the connection carried on
+    finally:
+        redis.close()
