@@ -10,11 +10,13 @@ FLUSHALL: the read raises :class:`~router.errors.SubscriptionNotFoundError`). A 
 after the last clock handed on.
 
 Acknowledging is off the hot path: :meth:`ChannelFollower.done`, called once a batch is
-handled, schedules an ack of everything handed on so far; acks go out in the background,
-one at a time, at most one per ``ack_interval`` seconds, each covering all that was handled
-before it. A process that dies before an ack gets those messages again from its cursor
-(at-least-once). Within one follower a message is handed on twice only when a catch-up
-read overlaps what announcements already delivered; callers drop repeats by message id.
+handled, schedules an ack of everything handed on so far (a caller that failed part-way
+calls :meth:`~ChannelFollower.rewind` instead, to be handed the rest again); acks go out
+in the background, one at a time, at most one per ``ack_interval`` seconds, each covering
+all that was handled before it. A process that dies before an ack gets those messages
+again from its cursor (at-least-once). Within one follower a message is handed on twice
+only when a catch-up read overlaps what announcements already delivered; callers drop
+repeats by message id.
 """
 
 from __future__ import annotations
@@ -137,6 +139,16 @@ class ChannelFollower:
                 return fresh
             position = announcement.last
         return []
+
+    def handled(self, clock: int) -> None:
+        """The message of ``clock`` (handed on) is handled: :meth:`rewind` resumes after it."""
+        self._handled = clock
+
+    def rewind(self) -> None:
+        """Hand on again, read from Redis, what came after the last handled message (a
+        batch that failed part-way); :meth:`done` then acknowledges only what was handled."""
+        self._position = self._handled
+        self._behind = True
 
     def forget(self) -> None:
         """Start over from the cursor (after the subscriber was created anew)."""

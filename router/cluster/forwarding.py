@@ -41,9 +41,8 @@ from redis.exceptions import (
 
 from router.cluster.follower import ChannelFollower
 from router.cluster.inbox import Forward, Kick, Notice, pack_batch, pack_notice, unpack_record
-from router.cluster.tasks import stop_task
 from router.errors import MalformedMessageError, RouterError, SubscriptionNotFoundError
-from router.state.channels import Channel
+from router.state.channels import Channel, FetchedMessage
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
 
@@ -172,14 +171,14 @@ class _SeenIds:
         self._ids: OrderedDict[bytes, None] = OrderedDict()
         self._limit = limit
 
-    def add(self, message_id: bytes) -> bool:
-        """Remember ``message_id``; False if it was already seen."""
-        if message_id in self._ids:
-            return False
+    def known(self, message_id: bytes) -> bool:
+        return message_id in self._ids
+
+    def add(self, message_id: bytes) -> None:
+        """Remember ``message_id`` (the oldest is forgotten beyond the limit)."""
         self._ids[message_id] = None
         if len(self._ids) > self._limit:
             self._ids.popitem(last=False)
-        return True
 
 
 Dispatch = Callable[[list[Forward]], Awaitable[None]]
@@ -209,24 +208,24 @@ class InboxReader:
         self._dispatch = dispatch
         self._on_notice = on_notice
         self._seen = _SeenIds(remember)
-        self._task: asyncio.Task[None] | None = None
         self.received = 0
         self.duplicates = 0
         self.malformed = 0
         self.restarts = 0
 
-    async def start(self) -> None:
-        """Make sure the inbox cursor exists (a restart keeps it), then start reading."""
+    async def open(self) -> None:
+        """Make sure the inbox cursor exists (a restart keeps it); then :meth:`run` reads."""
         await self._channel.add_subscriber(self._node_id)
-        self._task = asyncio.create_task(self._run(), name=f"inbox:{self._node_id}")
 
     async def stop(self) -> None:
-        await stop_task(self._task)
-        self._task = None
+        """Release the inbox (once :meth:`run` was cancelled by its supervisor)."""
         await self._follower.close()
         await self._channel.aclose()
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """Read and dispatch until cancelled. Waits out an unreachable Redis and starts a
+        vanished inbox anew; raises anything else, for the node's supervisor to restart
+        it (a batch that failed part-way is read again from the first record not handled)."""
         while True:
             try:
                 await self.read_once()
@@ -244,31 +243,40 @@ class InboxReader:
                 self.restarts += 1
 
     async def read_once(self) -> int:
-        """Dispatch one batch of the inbox and acknowledge it; return the copies dispatched."""
+        """Dispatch one batch of the inbox and acknowledge it; return the copies dispatched.
+
+        Should a record fail (a re-dispatch or takeover write that Redis refused), the
+        records not yet handled are read again by the next call: none is skipped. The
+        message ids of a record count as seen only once it is dispatched, so the retry is
+        not taken for a repeat (copies delivered before the failure may come twice)."""
         dispatched = 0
-        for stored in await self._follower.next():
-            try:
-                record = unpack_record(stored.content)
-            except MalformedMessageError:
-                self.malformed += 1
-                log.error(
-                    "dropped a malformed inbox record %s on node %s", stored.id, self._node_id
-                )
-                continue
-            if not isinstance(record, list):
-                await self._on_notice(record)
-                continue
-            fresh = []
-            for forward in record:
-                if self._seen.add(forward.message.id):
-                    fresh.append(forward)
-                else:
-                    self.duplicates += 1
-            self.received += len(fresh)
-            if fresh:
-                await self._dispatch(fresh)
-                dispatched += len(fresh)
+        try:
+            for stored in await self._follower.next():
+                dispatched += await self._handle(stored)
+                self._follower.handled(stored.clock)
+        except BaseException:
+            self._follower.rewind()
+            raise
         self._follower.done()
         # Announced batches need no I/O: let the clients' consumers (and heartbeats) run.
         await asyncio.sleep(0)
         return dispatched
+
+    async def _handle(self, stored: FetchedMessage) -> int:
+        try:
+            record = unpack_record(stored.content)
+        except MalformedMessageError:
+            self.malformed += 1
+            log.error("dropped a malformed inbox record %s on node %s", stored.id, self._node_id)
+            return 0
+        if not isinstance(record, list):
+            await self._on_notice(record)
+            return 0
+        fresh = [forward for forward in record if not self._seen.known(forward.message.id)]
+        self.duplicates += len(record) - len(fresh)
+        if fresh:
+            await self._dispatch(fresh)
+            for forward in fresh:
+                self._seen.add(forward.message.id)
+        self.received += len(fresh)
+        return len(fresh)

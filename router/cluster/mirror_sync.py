@@ -26,9 +26,10 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
+from router.cluster.supervisor import Supervisor
 from router.cluster.tasks import stop_task
 from router.core.route_mirror import RouteMirror
-from router.errors import ResyncRequiredError
+from router.errors import ResyncRequiredError, RouterError
 from router.state.connection import pubsub_client
 from router.state.keys import Keys
 from router.state.node_registry import NodeRegistry
@@ -62,27 +63,27 @@ class MirrorSync:
         self._on_dropped = on_dropped
         self._hint_client: Redis | None = None
         self._pubsub: PubSub | None = None
-        self._tasks: list[asyncio.Task[None]] = []
         self._running: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
         self.resyncs = 0
         self.purged = 0
 
-    async def start(self) -> None:
-        """Listen for hints first (no hint is lost), then load every live node."""
+    async def start(self, supervisor: Supervisor) -> None:
+        """Listen for hints first (no hint is lost), then load every live node; the
+        listener and the periodic refresh run under ``supervisor``."""
         self._hint_client = pubsub_client(self._redis)
         self._pubsub = self._hint_client.pubsub(ignore_subscribe_messages=True)
         await self._pubsub.subscribe(self._keys.route_hints())
-        self._tasks.append(asyncio.create_task(self._listen(), name="route-hints"))
+        supervisor.start("route-hints", self._listen)
         await self.refresh()
         # Start returns with every live node loaded: a publish right after start is routed.
         await asyncio.gather(*self._running.values(), return_exceptions=True)
-        self._tasks.append(asyncio.create_task(self._periodic(), name="route-refresh"))
+        supervisor.start("route-refresh", self._periodic)
 
     async def stop(self) -> None:
-        for task in [*self._tasks, *self._running.values()]:
+        """Release the hint connection (the supervisor stopped the tasks)."""
+        for task in list(self._running.values()):
             await stop_task(task)
-        self._tasks.clear()
         self._running.clear()
         if self._pubsub is not None:
             with contextlib.suppress(RedisError):
@@ -113,7 +114,7 @@ class MirrorSync:
                 self._again.discard(node_id)
                 try:
                     await self.catch_up(node_id)
-                except RedisError:
+                except (RedisError, RouterError):
                     log.warning("reading routes of node %s failed", node_id, exc_info=True)
                 if node_id not in self._again:
                     return
@@ -182,7 +183,7 @@ class MirrorSync:
             try:
                 await self.purge_dead()
                 await self.refresh()
-            except RedisError:
+            except RedisError:  # (unreachable: the next round tries again; others raise)
                 log.warning("route refresh failed", exc_info=True)
 
     async def _listen(self) -> None:

@@ -4,7 +4,10 @@ Life of a node (one process, one *incarnation*):
 
 1. ``start``: register in the node registry, claim its route set (which drops the routes
    of its own previous incarnation), open its inbox, load every live node's routes into
-   the mirror, announce itself, then heartbeat every ``heartbeat_interval``.
+   the mirror, announce itself, then heartbeat every ``heartbeat_interval``. Its
+   background tasks run supervised (:mod:`router.cluster.supervisor`): one that fails
+   restarts with backoff, and a node whose task keeps failing stops its heartbeat
+   (:mod:`router.cluster.liveness`).
 2. Subscribe: the client's subscription goes to Redis (client state, atomic per client),
    then into the local trie; when the node's count for the route goes 0 -> 1 (or a share
    group's member count changes) the route change is written to the node's route set and
@@ -40,33 +43,24 @@ from router.cluster.config import NodeConfig
 from router.cluster.dispatcher import Dispatcher
 from router.cluster.forwarding import Forwarder, InboxReader
 from router.cluster.inbox import Kick, Notice, Takeover
+from router.cluster.liveness import Liveness
 from router.cluster.local_sessions import ClientSession, LocalSessions
 from router.cluster.mirror_sync import MirrorSync
 from router.cluster.policy import Policy
 from router.cluster.retainer import Retainer
 from router.cluster.route_writer import Reconciliation, RouteWriter
 from router.cluster.session_keeper import SessionKeeper
-from router.cluster.tasks import stop_task
+from router.cluster.supervisor import Supervisor
 from router.cluster.traffic_log import TrafficLog
 from router.core.guid import GuidGenerator, node_part_for
 from router.core.hooks import HookRegistry
 from router.core.hot_topics import cache_counters
-from router.core.messages import (
-    Delivery,
-    MessageProperties,
-    Outgoing,
-    PublishResult,
-)
+from router.core.messages import Delivery, MessageProperties, Outgoing, PublishResult
 from router.core.options import make_options
 from router.core.route_mirror import RouteMirror
 from router.core.sharing import LocalFirstStrategy, ShareStrategy, strategy_by_name
 from router.core.topics import TopicFilter, parse_shared, validate_filter
-from router.errors import (
-    InvalidOptionsError,
-    NodeNotRegisteredError,
-    SessionOwnershipError,
-    StaleIncarnationError,
-)
+from router.errors import InvalidOptionsError, SessionOwnershipError
 from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
 from router.state.retained_store import RetainedStore
@@ -159,9 +153,19 @@ class RouterNode:
             poll=config.inbox_poll,
         )
         self._generation: str | None = None
-        self._heartbeat: asyncio.Task[None] | None = None
         self._running = False
         self._taken_over = asyncio.Event()
+        self._supervisor = Supervisor(self.node_id, grace=config.heartbeat_ttl)
+        self._liveness = Liveness(
+            self.node_id,
+            self.registry,
+            self._supervisor,
+            config.heartbeat_interval,
+            incarnation=lambda: self.incarnation,
+            rejoin=self._rejoin,
+            audit=self._claims.audit,
+            taken_over=self._taken_over,
+        )
 
     def _strategy(self) -> ShareStrategy:
         if self.config.share_strategy == "local":
@@ -174,12 +178,13 @@ class RouterNode:
         """Join the cluster (see the module docstring); returns the node."""
         await self.registry.register(self.node_id, self.incarnation)
         await self._claim()
-        await self._inbox.start()
-        await self._sync.start()
+        await self._inbox.open()
+        self._supervisor.start("inbox", self._inbox.run)
+        await self._sync.start(self._supervisor)
         self._writer.start()
         self._retainer.start()
         await self._sync.announce()
-        self._heartbeat = asyncio.create_task(self._beat(), name=f"heartbeat:{self.node_id}")
+        self._supervisor.start("heartbeat", self._liveness.run)
         if self._traffic is not None:
             self._traffic.start()
         self._running = True
@@ -195,7 +200,7 @@ class RouterNode:
         if not self._running:
             return
         self._running = False
-        await stop_task(self._heartbeat)
+        await self._supervisor.stop()
         await self._writer.stop()
         await self._retainer.stop()
         await self._forwarder.stop()
@@ -231,24 +236,6 @@ class RouterNode:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
-
-    async def _beat(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.heartbeat_interval)
-            try:
-                await self.registry.heartbeat(self.node_id, self.incarnation)
-            except NodeNotRegisteredError:
-                await self._rejoin()
-            except StaleIncarnationError:
-                log.error("node %s was taken over by another process; stopping", self.node_id)
-                self._taken_over.set()
-                return
-            except Exception:
-                log.warning("heartbeat of node %s failed", self.node_id, exc_info=True)
-            try:
-                await self._claims.audit()
-            except Exception:
-                log.warning("session claims of node %s unchecked", self.node_id, exc_info=True)
 
     async def _rejoin(self) -> None:
         """The others purged this node (it missed heartbeats): join again as a new incarnation."""
@@ -576,6 +563,10 @@ class RouterNode:
 
     # -- reading ---------------------------------------------------------------------
 
+    def health(self) -> dict[str, Any]:
+        """``ok`` while the node claims liveness, and its tasks failing now."""
+        return self._liveness.health()
+
     def stats(self) -> dict[str, int]:
         """Counters of this node since it started."""
         return {
@@ -591,6 +582,8 @@ class RouterNode:
             "nodes_purged": self._sync.purged,
             "routes": len(self.sessions.routes()),
             "route_batches_failed": self._writer.failed_batches,
+            **self._supervisor.stats(),
+            "heartbeats_withheld": self._liveness.beats_withheld,
             "route_changes_unwritten": self._writer.unwritten,
             **self._retainer.stats(),
             **self._keeper.stats(),

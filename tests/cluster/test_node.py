@@ -12,7 +12,6 @@ import pytest
 from router import InvalidOptionsError, InvalidTopicError
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
-from router.cluster.tasks import stop_task
 from router.core import topics
 from router.state.keys import Keys
 from tests.support import waiting
@@ -134,7 +133,7 @@ async def test_a_restart_with_the_same_id_drops_the_old_incarnation(
     await old.subscribe("c", "old/#")
     await eventually(lambda: a.mirror.routes("b") == {"old/#": 1})
     # The old process vanishes without stopping (no purge); a new one takes the id.
-    await stop_task(old._heartbeat)
+    await old._supervisor.stop()
     await old._writer.stop()
     await old._sync.stop()
     await old._inbox.stop()

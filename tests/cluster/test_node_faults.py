@@ -1,21 +1,27 @@
 """Nodes keep their promises when Redis misbehaves: nothing a node accepted is dropped
 without a retry or a count (issue 14's silent-loss paths), on real Redis and a cluster.
 
-Faults are real Redis errors provoked through Redis itself (a key of the wrong type
-makes the node's own Lua script fail with WRONGTYPE), not mocks of the client.
+Faults are real Redis errors provoked through Redis itself (a key of the wrong type, a
+clock that is not a number: the node's own Lua scripts fail), not mocks of the client.
+Where a test plays a peer node, it writes inbox records with the inbox's own format.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 import pytest
 
+from router.cluster.inbox import Forward, Takeover, pack_batch, pack_notice
+from router.core.messages import Message
+from router.core.topics import TopicName
 from router.errors import RouteWriteError
+from router.state.channels import Channel, ChannelMessage
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
 from tests.support import waiting
-from tests.support.nodes import StartNode
+from tests.support.nodes import StartNode, take
 
 pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
 
@@ -44,3 +50,57 @@ async def test_a_route_write_that_redis_refuses_is_kept_and_written_later(
     b = await start_node("b")
     await eventually(lambda: "a" in b.mirror.match("alerts/x").nodes, "b routes alerts/x to a")
     assert a.stats()["route_changes_unwritten"] == 0
+
+
+def forward_record(topic: str, payload: bytes) -> bytes:
+    """An inbox record as a peer node writes it: one forward of a fresh message."""
+    message = Message(uuid.uuid4().bytes, TopicName(topic), payload)
+    return pack_batch([Forward(message)])
+
+
+async def test_a_record_that_fails_is_retried_and_the_rest_of_its_batch_is_not_lost(
+    start_node: StartNode, redis_client: RedisClient, keys: Keys
+) -> None:
+    """Silent losses 2 and 3: the inbox reader outlives a failure (supervised, restarted,
+    counted) and reads again the records after the one that failed."""
+    b = await start_node("b", inbox_poll=0.2)
+    await b.connect("roamer", clean_start=False, expiry=600)
+    await b.subscribe("phone", "news")
+    [epoch] = [owner.epoch for owner in await b.subscriptions.owners(["roamer"])]
+    queue_clock = keys.channel_clock(keys.client_queue("roamer"))
+    await redis_client.set(queue_clock, b"not a clock")  # b's hand-off write will fail
+    inbox = Channel(redis_client, keys.inbox("b"), 300.0, keys)
+    notice = pack_notice(Takeover("roamer", epoch + 1, resume=True))
+    await inbox.publish(
+        [ChannelMessage("takeover:1", notice), ChannelMessage("r2", forward_record("news", b"x"))],
+        push=True,
+    )
+    [delivery] = await take(b, "phone", 1)
+    assert delivery.payload == b"x"
+    assert b.stats()["task_restarts"] >= 1
+    await inbox.aclose()
+
+
+async def test_a_node_that_cannot_read_its_inbox_stops_claiming_liveness_then_rejoins(
+    start_node: StartNode, redis_client: RedisClient, keys: Keys
+) -> None:
+    """Silent loss 2: peers stop forwarding to a node whose inbox reader keeps failing
+    (it withholds its heartbeat and is purged), and it rejoins once it can read again."""
+    a = await start_node("a")
+    b = await start_node("b", inbox_poll=0.2)
+    await b.subscribe("phone", "news")
+    await eventually(lambda: "b" in a.mirror.match("news").nodes, "a routes news to b")
+    clock = keys.channel_clock(keys.inbox("b"))
+    saved = await redis_client.get(clock)
+    await redis_client.set(clock, b"not a clock")  # every read of b's inbox fails now
+    await eventually(lambda: not b.health()["ok"], "b withholds its heartbeat")
+    assert "inbox" in b.health()["failing"]
+    await eventually(lambda: "b" not in a.mirror.match("news").nodes, "a purged b")
+    assert b.stats()["heartbeats_withheld"] >= 1
+
+    await redis_client.set(clock, saved if saved is not None else b"0")
+    await eventually(lambda: b.health()["ok"], "b claims liveness again")
+    await eventually(lambda: "b" in a.mirror.match("news").nodes, "a routes to b again")
+    await a.publish("news", b"back")
+    [delivery] = await take(b, "phone", 1)
+    assert delivery.payload == b"back"

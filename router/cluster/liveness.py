@@ -1,0 +1,92 @@
+"""A node's heartbeat, sent only while the node can do its job.
+
+Every ``interval`` seconds :class:`Liveness` renews the node's registration (its
+heartbeat) and audits the claims of its local sessions. It withholds the heartbeat while
+the node's :class:`~router.cluster.supervisor.Supervisor` reports a task *down* (failing
+for longer than its grace): a node that cannot read its inbox must not let peers forward
+to it. Peers then purge it once its heartbeat expires, as they would a dead node; when
+the task recovers, the heartbeat finds the node unregistered and ``rejoin`` registers it
+again as a new incarnation. Withholding starts and ends with one log line each, and
+:meth:`Liveness.health` says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from router.cluster.supervisor import Supervisor
+from router.errors import NodeNotRegisteredError, StaleIncarnationError
+from router.state.node_registry import NodeRegistry
+
+log = logging.getLogger(__name__)
+
+
+class Liveness:
+    """The heartbeat loop of one node (see the module docstring)."""
+
+    def __init__(
+        self,
+        node_id: str,
+        registry: NodeRegistry,
+        supervisor: Supervisor,
+        interval: float,
+        *,
+        incarnation: Callable[[], str],
+        rejoin: Callable[[], Awaitable[None]],
+        audit: Callable[[], Awaitable[None]],
+        taken_over: asyncio.Event,
+    ) -> None:
+        self._node_id = node_id
+        self._registry = registry
+        self._supervisor = supervisor
+        self._interval = interval
+        self._incarnation = incarnation
+        self._rejoin = rejoin
+        self._audit = audit
+        self._taken_over = taken_over
+        self.withheld = False
+        self.beats_withheld = 0
+        self.beats_failed = 0
+
+    async def run(self) -> None:
+        """Beat until another process takes the node id (then set ``taken_over``)."""
+        while True:
+            await asyncio.sleep(self._interval)
+            if self._withhold():
+                continue
+            try:
+                await self._registry.heartbeat(self._node_id, self._incarnation())
+            except NodeNotRegisteredError:
+                await self._rejoin()
+            except StaleIncarnationError:
+                log.error("node %s was taken over by another process; stopping", self._node_id)
+                self._taken_over.set()
+                return
+            except Exception:  # (Redis unreachable: the next beat tries again)
+                self.beats_failed += 1
+                log.warning("heartbeat of node %s failed", self._node_id, exc_info=True)
+            try:
+                await self._audit()
+            except Exception:
+                log.warning("session claims of node %s unchecked", self._node_id, exc_info=True)
+
+    def _withhold(self) -> bool:
+        down = self._supervisor.down()
+        if down and not self.withheld:
+            log.error(
+                "node %s stops claiming liveness: %s",
+                self._node_id,
+                "; ".join(f"{name} failing ({error})" for name, error in sorted(down.items())),
+            )
+        elif self.withheld and not down:
+            log.warning("node %s claims liveness again", self._node_id)
+        self.withheld = bool(down)
+        self.beats_withheld += self.withheld
+        return self.withheld
+
+    def health(self) -> dict[str, Any]:
+        """``ok`` while the node claims liveness, and the tasks failing now."""
+        return {"ok": not self.withheld, "failing": self._supervisor.failing()}
