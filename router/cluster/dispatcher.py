@@ -56,6 +56,7 @@ class Dispatcher:
         self.local_deliveries = 0
         self.redispatched = 0
         self.undeliverable = 0
+        self.unmatched = 0  # copies from the inbox that no local subscription matched
 
     async def publish(self, outgoing: Outgoing) -> PublishResult:
         """See :meth:`RouterNode.publish <router.cluster.node.RouterNode.publish>`."""
@@ -151,10 +152,12 @@ class Dispatcher:
         """Deliver copies that arrived in the inbox; re-dispatch groups with no member here."""
         waiters = []
         for forward in forwards:
-            queued, _ = self.sessions.deliver(
+            queued, dropped = self.sessions.deliver(
                 forward.message, forward.groups, self._policy.delivery_observer
             )
             self.local_deliveries += queued
+            if not queued and not dropped and not forward.groups:
+                self.unmatched += 1  # (its subscribers left, or the node restarted since)
             for share_filter in forward.groups:
                 if self.sessions.group_members(share_filter):
                     continue
@@ -190,4 +193,5 @@ class Dispatcher:
             "local_deliveries": self.local_deliveries,
             "redispatched": self.redispatched,
             "undeliverable": self.undeliverable,
+            "copies_unmatched": self.unmatched,
         }

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+from router.cluster.config import NodeConfig
 from router.cluster.inbox import Forward, Takeover, pack_batch, pack_notice
+from router.cluster.node import RouterNode
 from router.core.messages import Message
 from router.core.topics import TopicName
 from router.errors import RouteWriteError
@@ -104,3 +107,23 @@ async def test_a_node_that_cannot_read_its_inbox_stops_claiming_liveness_then_re
     await a.publish("news", b"back")
     [delivery] = await take(b, "phone", 1)
     assert delivery.payload == b"back"
+
+
+async def test_a_restarted_node_counts_the_backlog_no_client_is_left_for(
+    start_node: StartNode, redis_connect: Callable[..., Any], keys: Keys
+) -> None:
+    """Silent loss 5: copies stored for a node that died are read by its restart, before
+    any client is back; those it cannot deliver are counted, not dropped unseen."""
+    a = await start_node("a")
+    config = NodeConfig("b", prefix=keys.prefix, heartbeat_interval=0.2, heartbeat_ttl=1.0)
+    old = RouterNode(await redis_connect(), config)
+    await old.start()
+    await old.subscribe("phone", "news")
+    await eventually(lambda: "b" in a.mirror.match("news").nodes, "a routes news to b")
+    await old._supervisor.stop()  # b dies without goodbye: no purge, its inbox stays
+    await old._writer.stop()
+    await old._sync.stop()
+    await old._inbox.stop()
+    await a.publish("news", b"while b was away")
+    new = await start_node("b")
+    await eventually(lambda: new.stats()["copies_unmatched"] == 1, "the backlog copy counted")
