@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import click
 
-from router.api import connect, default_node_id
+from router.api import REDIS_TIMEOUT, connect, default_node_id
 from router.cluster.config import NodeConfig
 from router.cluster.policy import load_acl, password_authenticator
 from router.core.hooks import HookPoint
@@ -74,6 +74,18 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
     type=click.FloatRange(min=0.001),
     default=_DEFAULTS.heartbeat_ttl,
     help="Seconds without a heartbeat after which other nodes purge this one.",
+)
+@setting(
+    "--redis-timeout",
+    type=click.FloatRange(min=0.001),
+    default=REDIS_TIMEOUT,
+    help="Seconds a Redis connect or reply may take before the call fails.",
+)
+@setting(
+    "--publish-timeout",
+    type=click.FloatRange(min=0.001),
+    default=_DEFAULTS.publish_timeout,
+    help="Seconds a publish may take (an MQTT publish then gets no acknowledgement).",
 )
 @setting(
     "--queue-limit",
@@ -140,6 +152,8 @@ def node_run(
     share_strategy: str,
     heartbeat_interval: float,
     heartbeat_ttl: float,
+    redis_timeout: float,
+    publish_timeout: float,
     queue_limit: int,
     max_queued: int,
     acl_file: str | None,
@@ -192,6 +206,8 @@ def node_run(
                 share_strategy=share_strategy,
                 heartbeat_interval=heartbeat_interval,
                 heartbeat_ttl=heartbeat_ttl,
+                redis_timeout=redis_timeout,
+                publish_timeout=publish_timeout,
                 queue_limit=queue_limit,
                 max_queued=max_queued,
                 acl=acl,

@@ -13,10 +13,13 @@ from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
 from router.cluster.policy import load_acl
 from router.core.acl import Acl, Permission
+from router.errors import InvalidSettingError
 from router.state.connection import open_redis
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 URL_VARIABLE = "ROUTER_REDIS_URL"
+REDIS_TIMEOUT = 5.0
+"""Seconds a Redis connect or reply may take by default (``connect(redis_timeout=...)``)."""
 
 
 def default_node_id() -> str:
@@ -31,6 +34,7 @@ async def connect(
     node_id: str | None = None,
     acl: Acl | str | Path | None = None,
     acl_default: str | Permission | None = None,
+    redis_timeout: float = REDIS_TIMEOUT,
     **config: Any,
 ) -> AsyncIterator[RouterNode]:
     """Start a router node on Redis at ``url`` and stop it (gracefully) on exit.
@@ -39,10 +43,18 @@ async def connect(
     recognised by itself. ``acl`` is an :class:`Acl` or an ACL file's path and
     ``acl_default`` (``"allow"``/``"deny"``, default deny) what no rule matches; a bad
     file raises :class:`AclRuleError` before anything connects. ``config`` takes the
-    other fields of :class:`NodeConfig`.
+    other fields of :class:`NodeConfig`. ``redis_timeout`` bounds each Redis connect and
+    reply in seconds: a Redis that stops answering fails calls with a timeout instead
+    of blocking them (``publish_timeout`` in ``config`` bounds a whole publish).
     """
     checked_acl = load_acl(acl, acl_default)
-    redis = await open_redis(url or os.environ.get(URL_VARIABLE, DEFAULT_URL))
+    if not redis_timeout > 0:
+        raise InvalidSettingError(f"redis_timeout must be > 0, not {redis_timeout!r}")
+    redis = await open_redis(
+        url or os.environ.get(URL_VARIABLE, DEFAULT_URL),
+        socket_timeout=redis_timeout,
+        socket_connect_timeout=redis_timeout,
+    )
     try:
         node = RouterNode(
             redis, NodeConfig(node_id or default_node_id(), acl=checked_acl, **config)

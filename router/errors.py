@@ -115,6 +115,16 @@ class RouteWriteError(StateError):
         )
 
 
+class PublishTimeoutError(StateError):
+    """A publish did not finish within the node's ``publish_timeout`` (Redis too slow or
+    unreachable). Its copies may still be stored later: a retry may deliver it twice,
+    which is at-least-once; it was never acknowledged as done."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        super().__init__(f"a publish did not finish within {seconds:g} s (is Redis answering?)")
+
+
 class ResyncRequiredError(StateError):
     """A reader of a node's route changes cannot continue from where it is.
 

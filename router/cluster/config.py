@@ -32,3 +32,4 @@ class NodeConfig:
     match_cache: CacheSettings | None = DEFAULT_CACHE  # hot-topic match caches (None: off)
     max_queued: int = 1_000  # messages a persistent session's Redis queue keeps while away
     handoff_timeout: float = 5.0  # the longest a resume waits for the previous node's handoff
+    publish_timeout: float = 10.0  # a publish not done by then raises PublishTimeoutError

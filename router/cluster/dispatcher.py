@@ -26,6 +26,7 @@ from router.core.guid import GuidGenerator
 from router.core.messages import Message, Outgoing, PublishResult
 from router.core.route_mirror import RouteMirror
 from router.core.topics import TopicFilter, validate_topic
+from router.errors import PublishTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,10 @@ class Dispatcher:
         policy: Policy,
         retainer: Retainer,
         traffic: TrafficLog | None,
+        timeout: float = 10.0,
     ) -> None:
         self.node_id = node_id
+        self.timeout = timeout
         self._ids = ids
         self.mirror = mirror
         self.sessions = sessions
@@ -59,7 +62,24 @@ class Dispatcher:
         self.unmatched = 0  # copies from the inbox that no local subscription matched
 
     async def publish(self, outgoing: Outgoing) -> PublishResult:
-        """See :meth:`RouterNode.publish <router.cluster.node.RouterNode.publish>`."""
+        """See :meth:`RouterNode.publish <router.cluster.node.RouterNode.publish>`;
+        raises :class:`PublishTimeoutError` after ``timeout`` seconds."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self._publish(outgoing)
+        except TimeoutError:
+            raise PublishTimeoutError(self.timeout) from None
+
+    async def publish_many(self, items: Iterable[Outgoing]) -> list[PublishResult]:
+        """See :meth:`RouterNode.publish_many <router.cluster.node.RouterNode.publish_many>`;
+        raises :class:`PublishTimeoutError` after ``timeout`` seconds."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self._publish_many(items)
+        except TimeoutError:
+            raise PublishTimeoutError(self.timeout) from None
+
+    async def _publish(self, outgoing: Outgoing) -> PublishResult:
         message = self.message(outgoing)
         if self._policy.guards_publish:
             [admitted] = await self._policy.admit_publish([message])
@@ -78,8 +98,7 @@ class Dispatcher:
             )
         return result
 
-    async def publish_many(self, items: Iterable[Outgoing]) -> list[PublishResult]:
-        """See :meth:`RouterNode.publish_many <router.cluster.node.RouterNode.publish_many>`."""
+    async def _publish_many(self, items: Iterable[Outgoing]) -> list[PublishResult]:
         items = list(items)
         messages = [self.message(o) for o in items]
         admitted: Sequence[Message | None] = messages

@@ -132,6 +132,7 @@ class RouterNode:
             self._policy,
             self._retainer,
             self._traffic,
+            config.publish_timeout,
         )
         self._keeper = SessionKeeper(
             redis,

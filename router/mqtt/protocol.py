@@ -65,6 +65,7 @@ from router.errors import (
     NotAuthorizedError,
     RouterError,
     RouteWriteError,
+    StateError,
     UnsupportedProtocolVersionError,
 )
 from router.mqtt.codec import PacketReader, encode, encode_puback
@@ -162,6 +163,9 @@ class MqttConnection:
             self.transport.write(encode(ConnAck(False, error.reason_code), 4 if v3 else 5))
         except MqttError as error:
             self._send_disconnect(error.reason_code)
+        except StateError as error:  # (Redis refused or did not answer: nothing was acked)
+            log.warning("closing MQTT client %s: %s", self.client_id, error)
+            self._send_disconnect(RC.SERVER_BUSY)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:

@@ -12,10 +12,13 @@ throwaway server of its own (to restart it, say) uses the ``redis_server_factory
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -229,3 +232,15 @@ class RedisClusterServers:
         for node in self.nodes:
             with contextlib.suppress(Exception):
                 node.stop()
+
+
+@contextlib.contextmanager
+def stopped(server: RedisServer) -> Iterator[None]:
+    """``server``'s process stopped by SIGSTOP (it keeps its connections and answers
+    nothing: a Redis that hangs), continued on exit."""
+    assert server.process is not None
+    os.kill(server.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
