@@ -8,12 +8,20 @@ to it. Peers then purge it once its heartbeat expires, as they would a dead node
 the task recovers, the heartbeat finds the node unregistered and ``rejoin`` registers it
 again as a new incarnation. Withholding starts and ends with one log line each, and
 :meth:`Liveness.health` says why.
+
+A stall of Redis itself (paused, swapping, a slow disk under ``appendfsync always``)
+stops every node's heartbeat at once, and expiry is judged on Redis server time: when
+Redis answers again, every node looks dead to every other. So a node purges others only
+while it is :meth:`~Liveness.steady`: its own heartbeats have landed without a gap longer
+than the TTL for a TTL and an interval, which gives the others time to beat again after
+a stall. A node that really died is still purged: the live ones stay steady.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,6 +41,7 @@ class Liveness:
         registry: NodeRegistry,
         supervisor: Supervisor,
         interval: float,
+        ttl: float,
         *,
         incarnation: Callable[[], str],
         rejoin: Callable[[], Awaitable[None]],
@@ -43,6 +52,9 @@ class Liveness:
         self._registry = registry
         self._supervisor = supervisor
         self._interval = interval
+        self._ttl = ttl
+        self._last_beat: float | None = None
+        self._steady_since: float | None = None
         self._incarnation = incarnation
         self._rejoin = rejoin
         self._audit = audit
@@ -59,6 +71,7 @@ class Liveness:
                 continue
             try:
                 await self._registry.heartbeat(self._node_id, self._incarnation())
+                self._landed()
             except NodeNotRegisteredError:
                 await self._rejoin()
             except StaleIncarnationError:
@@ -72,6 +85,22 @@ class Liveness:
                 await self._audit()
             except Exception:
                 log.warning("session claims of node %s unchecked", self._node_id, exc_info=True)
+
+    def _landed(self) -> None:
+        now = time.monotonic()
+        if self._last_beat is None or now - self._last_beat > self._ttl:
+            self._steady_since = now  # (the first beat, or after a gap: others may lag)
+        self._last_beat = now
+
+    def steady(self) -> bool:
+        """True when this node may judge others dead (see the module docstring)."""
+        if self._steady_since is None or self._last_beat is None:
+            return False
+        now = time.monotonic()
+        return (
+            now - self._last_beat <= self._ttl
+            and now - self._steady_since >= self._ttl + self._interval
+        )
 
     def _withhold(self) -> bool:
         down = self._supervisor.down()

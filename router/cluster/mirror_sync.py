@@ -52,6 +52,7 @@ class MirrorSync:
         node_id: str,
         interval: float,
         on_dropped: Callable[[str], None] | None = None,
+        may_purge: Callable[[], bool] = lambda: True,
     ) -> None:
         self._redis = redis
         self._keys = keys
@@ -61,6 +62,7 @@ class MirrorSync:
         self._node_id = node_id
         self._interval = interval
         self._on_dropped = on_dropped
+        self._may_purge = may_purge
         self._hint_client: Redis | None = None
         self._pubsub: PubSub | None = None
         self._running: dict[str, asyncio.Task[None]] = {}
@@ -167,8 +169,13 @@ class MirrorSync:
             self.request(node_id)
 
     async def purge_dead(self) -> None:
-        """Purge nodes whose heartbeat expired (any live node may; purges are idempotent)."""
-        results = await self._registry.purge_dead()
+        """Purge nodes whose heartbeat expired (any live node may; purges are idempotent),
+        unless this node is not steady when the answer comes (a stall just ended)."""
+        results = []
+        for node in await self._registry.dead_nodes():
+            if not self._may_purge():
+                break
+            results.append(await self._registry.purge(node.node_id, node.incarnation))
         for result in results:
             self._drop(result.node_id)
             if result.status == "purged":

@@ -101,6 +101,7 @@ class RouterNode:
             self.mirror,
             self.node_id,
             config.heartbeat_interval,
+            may_purge=lambda: self._liveness.steady(),  # noqa: PLW0108 (made below)
         )
         self._writer = RouteWriter(
             self.routes,
@@ -162,6 +163,7 @@ class RouterNode:
             self.registry,
             self._supervisor,
             config.heartbeat_interval,
+            config.heartbeat_ttl,
             incarnation=lambda: self.incarnation,
             rejoin=self._rejoin,
             audit=self._claims.audit,

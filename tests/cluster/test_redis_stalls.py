@@ -12,6 +12,7 @@ import router
 from router.errors import PublishTimeoutError
 from router.state.keys import Keys
 from tests.support import waiting
+from tests.support.nodes import take
 from tests.support.servers import RedisServer, stopped
 
 
@@ -31,3 +32,28 @@ async def test_a_publish_fails_within_its_deadline_when_redis_stops_answering(
             async with asyncio.timeout(5.0):  # (the bound of the test, not of the node)
                 with pytest.raises(PublishTimeoutError):
                     await a.publish("news", b"unanswered")
+
+
+async def test_a_redis_stall_longer_than_the_ttl_purges_nobody(
+    redis_server_factory: Callable[[], RedisServer], keys: Keys
+) -> None:
+    """Silent loss 7: when Redis answers again after a stall, every heartbeat looks
+    expired on its clock; the nodes wait for each other instead of purging each other."""
+    server = redis_server_factory()
+    options = {"prefix": keys.prefix, "heartbeat_interval": 0.2, "heartbeat_ttl": 1.0}
+    async with (
+        router.connect(server.url, node_id="a", **options) as a,
+        router.connect(server.url, node_id="b", **options) as b,
+    ):
+        await b.subscribe("phone", "news")
+        await waiting.eventually(lambda: "b" in a.mirror.match("news").nodes, 5.0, "a routes")
+        await waiting.eventually(a._liveness.steady, 5.0, "a beats steadily")
+        with stopped(server):
+            await asyncio.sleep(2.5)  # the stall itself: longer than the TTL
+        await waiting.eventually(
+            lambda: a._liveness.steady() and b._liveness.steady(), 10.0, "steady again"
+        )
+        assert a.stats()["nodes_purged"] == 0 and b.stats()["nodes_purged"] == 0
+        await a.publish("news", b"after the stall")
+        [delivery] = await take(b, "phone", 1)
+        assert delivery.payload == b"after the stall"
