@@ -4,6 +4,7 @@
 -- KEYS[3] = the base of the channel's body keys: the body stored at clock C is KEYS[3]..C.
 --           Body keys are derived here from this declared base (same hash tag): which clocks
 --           to read is only known inside the script. A body is "<id length>:<id><content>".
+-- KEYS[4] = the channel's epoch (see channel_add_subscriber.lua): its TTL is extended too
 -- ARGV[1] = max: return at most this many messages (a positive integer)
 -- ARGV[2] = TTL in seconds (a positive integer) for the clock and the cursor
 -- ARGV[3] = scan budget: examine at most this many clocks (>= max), so that a long run of
@@ -30,11 +31,11 @@ local function positive(value)
   return tonumber(value)
 end
 
-if #KEYS ~= 3 or #ARGV ~= 4 then
-  return redis.error_reply('ROUTER_INVALID channel_fetch takes 3 keys, max, TTL, budget, start')
+if #KEYS ~= 4 or #ARGV ~= 4 then
+  return redis.error_reply('ROUTER_INVALID channel_fetch takes 4 keys, max, TTL, budget, start')
 end
 local tag = tag_of(KEYS[1])
-if not tag or tag_of(KEYS[2]) ~= tag or tag_of(KEYS[3]) ~= tag then
+if not tag or tag_of(KEYS[2]) ~= tag or tag_of(KEYS[3]) ~= tag or tag_of(KEYS[4]) ~= tag then
   return redis.error_reply('ROUTER_INVALID the keys must belong to one channel')
 end
 local max = positive(ARGV[1])
@@ -71,6 +72,7 @@ end
 
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('EXPIRE', KEYS[2], ARGV[2])
+redis.call('EXPIRE', KEYS[4], ARGV[2])
 
 local out = {0, 0, 0}
 local found = 0

@@ -128,7 +128,10 @@ class ChannelFollower:
                 self._behind = True
                 return []
             if not clock_after(announcement.last, position):
-                continue  # already handed on
+                # Handed on already, or the channel's clock went back (a failover or a
+                # restart lost its latest writes): a read from Redis tells them apart.
+                self._behind = True
+                continue
             if not announcement.pushed or clock_after(announcement.first, next_clock(position)):
                 self._behind = True  # a clock-only announcement, or a gap: read it
                 return []

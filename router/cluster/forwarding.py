@@ -234,11 +234,11 @@ class InboxReader:
                 await asyncio.sleep(0.5)
             except SubscriptionNotFoundError:
                 log.error(
-                    "inbox of node %s vanished from Redis (flushed?); starting it anew, "
-                    "copies stored since then may be lost",
+                    "inbox of node %s vanished from Redis (flushed, or lost in a restart); "
+                    "reading it anew from the first copy stored since",
                     self._node_id,
                 )
-                await self._channel.add_subscriber(self._node_id)
+                await self._channel.add_subscriber(self._node_id, lost=True)
                 self._follower.forget()
                 self.restarts += 1
 

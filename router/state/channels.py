@@ -159,6 +159,8 @@ class Channel:
         self._scripts = Scripts(redis)
         self._base = self.keys.channel(name)
         self._clock_key = self.keys.channel_clock(name)
+        self._epoch_key = self.keys.channel_epoch(name)
+        self.epoch: str | None = None  # learnt by add_subscriber
         self._bodies = self.keys.channel_bodies(name)
         self._wake = self.keys.channel_wakeup(name)
         self._announce = "SPUBLISH" if isinstance(redis, RedisCluster) else "PUBLISH"
@@ -184,19 +186,26 @@ class Channel:
 
     # -- subscribers -----------------------------------------------------------------
 
-    async def add_subscriber(self, subscriber: str) -> bool:
+    async def add_subscriber(self, subscriber: str, *, lost: bool = False) -> bool:
         """Create ``subscriber`` with its cursor at the current clock (0 on a new channel).
 
         Returns True when created, False when it existed: then nothing changes, neither the
-        cursor nor a TTL. Raises :class:`CorruptStateError` if the clock or cursor in Redis
-        is not an integer clock (nothing changed).
+        cursor nor a TTL. Learns the channel's :attr:`epoch`, which is new whenever the
+        channel is made anew (a FLUSHALL, a restart that lost it). With ``lost`` (the
+        subscriber existed, and its cursor vanished) and an epoch that is not the one this
+        object learnt before, the channel was made anew since: the cursor starts before its
+        first message, so nothing stored meanwhile is skipped. Raises
+        :class:`CorruptStateError` if the clock or cursor in Redis is not an integer clock
+        (nothing changed).
         """
-        reply = await self._scripts.run(
+        known = self.epoch if lost and self.epoch is not None else ""
+        created, epoch = await self._scripts.run(
             "channel_add_subscriber",
-            [self._clock_key, self.keys.channel_cursor(self.name, subscriber)],
-            [self.ttl],
+            [self._clock_key, self.keys.channel_cursor(self.name, subscriber), self._epoch_key],
+            [self.ttl, known],
         )
-        return bool(reply)
+        self.epoch = epoch.decode() if isinstance(epoch, bytes) else str(epoch)
+        return bool(created)
 
     async def remove_subscriber(self, subscriber: str) -> bool:
         """Delete ``subscriber``'s cursor. Returns whether it existed (a missing one is fine)."""
@@ -310,7 +319,7 @@ class Channel:
         self, subscriber: str, cursor: str, limit: int, start: str = ""
     ) -> tuple[FetchResult, int]:
         """One fetch without waiting; continues past runs of expired clocks (bounded)."""
-        keys = [self._clock_key, cursor, self._bodies]
+        keys = [self._clock_key, cursor, self._bodies, self._epoch_key]
         last: int | None = None
         position = 0
         messages: list[FetchedMessage] = []

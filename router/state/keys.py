@@ -16,6 +16,7 @@ Layout (``rt`` is the default namespace prefix; ``ID`` is an escaped id, see bel
     rt:{nodes}:registry       hash   node id -> incarnation            (registry)
     rt:{nodes}:heartbeats     zset   node id -> expiry, server ms      (registry)
     rt:{ch:ID}:clock          string the channel clock, an integer in +-(2^53-1)  (channel)
+    rt:{ch:ID}:epoch          string a token, new whenever the channel is made anew (channel)
     rt:{ch:ID}:sub:SUB        string a subscriber's cursor (last acked clock)     (channel)
     rt:{ch:ID}:m:CLOCK        string the message stored at CLOCK (id + content)   (channel)
     rt:{ch:ID}:id:MSGID       string the clock MSGID was stored at (dedup window) (channel)
@@ -161,6 +162,10 @@ class Keys:
     def channel_wakeup(self, name: str) -> str:
         """The pub/sub channel that announces new messages (a hint, never a log)."""
         return self.channel(name) + ":wake"
+
+    def channel_epoch(self, name: str) -> str:
+        """A token that is new whenever the channel is made anew (FLUSHALL, data loss)."""
+        return self.channel(name) + ":epoch"
 
     def channel_cursor(self, name: str, subscriber: str) -> str:
         """A subscriber's cursor: the last clock it acknowledged.

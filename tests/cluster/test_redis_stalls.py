@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
+from redis.asyncio import Redis
 
 import router
 from router.errors import PublishTimeoutError
@@ -57,3 +58,31 @@ async def test_a_redis_stall_longer_than_the_ttl_purges_nobody(
         await a.publish("news", b"after the stall")
         [delivery] = await take(b, "phone", 1)
         assert delivery.payload == b"after the stall"
+
+
+async def test_copies_stored_after_a_flushall_reach_the_node_that_reads_them(
+    redis_server_factory: Callable[[], RedisServer], keys: Keys
+) -> None:
+    """Silent loss 4: after FLUSHALL a peer's copies make the inbox anew from clock 1;
+    the reader takes that for a new channel (a new epoch), not for copies it read."""
+    server = redis_server_factory()
+    options = {"prefix": keys.prefix, "heartbeat_ttl": 30.0}
+    async with (
+        router.connect(server.url, node_id="a", heartbeat_interval=10.0, **options) as a,
+        router.connect(
+            server.url, node_id="b", heartbeat_interval=0.2, inbox_poll=0.2, **options
+        ) as b,
+    ):
+        await b.subscribe("phone", "news")
+        await waiting.eventually(lambda: "b" in a.mirror.match("news").nodes, 5.0, "a routes")
+        for number in range(3):  # b's inbox clock moves on
+            await a.publish("news", b"before %d" % number)
+        assert len(await take(b, "phone", 3)) == 3
+        redis = Redis.from_url(server.url)
+        try:
+            await redis.flushall()
+        finally:
+            await redis.aclose()
+        await a.publish("news", b"after the flush")  # a's mirror has not noticed yet
+        [delivery] = await take(b, "phone", 1, timeout=10.0)
+        assert delivery.payload == b"after the flush"

@@ -319,10 +319,13 @@ async def test_publish_script_refuses_a_batch_mixing_channels(
 
 # script -> (key roles, bad ARGV lists): missing, extra and malformed arguments.
 BAD_SCRIPT_CALLS: dict[str, tuple[list[str], list[list[str]]]] = {
-    "channel_add_subscriber": (["clock", "cursor"], [[], ["61", "x"], ["0"], ["-5"], ["1.5"]]),
+    "channel_add_subscriber": (
+        ["clock", "cursor", "epoch"],
+        [[], ["61"], ["61", "", "x"], ["0", ""], ["-5", ""], ["1.5", ""]],
+    ),
     "channel_ack": (["clock", "cursor"], [["6"], ["6", "61", "x"], ["6", "0"], ["6", "ttl"]]),
     "channel_fetch": (
-        ["clock", "cursor", "bodies"],
+        ["clock", "cursor", "bodies", "epoch"],
         [
             ["10", "61", "20"],
             ["10", "61", "20", "", "x"],
@@ -357,6 +360,7 @@ async def test_scripts_refuse_missing_or_bad_argv(
         "cursor": keys.channel_cursor(NAME, "s"),
         "bodies": keys.channel_bodies(NAME),
         "dedup": keys.channel_dedup(NAME, ["m"])[0],
+        "epoch": keys.channel_epoch(NAME),
     }
     key_roles, bad_calls = BAD_SCRIPT_CALLS[script]
     script_keys = [names[role] for role in key_roles]
