@@ -10,7 +10,10 @@ from typing import Any
 
 import click
 from redis.exceptions import (
+    AuthenticationError,
+    AuthorizationError,
     ConnectionError as RedisConnectionError,
+    NoPermissionError,
     RedisClusterException,
     RedisError,
     TimeoutError as RedisTimeoutError,
@@ -29,6 +32,12 @@ class RouterGroup(click.Group):
             return super().invoke(ctx)
         except RouterError as exc:
             raise click.ClickException(str(exc)) from None
+        except (AuthenticationError, AuthorizationError) as exc:
+            raise click.ClickException(f"Redis refused the credentials: {exc}") from None
+        except NoPermissionError as exc:
+            raise click.ClickException(
+                f"Redis denies a command the router needs (see README, Redis ACL): {exc}"
+            ) from None
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise click.ClickException(f"cannot reach Redis: {exc}") from None
         except RedisClusterException as exc:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import pytest
 from click.testing import CliRunner, Result
+from redis import Redis
 
 from router.cli import app
+from tests.support.servers import RedisServer
 
 UNREACHABLE = "redis://127.0.0.1:1/0"
 
@@ -108,3 +112,29 @@ def test_help_lists_the_operator_commands() -> None:
         "channels", "trie", "reconcile", "node",
     ):  # fmt: skip
         assert f"  {name}" in result.output, name
+
+
+@pytest.fixture
+def guarded_redis(redis_server_factory: Callable[[], RedisServer]) -> Iterator[str]:
+    """A server with a password on its default user and a user "narrow" that may not run
+    scripts; yields its address as ``HOST:PORT``."""
+    server = redis_server_factory()
+    admin = Redis.from_url(server.url)
+    try:
+        admin.acl_setuser("narrow", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
+                          commands=["+@all", "-evalsha", "-eval"])  # fmt: skip
+        admin.config_set("requirepass", "s3cret")
+    finally:
+        admin.close()
+    yield f"127.0.0.1:{server.port}"
+
+
+@pytest.mark.parametrize("command", [["nodes"], ["publish", "a/b", "x"], ["node", "run"]],
+                         ids=" ".join)  # fmt: skip
+def test_wrong_credentials_and_missing_permissions_say_so(
+    guarded_redis: str, command: list[str]
+) -> None:
+    for url in (f"redis://:wrong@{guarded_redis}/0", f"redis://{guarded_redis}/0"):
+        assert_clean_failure(run(*command, "--redis", url), "Redis refused the credentials")
+    narrow = f"redis://narrow:pw@{guarded_redis}/0"
+    assert_clean_failure(run(*command, "--redis", narrow), "Redis denies a command the router")
