@@ -88,6 +88,14 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
     help="Seconds a publish may take (an MQTT publish then gets no acknowledgement).",
 )
 @setting(
+    "--allow-evicting-redis",
+    "allow_eviction",
+    is_flag=True,
+    default=False,
+    show_default=False,
+    help="Start even if Redis's maxmemory-policy may evict keys (logged as an error).",
+)
+@setting(
     "--queue-limit",
     type=click.IntRange(min=1),
     default=_DEFAULTS.queue_limit,
@@ -154,6 +162,7 @@ def node_run(
     heartbeat_ttl: float,
     redis_timeout: float,
     publish_timeout: float,
+    allow_eviction: bool,
     queue_limit: int,
     max_queued: int,
     acl_file: str | None,
@@ -208,6 +217,7 @@ def node_run(
                 heartbeat_ttl=heartbeat_ttl,
                 redis_timeout=redis_timeout,
                 publish_timeout=publish_timeout,
+                allow_eviction=allow_eviction,
                 queue_limit=queue_limit,
                 max_queued=max_queued,
                 acl=acl,

@@ -220,6 +220,11 @@ class UnsupportedServerError(RouterError):
     """A Redis server that lacks what the router needs (a cluster older than 7.0)."""
 
 
+class UnsafeRedisError(RouterError):
+    """A Redis configured so that it may lose the router's state without an error (a
+    ``maxmemory-policy`` that evicts keys)."""
+
+
 # -- The retained store --------------------------------------------------------------------
 
 

@@ -33,3 +33,4 @@ class NodeConfig:
     max_queued: int = 1_000  # messages a persistent session's Redis queue keeps while away
     handoff_timeout: float = 5.0  # the longest a resume waits for the previous node's handoff
     publish_timeout: float = 10.0  # a publish not done by then raises PublishTimeoutError
+    allow_eviction: bool = False  # start on a Redis that may evict keys (logged as an error)

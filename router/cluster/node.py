@@ -61,6 +61,7 @@ from router.core.route_mirror import RouteMirror
 from router.core.sharing import LocalFirstStrategy, ShareStrategy, strategy_by_name
 from router.core.topics import TopicFilter, parse_shared, validate_filter
 from router.errors import InvalidOptionsError, SessionOwnershipError
+from router.state.connection import check_eviction
 from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
 from router.state.retained_store import RetainedStore
@@ -179,6 +180,7 @@ class RouterNode:
 
     async def start(self) -> RouterNode:
         """Join the cluster (see the module docstring); returns the node."""
+        await check_eviction(self._redis, self.config.allow_eviction)
         await self.registry.register(self.node_id, self.incarnation)
         await self._claim()
         await self._inbox.open()

@@ -10,6 +10,7 @@ listener connects to the primary of its channel's slot): :func:`pubsub_client` g
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Final
 
 from redis.asyncio import ConnectionPool, Redis
@@ -18,8 +19,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 
-from router.errors import BadRedisURLError, UnsupportedServerError
+from router.errors import BadRedisURLError, UnsafeRedisError, UnsupportedServerError
 from router.state.scripts import RedisClient
+
+log = logging.getLogger(__name__)
 
 #: The oldest Redis a cluster may run: shard channels came with 7.0.
 MIN_CLUSTER_VERSION: Final = (7, 0)
@@ -38,6 +41,39 @@ def check_cluster_version(version: str) -> None:
             f"a Redis Cluster must run Redis {needed} or later (shard channels); "
             f"this one runs {version}"
         )
+
+
+async def eviction_policies(redis: RedisClient) -> dict[str, str]:
+    """The ``maxmemory-policy`` of every master (``INFO memory``; one entry, ``""``, on a
+    standalone server), so that a node can refuse a Redis that may evict its keys."""
+    if isinstance(redis, RedisCluster):
+        replies = await redis.info("memory", target_nodes=RedisCluster.PRIMARIES)
+        return {str(node): str(info.get("maxmemory_policy", "")) for node, info in replies.items()}
+    info = await redis.info("memory")
+    return {"": str(info.get("maxmemory_policy", ""))}
+
+
+async def check_eviction(redis: RedisClient, allow: bool) -> None:
+    """Refuse a Redis that may evict keys (any ``maxmemory-policy`` but ``noeviction``):
+    eviction silently drops routes, sessions and queued messages. Raises
+    :class:`UnsafeRedisError`; with ``allow``, logs an error and goes on. A server that
+    will not say (INFO refused) gets a warning."""
+    try:
+        policies = await eviction_policies(redis)
+    except ResponseError as exc:
+        log.warning("cannot read Redis's maxmemory-policy (%s): it must be noeviction", exc)
+        return
+    evicting = sorted(f"{node or 'the server'}: {p}" for node, p in policies.items()
+                      if p and p != "noeviction")  # fmt: skip
+    if not evicting:
+        return
+    problem = (
+        f"Redis may evict the router's keys (maxmemory-policy {', '.join(evicting)}); "
+        "set it to noeviction"
+    )
+    if not allow:
+        raise UnsafeRedisError(problem + ", or start with --allow-evicting-redis")
+    log.error("%s; running anyway (--allow-evicting-redis): routes and queues may vanish", problem)
 
 
 def _plain(url: str, **options: Any) -> Redis:

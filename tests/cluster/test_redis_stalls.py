@@ -10,11 +10,11 @@ import pytest
 from redis.asyncio import Redis
 
 import router
-from router.errors import PublishTimeoutError
+from router.errors import PublishTimeoutError, UnsafeRedisError
 from router.state.keys import Keys
 from tests.support import waiting
 from tests.support.nodes import take
-from tests.support.servers import RedisServer, stopped
+from tests.support.servers import RedisClusterServers, RedisServer, stopped
 
 
 async def test_a_publish_fails_within_its_deadline_when_redis_stops_answering(
@@ -86,3 +86,36 @@ async def test_copies_stored_after_a_flushall_reach_the_node_that_reads_them(
         await a.publish("news", b"after the flush")  # a's mirror has not noticed yet
         [delivery] = await take(b, "phone", 1, timeout=10.0)
         assert delivery.payload == b"after the flush"
+
+
+async def test_a_redis_that_may_evict_keys_is_refused_unless_allowed(
+    redis_server_factory: Callable[[], RedisServer], keys: Keys
+) -> None:
+    server = redis_server_factory()
+    admin = Redis.from_url(server.url)
+    try:
+        await admin.config_set("maxmemory-policy", "volatile-lru")
+        with pytest.raises(UnsafeRedisError, match="volatile-lru"):
+            async with router.connect(server.url, node_id="a", prefix=keys.prefix):
+                pass
+        assert await admin.keys(keys.pattern()) == []  # refused before writing anything
+        async with router.connect(
+            server.url, node_id="a", prefix=keys.prefix, allow_eviction=True
+        ) as node:
+            assert node.running
+    finally:
+        await admin.aclose()
+
+
+async def test_a_cluster_with_one_evicting_master_is_refused(
+    redis_cluster_servers: RedisClusterServers, keys: Keys
+) -> None:
+    master = Redis.from_url(redis_cluster_servers.nodes[1].node_url)
+    try:
+        await master.config_set("maxmemory-policy", "allkeys-lfu")
+        with pytest.raises(UnsafeRedisError, match="allkeys-lfu"):
+            async with router.connect(redis_cluster_servers.url, node_id="a", prefix=keys.prefix):
+                pass
+    finally:
+        await master.config_set("maxmemory-policy", "noeviction")
+        await master.aclose()
