@@ -17,6 +17,7 @@ counters.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -30,6 +31,7 @@ from router.core.passwords import PasswordFile
 from router.core.sharing import STRATEGY_NAMES
 from router.errors import StaleIncarnationError
 from router.mqtt.server import parse_address, serve, tls_context
+from router.ops.metrics import serve_metrics
 from router.ops.node_process import freeze_startup_heap
 from router.state.retained_store import RetainedConfig
 
@@ -94,6 +96,12 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
     default=False,
     show_default=False,
     help="Start even if Redis's maxmemory-policy may evict keys (logged as an error).",
+)
+@setting(
+    "--metrics",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve Prometheus /metrics and /healthz over HTTP here.",
 )
 @setting(
     "--queue-limit",
@@ -163,6 +171,7 @@ def node_run(
     redis_timeout: float,
     publish_timeout: float,
     allow_eviction: bool,
+    metrics: str | None,
     queue_limit: int,
     max_queued: int,
     acl_file: str | None,
@@ -191,7 +200,12 @@ def node_run(
         )
     node_id = node_id or default_node_id()
     settings = mqtt_settings(mqtt)
-    for address in (*mqtt_listeners, *tls_listeners, *websocket_listeners):
+    for address in (
+        *mqtt_listeners,
+        *tls_listeners,
+        *websocket_listeners,
+        *filter(None, [metrics]),
+    ):
         parse_address(address)  # a bad address is one error line, before connecting
     passwords = None if password_file is None else PasswordFile.from_file(password_file)
     tls = None
@@ -234,18 +248,26 @@ def node_run(
                 if acl is not None:
                     rules, default = len(acl.rules), acl.default.value
                     log.info("ACL %s: %d rules, default %s", acl_file, rules, default)
-                async with serve(
-                    running,
-                    mqtt_listeners,
-                    settings,
-                    tls=tls_listeners,
-                    tls_context=tls,
-                    websocket=websocket_listeners,
-                    websocket_path=websocket_path,
-                ) as front:
+                async with (
+                    serve(
+                        running,
+                        mqtt_listeners,
+                        settings,
+                        tls=tls_listeners,
+                        tls_context=tls,
+                        websocket=websocket_listeners,
+                        websocket_path=websocket_path,
+                    ) as front,
+                    contextlib.AsyncExitStack() as extras,
+                ):
                     for scheme, host, port in front.listeners:
                         kind = {"mqtt": "MQTT", "mqtts": "MQTT TLS", "ws": "MQTT WS"}[scheme]
                         log.info("%s on %s:%d", kind, host, port)
+                    if metrics is not None:
+                        bound = await extras.enter_async_context(
+                            serve_metrics(running, metrics, front)
+                        )
+                        log.info("metrics on http://%s:%d/metrics", *bound)
                     freeze_startup_heap()
                     log.info("node %s ready", running.node_id)
                     signalled = asyncio.create_task(stop.wait())

@@ -11,10 +11,12 @@ delivers copies that arrived in this node's inbox and sends a share group's copy
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import random
 import time
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 from router.cluster.forwarding import Forwarder
 from router.cluster.inbox import Forward
@@ -29,6 +31,33 @@ from router.core.topics import TopicFilter, validate_topic
 from router.errors import PublishTimeoutError
 
 log = logging.getLogger(__name__)
+
+LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
+
+
+class LatencyHistogram:
+    """Counts of durations at or below each of :data:`LATENCY_BUCKETS` (seconds), their
+    sum and their count: what a Prometheus histogram exposes, without the dependency."""
+
+    def __init__(self) -> None:
+        self.counts = [0] * len(LATENCY_BUCKETS)
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, seconds: float) -> None:
+        self.count += 1
+        self.total += seconds
+        index = bisect.bisect_left(LATENCY_BUCKETS, seconds)
+        if index < len(self.counts):  # (above the last bound: counted in +Inf alone)
+            self.counts[index] += 1
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """(bucket bound, durations at or below it), smallest bound first."""
+        running, out = 0, []
+        for bound, count in zip(LATENCY_BUCKETS, self.counts, strict=True):
+            running += count
+            out.append((bound, running))
+        return out
 
 
 class Dispatcher:
@@ -60,24 +89,31 @@ class Dispatcher:
         self.redispatched = 0
         self.undeliverable = 0
         self.unmatched = 0  # copies from the inbox that no local subscription matched
+        self.latency = LatencyHistogram()  # seconds per publish call (a batch counts once)
 
     async def publish(self, outgoing: Outgoing) -> PublishResult:
         """See :meth:`RouterNode.publish <router.cluster.node.RouterNode.publish>`;
         raises :class:`PublishTimeoutError` after ``timeout`` seconds."""
+        started = time.monotonic()
         try:
             async with asyncio.timeout(self.timeout):
                 return await self._publish(outgoing)
         except TimeoutError:
             raise PublishTimeoutError(self.timeout) from None
+        finally:
+            self.latency.observe(time.monotonic() - started)
 
     async def publish_many(self, items: Iterable[Outgoing]) -> list[PublishResult]:
         """See :meth:`RouterNode.publish_many <router.cluster.node.RouterNode.publish_many>`;
         raises :class:`PublishTimeoutError` after ``timeout`` seconds."""
+        started = time.monotonic()
         try:
             async with asyncio.timeout(self.timeout):
                 return await self._publish_many(items)
         except TimeoutError:
             raise PublishTimeoutError(self.timeout) from None
+        finally:
+            self.latency.observe(time.monotonic() - started)
 
     async def _publish(self, outgoing: Outgoing) -> PublishResult:
         message = self.message(outgoing)

@@ -28,6 +28,7 @@ from typing import Final
 
 from redis.exceptions import (
     ConnectionError as RedisConnectionError,
+    RedisError,
     TimeoutError as RedisTimeoutError,
 )
 
@@ -199,5 +200,7 @@ class ChannelFollower:
         self._wakeups.keep = False
         self._wakeups.announcements.clear()
         if self._handled is not None and self._handled != self._acked:
-            with contextlib.suppress(RedisConnectionError, RedisTimeoutError):
+            try:
                 await self._ack_once()
+            except (RedisError, RouterError) as exc:  # (the next reader reads them again)
+                log.warning("last ack on channel %s not written: %r", self.channel.name, exc)

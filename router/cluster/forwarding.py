@@ -217,6 +217,10 @@ class InboxReader:
         """Make sure the inbox cursor exists (a restart keeps it); then :meth:`run` reads."""
         await self._channel.add_subscriber(self._node_id)
 
+    async def backlog(self) -> int:
+        """Inbox records stored and not yet acknowledged (the inbox lag)."""
+        return await self._channel.backlog(self._node_id)
+
     async def stop(self) -> None:
         """Release the inbox (once :meth:`run` was cancelled by its supervisor)."""
         await self._follower.close()

@@ -155,6 +155,8 @@ class RouterNode:
             self._on_notice,
             poll=config.inbox_poll,
         )
+        self.inbox_backlog = self._inbox.backlog  # (read by the metrics endpoint)
+        self.publish_latency = self._dispatcher.latency
         self._generation: str | None = None
         self._running = False
         self._taken_over = asyncio.Event()
@@ -565,8 +567,6 @@ class RouterNode:
         if found.repaired:
             await self._sync.announce()
         return found
-
-    # -- reading ---------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
         """``ok`` while the node claims liveness, and its tasks failing now."""

@@ -207,6 +207,14 @@ class Channel:
         self.epoch = epoch.decode() if isinstance(epoch, bytes) else str(epoch)
         return bool(created)
 
+    async def backlog(self, subscriber: str) -> int:
+        """How many clocks ``subscriber`` has not acknowledged (0 when either is missing)."""
+        cursor_key = self.keys.channel_cursor(self.name, subscriber)
+        clock, cursor = await self._redis.mget([self._clock_key, cursor_key])
+        if clock is None or cursor is None:
+            return 0
+        return max(int(clock) - int(cursor), 0)
+
     async def remove_subscriber(self, subscriber: str) -> bool:
         """Delete ``subscriber``'s cursor. Returns whether it existed (a missing one is fine)."""
         removed = await self._redis.delete(self.keys.channel_cursor(self.name, subscriber))

@@ -262,12 +262,7 @@ class SessionQueue:
 
     async def backlog(self) -> int:
         """How many messages wait (markers included)."""
-        clock_key = self._keys.channel_clock(self.channel.name)
-        cursor_key = self._keys.channel_cursor(self.channel.name, READER)
-        clock, cursor = await self._redis.mget([clock_key, cursor_key])
-        if clock is None or cursor is None:
-            return 0
-        return max(int(clock) - int(cursor), 0)
+        return await self.channel.backlog(READER)
 
     async def append(
         self, deliveries: Sequence[Delivery], limit: int, overflow: Overflow

@@ -44,7 +44,7 @@ THIRD_PARTY = {
     "cluster": {"redis", "msgpack"},
     "mqtt": {"redis", "websockets"},
     "top": {"redis"},
-    "ops": {"redis", "fakeredis"},
+    "ops": {"redis", "fakeredis", "prometheus_client"},
     "pipeline": {"redis", "pyspark", "py4j", "matplotlib"},
     "bench": {"redis", "paho"},
     "cli": {"click", "rich", "redis"},

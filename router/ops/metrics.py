@@ -1,0 +1,172 @@
+"""Prometheus metrics and a health check for one running node, over plain HTTP.
+
+``router node run --metrics HOST:PORT`` serves (:func:`serve_metrics`):
+
+- ``GET /metrics``: the node's figures in the Prometheus text format, read at scrape
+  time (the ``prometheus_client`` library writes it): counters from ``node.stats()`` and
+  the MQTT server's stats, the inbox lag (records stored and not acknowledged, read from
+  Redis), the number of routes, the publish latency histogram, and ``router_up``;
+- ``GET /healthz``: ``200 ok`` while Redis answers a PING within the node's Redis timeout
+  and every supervised task runs; ``503`` with the reason otherwise (a task failing, the
+  heartbeat withheld, Redis not answering).
+
+Counters are named ``router_<figure>_total`` (the figures count since the node started);
+the few figures that go up and down (routes, connections, the inbox lag) are gauges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from router.cluster.node import RouterNode
+from router.errors import ListenerError
+from router.mqtt.server import MqttServer, parse_address
+
+log = logging.getLogger(__name__)
+
+GAUGES: Final = frozenset(
+    {"routes", "route_changes_unwritten", "tasks_failing", "mqtt_connections", "mqtt_clients"}
+)
+"""Figures of ``stats()`` that go up and down; every other one is a counter."""
+PING_TIMEOUT: Final = 2.0
+READ_LIMIT: Final = 8192
+
+
+class NodeCollector(Collector):
+    """The figures of one node (and its MQTT server) at the last :meth:`refresh`."""
+
+    def __init__(self, node: RouterNode, mqtt: MqttServer | None = None) -> None:
+        self._node = node
+        self._mqtt = mqtt
+        self._inbox_lag: int | None = None
+
+    async def refresh(self) -> None:
+        """Read the figures that need Redis (the inbox lag) before a scrape."""
+        try:
+            self._inbox_lag = await self._node.inbox_backlog()
+        except Exception:  # (Redis not answering: the lag is left out of this scrape)
+            log.warning("inbox lag of node %s unread", self._node.node_id, exc_info=True)
+            self._inbox_lag = None
+
+    def collect(self) -> Iterable[Metric]:
+        node = self._node
+        figures: dict[str, int] = dict(node.stats())
+        if self._mqtt is not None:
+            figures.update(self._mqtt.stats())
+        labels = ["node"], [node.node_id]
+        for name, value in sorted(figures.items()):
+            if name in GAUGES:
+                family: Metric = GaugeMetricFamily(f"router_{name}", name, labels=labels[0])
+            else:
+                family = CounterMetricFamily(f"router_{name}", name, labels=labels[0])
+            family.add_metric(labels[1], value)  # type: ignore[attr-defined]
+            yield family
+        up = GaugeMetricFamily("router_up", "1 while the node claims liveness", labels=labels[0])
+        up.add_metric(labels[1], 1 if node.running and node.health()["ok"] else 0)
+        yield up
+        if self._inbox_lag is not None:
+            lag = GaugeMetricFamily(
+                "router_inbox_lag", "inbox records not acknowledged", labels=labels[0]
+            )
+            lag.add_metric(labels[1], self._inbox_lag)
+            yield lag
+        histogram = node.publish_latency
+        buckets = [(str(bound), count) for bound, count in histogram.cumulative()]
+        buckets.append(("+Inf", histogram.count))
+        latency = HistogramMetricFamily(
+            "router_publish_seconds", "seconds per publish call", labels=labels[0]
+        )
+        latency.add_metric(labels[1], buckets, histogram.total)
+        yield latency
+
+
+async def health(node: RouterNode) -> tuple[bool, str]:
+    """(healthy, why): Redis answers a PING and every supervised task runs."""
+    report = node.health()
+    if not node.running:
+        return False, "the node is not running"
+    if report["failing"]:
+        failing = "; ".join(f"{name}: {error}" for name, error in sorted(report["failing"].items()))
+        return False, f"tasks failing: {failing}"
+    if not report["ok"]:
+        return False, "the node withholds its heartbeat"
+    try:
+        async with asyncio.timeout(PING_TIMEOUT):
+            await node.registry.redis.ping()
+    except Exception as exc:
+        return False, f"Redis does not answer: {exc!r}"
+    return True, "ok"
+
+
+class _MetricsServer:
+    def __init__(self, node: RouterNode, mqtt: MqttServer | None) -> None:
+        self.node = node
+        self.collector = NodeCollector(node, mqtt)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.collector)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(10.0):
+                request = await reader.readuntil(b"\r\n\r\n")
+            method, path, *_ = request[:READ_LIMIT].split(b"\r\n", 1)[0].decode().split(" ")
+            status, kind, body = await self.answer(method, path)
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
+            writer.write(head.encode() + body)
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError):
+            pass  # (not an HTTP request we answer: the connection just closes)
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def answer(self, method: str, path: str) -> tuple[str, str, bytes]:
+        if method != "GET":
+            return "405 Method Not Allowed", "text/plain", b"only GET\n"
+        path = path.partition("?")[0]
+        if path == "/metrics":
+            await self.collector.refresh()
+            body = generate_latest(self.registry)
+            return "200 OK", "text/plain; version=0.0.4; charset=utf-8", body
+        if path == "/healthz":
+            healthy, why = await health(self.node)
+            status = "200 OK" if healthy else "503 Service Unavailable"
+            return status, "text/plain", why.encode() + b"\n"
+        return "404 Not Found", "text/plain", b"/metrics or /healthz\n"
+
+
+@contextlib.asynccontextmanager
+async def serve_metrics(
+    node: RouterNode, address: str, mqtt: MqttServer | None = None
+) -> AsyncIterator[tuple[str, int]]:
+    """Serve ``/metrics`` and ``/healthz`` for ``node`` on ``HOST:PORT`` (port 0: any free
+    one); yields the bound address. Raises :class:`ListenerError` if it cannot listen."""
+    host, port = parse_address(address)
+    server = _MetricsServer(node, mqtt)
+    try:
+        listener = await asyncio.start_server(server.handle, host, port, limit=READ_LIMIT)
+    except OSError as exc:
+        raise ListenerError(f"cannot serve metrics on {address}: {exc.strerror or exc}") from None
+    bound: Any = listener.sockets[0].getsockname()
+    try:
+        yield bound[0], bound[1]
+    finally:
+        listener.close()
+        await listener.wait_closed()

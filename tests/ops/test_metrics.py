@@ -1,0 +1,68 @@
+"""``/metrics`` and ``/healthz`` of a running node, read over HTTP as Prometheus would,
+on real Redis and a cluster."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from router.ops.metrics import serve_metrics
+from router.state.keys import Keys
+from router.state.scripts import RedisClient
+from tests.support import waiting
+from tests.support.nodes import StartNode, take
+
+pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
+
+
+async def get(address: tuple[str, int], path: str) -> tuple[int, str]:
+    """(status, body) of a GET, over a plain socket."""
+    reader, writer = await asyncio.open_connection(*address)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: test\r\n\r\n".encode())
+    await writer.drain()
+    response = await reader.read()
+    writer.close()
+    head, _, body = response.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), body.decode()
+
+
+def samples(text: str) -> dict[str, float]:
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if not sample.labels.get("le")
+    }
+
+
+async def test_metrics_and_health_of_a_node(
+    start_node: StartNode, redis_client: RedisClient, keys: Keys
+) -> None:
+    a, b = await start_node("a"), await start_node("b", inbox_poll=0.2)
+    await b.subscribe("phone", "news")
+    await waiting.eventually(lambda: "b" in a.mirror.match("news").nodes, 5.0, "a routes")
+    for _ in range(3):
+        await a.publish("news", b"x")
+    await take(b, "phone", 3)
+    async with serve_metrics(a, "127.0.0.1:0") as at_a, serve_metrics(b, "127.0.0.1:0") as at_b:
+        status, text = await get(at_a, "/metrics")
+        assert status == 200
+        figures = samples(text)
+        assert figures["router_published_total"] == 3
+        assert figures["router_forwarded_total"] == 3
+        assert figures["router_publish_seconds_count"] == 3
+        assert figures["router_up"] == 1
+        assert "router_inbox_lag" in figures
+        assert samples((await get(at_b, "/metrics"))[1])["router_routes"] == 1
+        assert await get(at_b, "/healthz") == (200, "ok\n")
+        assert (await get(at_b, "/nothing"))[0] == 404
+
+        await redis_client.set(keys.channel_clock(keys.inbox("b")), b"not a clock")
+
+        async def unhealthy() -> bool:
+            status, why = await get(at_b, "/healthz")
+            return status == 503 and "inbox" in why
+
+        await waiting.eventually(unhealthy, 10.0, "b's health says its inbox fails")
