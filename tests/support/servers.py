@@ -25,6 +25,7 @@ from typing import Final
 import pytest
 import redis
 
+from tests.support.pki import Pki
 from tests.support.waiting import wait_until
 
 START_TIMEOUT: Final = 10.0
@@ -78,15 +79,18 @@ def _die_with_parent() -> list[str]:
 class RedisServer:
     """One ``redis-server`` process on a free loopback port, in its own temporary directory."""
 
-    def __init__(self, *, cluster: bool = False) -> None:
+    def __init__(self, *, cluster: bool = False, tls: Pki | None = None) -> None:
         self.binary = require_binary("redis-server")
         self.cluster = cluster
+        self.tls = tls  # TLS only: no plain port
         self.dir = Path(tempfile.mkdtemp(prefix="router-redis-"))
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
+        if self.tls is not None:
+            return f"rediss://127.0.0.1:{self.port}/0?ssl_ca_certs={self.tls.ca}"
         return f"redis://127.0.0.1:{self.port}/0" if not self.cluster else self.node_url
 
     @property
@@ -105,6 +109,15 @@ class RedisServer:
             "--protected-mode", "no",
             "--logfile", "redis.log",
         ]  # fmt: skip
+        if self.tls is not None:
+            args[args.index("--port") + 1] = "0"
+            args += [
+                "--tls-port", str(self.port),
+                "--tls-cert-file", str(self.tls.server_cert),
+                "--tls-key-file", str(self.tls.server_key),
+                "--tls-ca-cert-file", str(self.tls.ca),
+                "--tls-auth-clients", "no",
+            ]  # fmt: skip
         if self.cluster:
             args += [
                 "--cluster-enabled", "yes",
@@ -137,7 +150,8 @@ class RedisServer:
         assert self.process is not None
         if self.process.poll() is not None:
             raise _ServerExited
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
+        client = redis.Redis.from_url(self.url if not self.cluster else self.node_url,
+                                      socket_timeout=1)  # fmt: skip
         try:
             return bool(client.ping())
         except redis.RedisError:
