@@ -1,12 +1,13 @@
 """The ``router`` command line (click). Thin: parse options, call the library, print."""
 
-from . import bench, demo, pipeline, pubsub, reconcile, retained_messages, run, views
+from . import bench, demo, pipeline, pubsub, reconcile, redis_acl, retained_messages, run, views
 from .application import app, main
 
 app.add_command(bench.bench)
 app.add_command(demo.demo)
 app.add_command(retained_messages.retained)
 app.add_command(pipeline.pipeline)
+app.add_command(redis_acl.redis_acl)
 for _command in (*views.COMMANDS, *pubsub.COMMANDS, run.node, reconcile.reconcile):
     app.add_command(_command)
 
