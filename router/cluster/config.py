@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from router.cluster.local_sessions import Overflow
 from router.core.acl import Acl
 from router.core.hot_topics import DEFAULT_CACHE, CacheSettings
+from router.core.sharing import LocalFirstStrategy, ShareStrategy, strategy_by_name
 from router.state.retained_store import DEFAULT_RETAINED, RetainedConfig
 
 
@@ -34,3 +35,9 @@ class NodeConfig:
     handoff_timeout: float = 5.0  # the longest a resume waits for the previous node's handoff
     publish_timeout: float = 10.0  # a publish not done by then raises PublishTimeoutError
     allow_eviction: bool = False  # start on a Redis that may evict keys (logged as an error)
+
+    def strategy(self) -> ShareStrategy:
+        """How this node picks a share group's member (``local``: its own members first)."""
+        if self.share_strategy == "local":
+            return LocalFirstStrategy(lambda member: member == self.node_id)
+        return strategy_by_name(self.share_strategy)

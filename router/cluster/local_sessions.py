@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Container
 from dataclasses import replace
 from typing import Literal
 
@@ -258,8 +258,10 @@ class LocalSessions:
         message: Message,
         only_groups: Collection[str] | None,
         observer: DeliveryObserver | None = None,
+        clients: Container[str] | None = None,
     ) -> tuple[int, int]:
-        """Queue the message for every matching local client; returns (queued, dropped).
+        """Queue the message for every matching local client (of ``clients``, when given);
+        returns (queued, dropped).
 
         ``only_groups`` limits the share groups this node serves for this message (the
         publisher's route match chose the node for them). ``no_local`` subscriptions of
@@ -269,6 +271,8 @@ class LocalSessions:
         matched = self.trie.subscriptions_for(message.topic, message.publisher, only_groups)
         queued = dropped = 0
         for client_id, found in matched.items():
+            if clients is not None and client_id not in clients:
+                continue
             subscriptions = found
             if client_id == message.publisher:
                 subscriptions = [s for s in found if not s.options.no_local]

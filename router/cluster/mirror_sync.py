@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
+from router.cluster.adoption import AdoptionReport
 from router.cluster.supervisor import Supervisor
 from router.cluster.tasks import stop_task
 from router.core.route_mirror import RouteMirror
@@ -53,6 +54,7 @@ class MirrorSync:
         interval: float,
         on_dropped: Callable[[str], None] | None = None,
         may_purge: Callable[[], bool] = lambda: True,
+        on_purged: Callable[[str], Awaitable[AdoptionReport]] | None = None,
     ) -> None:
         self._redis = redis
         self._keys = keys
@@ -63,6 +65,10 @@ class MirrorSync:
         self._interval = interval
         self._on_dropped = on_dropped
         self._may_purge = may_purge
+        self._on_purged = on_purged
+        self._adoptions: set[asyncio.Task[None]] = set()
+        self.sessions_adopted = 0
+        self.copies_recovered = 0
         self._hint_client: Redis | None = None
         self._pubsub: PubSub | None = None
         self._running: dict[str, asyncio.Task[None]] = {}
@@ -84,7 +90,7 @@ class MirrorSync:
 
     async def stop(self) -> None:
         """Release the hint connection (the supervisor stopped the tasks)."""
-        for task in list(self._running.values()):
+        for task in [*self._running.values(), *self._adoptions]:
             await stop_task(task)
         self._running.clear()
         if self._pubsub is not None:
@@ -181,8 +187,22 @@ class MirrorSync:
             if result.status == "purged":
                 self.purged += 1
                 log.warning("purged dead node %s (%d routes)", result.node_id, result.routes)
+                if self._on_purged is not None:  # (this node purged it: it adopts)
+                    task = asyncio.create_task(self._adopt(result.node_id))
+                    self._adoptions.add(task)
+                    task.add_done_callback(self._adoptions.discard)
         if results:
             await self._redis.publish(self._keys.route_hints(), self._node_id)
+
+    async def _adopt(self, dead: str) -> None:
+        assert self._on_purged is not None
+        try:
+            report = await self._on_purged(dead)
+        except Exception:  # (its sessions stay in Redis, expiring; logged loudly)
+            log.exception("sessions of dead node %s not adopted", dead)
+            return
+        self.sessions_adopted += report.sessions
+        self.copies_recovered += report.recovered
 
     async def _periodic(self) -> None:
         while True:

@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from types import TracebackType
 from typing import Any
 
+from router.cluster.adoption import adopt
 from router.cluster.claims import SessionClaims
 from router.cluster.config import NodeConfig
 from router.cluster.dispatcher import Dispatcher
@@ -58,7 +59,6 @@ from router.core.hot_topics import cache_counters
 from router.core.messages import Delivery, MessageProperties, Outgoing, PublishResult
 from router.core.options import make_options
 from router.core.route_mirror import RouteMirror
-from router.core.sharing import LocalFirstStrategy, ShareStrategy, strategy_by_name
 from router.core.topics import TopicFilter, parse_shared, validate_filter
 from router.errors import InvalidOptionsError, SessionOwnershipError
 from router.state.connection import check_eviction
@@ -86,14 +86,14 @@ class RouterNode:
         self.registry = NodeRegistry(redis, self.keys, ttl=config.heartbeat_ttl, routes=self.routes)
         self.subscriptions = SubscriptionStore(redis, self.keys)
         self.sessions = LocalSessions(
-            self._strategy(),
+            config.strategy(),
             queue_limit=config.queue_limit,
             overflow=config.overflow,
             match_cache=config.match_cache,
         )
         self.hooks = HookRegistry()  # see router.cluster.policy for what the node runs where
         self._policy = Policy(self.hooks, config.acl)
-        self.mirror = RouteMirror(self._strategy(), cache=config.match_cache)
+        self.mirror = RouteMirror(config.strategy(), cache=config.match_cache)
         self._sync = MirrorSync(
             redis,
             self.keys,
@@ -103,6 +103,7 @@ class RouterNode:
             self.node_id,
             config.heartbeat_interval,
             may_purge=lambda: self._liveness.steady(),  # noqa: PLW0108 (made below)
+            on_purged=lambda dead: adopt(self, dead),
         )
         self._writer = RouteWriter(
             self.routes,
@@ -172,11 +173,6 @@ class RouterNode:
             audit=self._claims.audit,
             taken_over=self._taken_over,
         )
-
-    def _strategy(self) -> ShareStrategy:
-        if self.config.share_strategy == "local":
-            return LocalFirstStrategy(lambda member: member == self.node_id)
-        return strategy_by_name(self.config.share_strategy)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -585,6 +581,8 @@ class RouterNode:
             "sessions_taken_over": self._claims.taken_over,
             "mirror_resyncs": self._sync.resyncs,
             "nodes_purged": self._sync.purged,
+            "sessions_adopted": self._sync.sessions_adopted,
+            "copies_recovered": self._sync.copies_recovered,
             "routes": len(self.sessions.routes()),
             "route_batches_failed": self._writer.failed_batches,
             **self._supervisor.stats(),

@@ -127,3 +127,30 @@ async def test_a_restarted_node_counts_the_backlog_no_client_is_left_for(
     await a.publish("news", b"while b was away")
     new = await start_node("b")
     await eventually(lambda: new.stats()["copies_unmatched"] == 1, "the backlog copy counted")
+
+
+async def test_a_persistent_session_outlives_its_node(
+    start_node: StartNode, redis_connect: Callable[..., Any], keys: Keys
+) -> None:
+    """Node a dies holding a persistent session: the node that purges it adopts the
+    session, recovers the copies stored in a's inbox meanwhile, queues what comes next,
+    and the client resumes on a third node with all of it, in order."""
+    config = NodeConfig("a", prefix=keys.prefix, heartbeat_interval=0.2, heartbeat_ttl=1.0)
+    a = RouterNode(await redis_connect(), config)
+    await a.start()
+    await a.connect("roamer", clean_start=False, expiry=600)
+    await a.subscribe("roamer", "news", qos=1)
+    b = await start_node("b", handoff_timeout=0.5)
+    await eventually(lambda: "a" in b.mirror.match("news").nodes, "b routes news to a")
+    await a._supervisor.stop()  # a dies without goodbye: no purge, its inbox stays
+    await a._writer.stop()
+    await a._sync.stop()
+    await a._inbox.stop()
+    await b.publish("news", b"while a lay dead", qos=1)  # stored in a's inbox
+    await eventually(lambda: b.stats()["sessions_adopted"] == 1, "b adopted a's session")
+    assert b.stats()["copies_recovered"] == 1
+    await b.publish("news", b"after the adoption", qos=1)
+    c = await start_node("c")
+    assert await c.connect("roamer", clean_start=False, expiry=600)  # session present
+    got = await take(c, "roamer", 2)
+    assert [d.payload for d in got] == [b"while a lay dead", b"after the adoption"]

@@ -113,6 +113,7 @@ class Paho:
         with contextlib.suppress(Exception):
             self.client.disconnect()
         self.client.loop_stop()
+        self._release()
 
     def drop(self) -> None:
         """End the connection abnormally: the socket closes without DISCONNECT."""
@@ -120,6 +121,13 @@ class Paho:
         if sock is not None:
             sock.close()
         self.client.loop_stop()
+        self._release()
+
+    def _release(self) -> None:
+        """Close what paho may leave open after its loop stopped: its wake-up socket pair
+        (a loopback TCP pair), which a later garbage collection reports as unclosed
+        (a ResourceWarning, an error under the suite's filterwarnings)."""
+        self.client._reset_sockets()
 
 
 def routed_to(publisher: Paho, probe_topic: str, *watchers: Paho) -> None:
