@@ -11,26 +11,29 @@ dead node (exactly one: the purge reports ``purged`` once) adopts each of them:
    subscriptions and writes their routes, then puts it away with its expiry: from then
    on its QoS 1/2 copies go to its Redis queue, after what was queued already, and its
    Session Expiry Interval runs on Redis time from the adoption;
-2. it reads what was stored in the dead node's inbox and never dispatched (copies routed
-   there between the death and the purge) and delivers to the adopted sessions the
-   copies their subscriptions match, in the order they were stored; then it removes
-   the dead node's inbox cursor, so that nobody reads those copies twice.
+2. as the resume waits in vain for the dead node's handoff, it reads what was stored in
+   the dead node's inbox and never dispatched (copies routed there between the death
+   and the purge) and queues the copies the session's subscriptions match, in the order
+   they were stored (:meth:`Adoption.recover_for`); once every session is adopted, it
+   removes the dead node's inbox cursor, so that nobody reads those copies again.
 
 A client that reconnects to any node then resumes its session there with everything
-queued, as after any takeover. What this does not save: copies the dead node had
-already taken from its inbox (or from its own publishers) into memory and not yet got
-acknowledged by the client, share-group copies addressed to the dead node, and the
-wills of clients that were connected to it.
+queued, as after any takeover. A client that comes back *before* the purge resumes on
+its new node, which recovers its copies from the dead node's inbox the same way.
+
+What this does not save: copies the dead node had already taken from its inbox (or from
+its own publishers) into memory and not yet got acknowledged by the client, share-group
+copies addressed to the dead node, and the wills of clients that were connected to it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from router.cluster.inbox import unpack_record
+from router.cluster.inbox import Forward, unpack_record
+from router.core.messages import Delivery
 from router.errors import MalformedMessageError, SubscriptionNotFoundError
 from router.state.channels import Channel
 from router.state.session_store import NEVER
@@ -45,80 +48,95 @@ CONCURRENCY: Final = 32
 FETCH: Final = 256
 
 
-@dataclass
-class AdoptionReport:
-    """What one adoption did: sessions adopted, inbox copies recovered for them."""
+class Adoption:
+    """Adopts the persistent sessions of the nodes ``node`` purges and recovers copies
+    from dead nodes' inboxes (see the module docstring); counts both."""
 
-    dead_node: str
-    sessions: int = 0
-    recovered: int = 0
-    failed: int = 0
+    def __init__(self, node: RouterNode) -> None:
+        self._node = node
+        self.sessions_adopted = 0
+        self.copies_recovered = 0
+        self.failed = 0
 
+    async def adopt(self, dead: str) -> None:
+        """Adopt ``dead``'s persistent sessions, then retire its inbox."""
+        node = self._node
+        ids, _ = await node.session_store.client_ids()
+        infos = await node.session_store.describe_many(ids)
+        orphans = [(i.client_id, i.expiry) for i in infos if i and i.node_id == dead and i.expiry]
+        for first in range(0, len(orphans), CONCURRENCY):
+            chunk = orphans[first : first + CONCURRENCY]
+            results = await asyncio.gather(
+                *(self._adopt_one(client_id, expiry) for client_id, expiry in chunk),
+                return_exceptions=True,
+            )
+            for (client_id, _), result in zip(chunk, results, strict=True):
+                if isinstance(result, BaseException):
+                    self.failed += 1
+                    log.error("session %s of dead node %s not adopted: %r", client_id, dead, result)
+                else:
+                    self.sessions_adopted += 1
+        if orphans:
+            log.warning("adopted the %d persistent sessions of dead node %s", len(orphans), dead)
+        await self._retire_inbox(dead)
 
-async def adopt(node: RouterNode, dead: str) -> AdoptionReport:
-    """Adopt ``dead``'s persistent sessions on ``node`` (see the module docstring)."""
-    report = AdoptionReport(dead)
-    ids, _ = await node.session_store.client_ids()
-    infos = await node.session_store.describe_many(ids)
-    orphans = [(i.client_id, i.expiry) for i in infos if i and i.node_id == dead and i.expiry]
-    adopted: set[str] = set()
-    for first in range(0, len(orphans), CONCURRENCY):
-        chunk = orphans[first : first + CONCURRENCY]
-        results = await asyncio.gather(
-            *(_adopt_one(node, client_id, expiry) for client_id, expiry in chunk),
-            return_exceptions=True,
-        )
-        for (client_id, _), result in zip(chunk, results, strict=True):
-            if isinstance(result, BaseException):
-                report.failed += 1
-                log.error("session %s of dead node %s not adopted: %r", client_id, dead, result)
-            else:
-                adopted.add(client_id)
-    report.sessions = len(adopted)
-    if adopted:
-        report.recovered = await _recover_inbox(node, dead, adopted)
-    if orphans:
-        log.warning(
-            "adopted %d sessions of dead node %s (%d inbox copies recovered, %d failed)",
-            report.sessions, dead, report.recovered, report.failed,
-        )  # fmt: skip
-    return report
+    async def _adopt_one(self, client_id: str, expiry: int) -> None:
+        """A resume here (which recovers the client's copies from the dead node's inbox:
+        no handoff comes), then away with the session's expiry."""
+        expiry = min(expiry, NEVER)
+        await self._node.connect(client_id, clean_start=False, expiry=expiry)
+        await self._node.put_away(client_id, expiry=expiry)
 
+    async def _retire_inbox(self, dead: str) -> None:
+        """Nobody reads the dead node's inbox again (its copies expire with it)."""
+        channel = self._channel(dead)
+        try:
+            await channel.remove_subscriber(dead)
+        finally:
+            await channel.aclose()
 
-async def _adopt_one(node: RouterNode, client_id: str, expiry: int) -> None:
-    expiry = min(expiry, NEVER)
-    await node.connect(client_id, clean_start=False, expiry=expiry)
-    await node.put_away(client_id, expiry=expiry)
+    def _channel(self, dead: str) -> Channel:
+        node = self._node
+        return Channel(node.registry.redis, node.keys.inbox(dead), node.config.inbox_expire,
+                       node.keys)  # fmt: skip
 
-
-async def _recover_inbox(node: RouterNode, dead: str, adopted: set[str]) -> int:
-    """Deliver the dead node's undispatched inbox copies to ``adopted`` sessions."""
-    channel = Channel(node.registry.redis, node.keys.inbox(dead), node.config.inbox_expire,
-                      node.keys)  # fmt: skip
-    recovered = 0
-    try:
-        while True:
-            try:
-                result = await channel.fetch(dead, max=FETCH)
-            except SubscriptionNotFoundError:  # (nothing left, or another node read it)
-                break
-            for stored in result.messages:
+    async def recover_for(self, dead: str, client_id: str) -> list[Delivery]:
+        """The copies for ``client_id`` (as its subscriptions here ask for them) left in
+        the inbox of ``dead``, which held its session and did not hand it on. Read
+        without acknowledging: the dead node's other clients may resume elsewhere."""
+        channel = self._channel(dead)
+        copies: list[Delivery] = []
+        after: int | None = None
+        try:
+            while True:
                 try:
-                    record = unpack_record(stored.content)
-                except MalformedMessageError:
-                    continue
-                if not isinstance(record, list):
-                    continue  # (a notice for the dead node)
-                for forward in record:
-                    if forward.groups:
-                        continue
-                    queued, _ = node.sessions.deliver(forward.message, (), None, adopted)
-                    recovered += queued
-            if result.ack_handle is not None:
-                await channel.ack(dead, result.ack_handle)
-            if not result.more:
-                break
-        await channel.remove_subscriber(dead)
-    finally:
-        await channel.aclose()
-    return recovered
+                    result, after = await channel.read(dead, FETCH, after)
+                except SubscriptionNotFoundError:  # (retired, or expired)
+                    break
+                for stored in result.messages:
+                    for forward in _forwards(stored.content):
+                        copy = self._node.sessions.copy_for(forward.message, client_id)
+                        if copy is not None:
+                            copies.append(copy)
+                if not result.more:
+                    break
+        finally:
+            await channel.aclose()
+        self.copies_recovered += len(copies)
+        if copies:
+            log.warning(
+                "recovered %d copies for %s from dead node %s", len(copies), client_id, dead
+            )
+        return copies
+
+
+def _forwards(content: bytes) -> list[Forward]:
+    """The plain forwards of one inbox record (none for a notice, a share group's copy
+    or an unreadable record)."""
+    try:
+        record = unpack_record(content)
+    except MalformedMessageError:
+        return []
+    if not isinstance(record, list):
+        return []
+    return [forward for forward in record if not forward.groups]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Collection, Container
+from collections.abc import AsyncIterator, Callable, Collection, Container, Sequence
 from dataclasses import replace
 from typing import Literal
 
@@ -27,7 +27,7 @@ from router.core.messages import Delivery, Message
 from router.core.options import SubscriptionOptions
 from router.core.sharing import ShareStrategy
 from router.core.topics import TopicFilter, parse_shared
-from router.core.trie import SubscriptionTrie
+from router.core.trie import MatchedSubscription, SubscriptionTrie
 from router.errors import ClientNotConnectedError
 
 Overflow = Literal["drop_oldest", "drop_newest"]
@@ -253,6 +253,14 @@ class LocalSessions:
 
     # -- delivery --------------------------------------------------------------------
 
+    def copy_for(self, message: Message, client_id: str) -> Delivery | None:
+        """The copy of ``message`` that ``client_id``'s subscriptions here ask for, as
+        :meth:`deliver` would queue it (not queued); None when none of them matches."""
+        found = self.trie.subscriptions_for(message.topic, message.publisher, None).get(client_id)
+        if found and client_id == message.publisher:
+            found = [s for s in found if not s.options.no_local]
+        return make_copy(message, found) if found else None
+
     def deliver(
         self,
         message: Message,
@@ -281,35 +289,7 @@ class LocalSessions:
             session = self._sessions.get(client_id)
             if session is None:
                 continue
-            if len(subscriptions) == 1:  # the usual case, without the loops below
-                options = subscriptions[0].options
-                best = options.qos
-                keep_retain = message.retain and options.retain_as_published
-                sid = options.subscription_identifier
-                ids: tuple[int, ...] = () if sid is None else (sid,)
-            else:
-                best = max(s.options.qos for s in subscriptions)
-                keep_retain = message.retain and any(
-                    s.options.retain_as_published for s in subscriptions
-                )
-                ids = tuple(
-                    s.options.subscription_identifier
-                    for s in subscriptions
-                    if s.options.subscription_identifier is not None
-                )
-            delivery = Delivery(
-                message.topic,
-                message.payload,
-                best if best < message.qos else message.qos,
-                keep_retain,
-                message.id,
-                message.publisher,
-                ids,
-                message.sent_at,
-                None,
-                message.properties,
-                message.expires_at,
-            )
+            delivery = make_copy(message, subscriptions)
             lost = session.offer(delivery)
             if lost is None:
                 queued += 1
@@ -328,3 +308,36 @@ class LocalSessions:
     def group_members(self, share_filter: TopicFilter) -> int:
         """How many local members the share group has."""
         return self._counts.get(share_filter, 0)
+
+
+def make_copy(message: Message, subscriptions: Sequence[MatchedSubscription]) -> Delivery:
+    """One client's copy of ``message`` for its matching ``subscriptions`` (at least one):
+    the best QoS they grant (at most the message's), retain as published if one asks,
+    every subscription identifier."""
+    if len(subscriptions) == 1:  # the usual case, without the loops below
+        options = subscriptions[0].options
+        best = options.qos
+        keep_retain = message.retain and options.retain_as_published
+        sid = options.subscription_identifier
+        ids: tuple[int, ...] = () if sid is None else (sid,)
+    else:
+        best = max(s.options.qos for s in subscriptions)
+        keep_retain = message.retain and any(s.options.retain_as_published for s in subscriptions)
+        ids = tuple(
+            s.options.subscription_identifier
+            for s in subscriptions
+            if s.options.subscription_identifier is not None
+        )
+    return Delivery(
+        message.topic,
+        message.payload,
+        best if best < message.qos else message.qos,
+        keep_retain,
+        message.id,
+        message.publisher,
+        ids,
+        message.sent_at,
+        None,
+        message.properties,
+        message.expires_at,
+    )

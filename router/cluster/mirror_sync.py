@@ -26,7 +26,6 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
-from router.cluster.adoption import AdoptionReport
 from router.cluster.supervisor import Supervisor
 from router.cluster.tasks import stop_task
 from router.core.route_mirror import RouteMirror
@@ -54,7 +53,7 @@ class MirrorSync:
         interval: float,
         on_dropped: Callable[[str], None] | None = None,
         may_purge: Callable[[], bool] = lambda: True,
-        on_purged: Callable[[str], Awaitable[AdoptionReport]] | None = None,
+        on_purged: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self._redis = redis
         self._keys = keys
@@ -67,8 +66,6 @@ class MirrorSync:
         self._may_purge = may_purge
         self._on_purged = on_purged
         self._adoptions: set[asyncio.Task[None]] = set()
-        self.sessions_adopted = 0
-        self.copies_recovered = 0
         self._hint_client: Redis | None = None
         self._pubsub: PubSub | None = None
         self._running: dict[str, asyncio.Task[None]] = {}
@@ -197,12 +194,9 @@ class MirrorSync:
     async def _adopt(self, dead: str) -> None:
         assert self._on_purged is not None
         try:
-            report = await self._on_purged(dead)
+            await self._on_purged(dead)
         except Exception:  # (its sessions stay in Redis, expiring; logged loudly)
             log.exception("sessions of dead node %s not adopted", dead)
-            return
-        self.sessions_adopted += report.sessions
-        self.copies_recovered += report.recovered
 
     async def _periodic(self) -> None:
         while True:

@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from types import TracebackType
 from typing import Any
 
-from router.cluster.adoption import adopt
+from router.cluster.adoption import Adoption
 from router.cluster.claims import SessionClaims
 from router.cluster.config import NodeConfig
 from router.cluster.dispatcher import Dispatcher
@@ -94,6 +94,7 @@ class RouterNode:
         self.hooks = HookRegistry()  # see router.cluster.policy for what the node runs where
         self._policy = Policy(self.hooks, config.acl)
         self.mirror = RouteMirror(config.strategy(), cache=config.match_cache)
+        self._adoption = Adoption(self)
         self._sync = MirrorSync(
             redis,
             self.keys,
@@ -103,7 +104,7 @@ class RouterNode:
             self.node_id,
             config.heartbeat_interval,
             may_purge=lambda: self._liveness.steady(),  # noqa: PLW0108 (made below)
-            on_purged=lambda dead: adopt(self, dead),
+            on_purged=self._adoption.adopt,
         )
         self._writer = RouteWriter(
             self.routes,
@@ -323,7 +324,7 @@ class RouterNode:
                 previous = claimed.previous
                 moved = previous is not None and previous.node_id != self.node_id
                 epoch = claimed.owner.epoch if moved else None
-                await self._come_back(session, epoch, expiry, info.awaiting_release)
+                await self._come_back(session, epoch, expiry, info.awaiting_release, previous)
             elif expiry:
                 await self._keeper.reset_queue(client_id, expiry)
         await self._mark_open(client_id, expiry, protocol, keepalive, username)
@@ -336,12 +337,15 @@ class RouterNode:
         handoff: int | None,
         expiry: int,
         stored: tuple[int, ...] = (),
+        previous: Owner | None = None,
     ) -> None:
-        """Give a resumed session what was queued for it, ahead of anything newer, and
-        the inbound QoS 2 ids awaiting PUBREL: those in memory (it was away here), those
-        ``stored`` with the session in Redis and those a handoff marker carried."""
+        """Give a resumed session what was queued for it, ahead of anything newer, and the
+        inbound QoS 2 ids awaiting PUBREL. No handoff from the ``previous`` node: it is
+        presumed dead; its inbox's copies for the client are recovered (adoption)."""
         session.away = False
-        queued, handed_on = await self._keeper.take_queued(session, handoff)
+        queued, handed_on, handed = await self._keeper.take_queued(session, handoff)
+        if not handed and previous is not None:
+            queued += await self._adoption.recover_for(previous.node_id, session.client_id)
         session.awaiting_release |= handed_on | set(stored)
         session.put_first(queued)
         session.expiry = expiry
@@ -581,8 +585,8 @@ class RouterNode:
             "sessions_taken_over": self._claims.taken_over,
             "mirror_resyncs": self._sync.resyncs,
             "nodes_purged": self._sync.purged,
-            "sessions_adopted": self._sync.sessions_adopted,
-            "copies_recovered": self._sync.copies_recovered,
+            "sessions_adopted": self._adoption.sessions_adopted,
+            "copies_recovered": self._adoption.copies_recovered,
             "routes": len(self.sessions.routes()),
             "route_batches_failed": self._writer.failed_batches,
             **self._supervisor.stats(),

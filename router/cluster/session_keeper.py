@@ -224,10 +224,11 @@ class SessionKeeper:
 
     async def take_queued(
         self, session: ClientSession, handoff: int | None
-    ) -> tuple[list[Delivery], set[int]]:
+    ) -> tuple[list[Delivery], set[int], bool]:
         """Drain the session's queue for its client: every delivery in order (expired
-        ones dropped, counted) and the inbound QoS 2 ids the previous node handed on.
-        With ``handoff``, drain until that epoch's marker or ``handoff_timeout``."""
+        ones dropped, counted), the inbound QoS 2 ids the previous node handed on, and
+        whether the handoff came. With ``handoff``, drain until that epoch's marker or
+        ``handoff_timeout`` (then False: the previous node is presumed dead)."""
         queue = self.queue(session.client_id, session.expiry)
         deliveries: list[Delivery] = []
         awaiting: set[int] = set()
@@ -255,7 +256,7 @@ class SessionKeeper:
         live = [d for d in deliveries if d.expires_at is None or d.expires_at > now]
         self.expired_dropped += len(deliveries) - len(live)
         self.sessions_resumed += 1
-        return live, awaiting
+        return live, awaiting, handoff is None
 
     async def reset_queue(self, client_id: str, expiry: int) -> None:
         """Forget whatever a session's queue held (a new session under an old id); the

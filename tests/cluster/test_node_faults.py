@@ -114,8 +114,8 @@ async def test_a_restarted_node_counts_the_backlog_no_client_is_left_for(
 ) -> None:
     """Silent loss 5: copies stored for a node that died are read by its restart, before
     any client is back; those it cannot deliver are counted, not dropped unseen."""
-    a = await start_node("a")
-    config = NodeConfig("b", prefix=keys.prefix, heartbeat_interval=0.2, heartbeat_ttl=1.0)
+    a = await start_node("a", heartbeat_ttl=30.0)  # (a purge would retire b's inbox)
+    config = NodeConfig("b", prefix=keys.prefix, heartbeat_interval=0.2, heartbeat_ttl=30.0)
     old = RouterNode(await redis_connect(), config)
     await old.start()
     await old.subscribe("phone", "news")
@@ -154,3 +154,28 @@ async def test_a_persistent_session_outlives_its_node(
     assert await c.connect("roamer", clean_start=False, expiry=600)  # session present
     got = await take(c, "roamer", 2)
     assert [d.payload for d in got] == [b"while a lay dead", b"after the adoption"]
+
+
+async def test_a_client_back_before_its_dead_node_is_purged_gets_what_waited_there(
+    start_node: StartNode, redis_connect: Callable[..., Any], keys: Keys
+) -> None:
+    """The client resumes on c before anyone purged a (a long TTL): no handoff comes
+    from a, so c recovers the client's copies from a's inbox itself."""
+    config = NodeConfig("a", prefix=keys.prefix, heartbeat_interval=0.2, heartbeat_ttl=30.0)
+    a = RouterNode(await redis_connect(), config)
+    await a.start()
+    await a.connect("roamer", clean_start=False, expiry=600)
+    await a.subscribe("roamer", "news", qos=1)
+    b = await start_node("b", heartbeat_ttl=30.0)
+    await eventually(lambda: "a" in b.mirror.match("news").nodes, "b routes news to a")
+    await a._supervisor.stop()  # a dies without goodbye
+    await a._writer.stop()
+    await a._sync.stop()
+    await a._inbox.stop()
+    await b.publish("news", b"stored in a's inbox", qos=1)
+    c = await start_node("c", heartbeat_ttl=30.0, handoff_timeout=0.5)
+    assert await c.connect("roamer", clean_start=False, expiry=600)
+    await eventually(lambda: "c" in b.mirror.match("news").nodes, "b routes news to c")
+    await b.publish("news", b"routed to c", qos=1)
+    got = await take(c, "roamer", 2)
+    assert [d.payload for d in got] == [b"stored in a's inbox", b"routed to c"]
