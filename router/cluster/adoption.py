@@ -14,8 +14,9 @@ dead node (exactly one: the purge reports ``purged`` once) adopts each of them:
 2. as the resume waits in vain for the dead node's handoff, it reads what was stored in
    the dead node's inbox and never dispatched (copies routed there between the death
    and the purge) and queues the copies the session's subscriptions match, in the order
-   they were stored (:meth:`Adoption.recover_for`); once every session is adopted, it
-   removes the dead node's inbox cursor, so that nobody reads those copies again.
+   they were stored (:meth:`Adoption.recover_for`). The inbox is read, not consumed:
+   it expires with its TTL (a restart of the dead node under its id counts those
+   copies as unmatched, having no client for them).
 
 A client that reconnects to any node then resumes its session there with everything
 queued, as after any takeover. A client that comes back *before* the purge resumes on
@@ -59,11 +60,18 @@ class Adoption:
         self.failed = 0
 
     async def adopt(self, dead: str) -> None:
-        """Adopt ``dead``'s persistent sessions, then retire its inbox."""
+        """Adopt ``dead``'s persistent sessions: those it still owns (a client that came
+        back elsewhere since owns its session there)."""
         node = self._node
         ids, _ = await node.session_store.client_ids()
         infos = await node.session_store.describe_many(ids)
-        orphans = [(i.client_id, i.expiry) for i in infos if i and i.node_id == dead and i.expiry]
+        candidates = [i for i in infos if i and i.node_id == dead and i.expiry]
+        owners = await node.subscriptions.owners([i.client_id for i in candidates])
+        orphans = [
+            (info.client_id, info.expiry)
+            for info, owner in zip(candidates, owners, strict=True)
+            if owner is not None and owner.node_id == dead  # (not resumed elsewhere since)
+        ]
         for first in range(0, len(orphans), CONCURRENCY):
             chunk = orphans[first : first + CONCURRENCY]
             results = await asyncio.gather(
@@ -78,7 +86,6 @@ class Adoption:
                     self.sessions_adopted += 1
         if orphans:
             log.warning("adopted the %d persistent sessions of dead node %s", len(orphans), dead)
-        await self._retire_inbox(dead)
 
     async def _adopt_one(self, client_id: str, expiry: int) -> None:
         """A resume here (which recovers the client's copies from the dead node's inbox:
@@ -86,14 +93,6 @@ class Adoption:
         expiry = min(expiry, NEVER)
         await self._node.connect(client_id, clean_start=False, expiry=expiry)
         await self._node.put_away(client_id, expiry=expiry)
-
-    async def _retire_inbox(self, dead: str) -> None:
-        """Nobody reads the dead node's inbox again (its copies expire with it)."""
-        channel = self._channel(dead)
-        try:
-            await channel.remove_subscriber(dead)
-        finally:
-            await channel.aclose()
 
     def _channel(self, dead: str) -> Channel:
         node = self._node

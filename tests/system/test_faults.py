@@ -1,0 +1,91 @@
+"""Fault scenarios with real processes under load (marked ``fault``; each bounded, each
+prints its figures: run with ``-s`` to read them).
+
+``kill -9`` of the node that serves a persistent QoS 1 subscriber while a publisher on
+another node keeps publishing: the subscriber reconnects to the surviving node and gets
+every message that was acknowledged to the publisher (duplicates counted)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from router.state.keys import Keys
+from tests.support.mqtt import V5, Paho, connect_properties, mqtt_node, routed_to
+
+pytestmark = pytest.mark.fault
+
+MESSAGES = 600
+RATE = 300.0  # msg/s offered by the publisher
+DEADLINE = 60.0  # seconds for the survivor to deliver everything
+
+
+def publish_all(publisher: Paho, acked: list[int], done: threading.Event) -> None:
+    """QoS 1 publishes at RATE; a message counts once its PUBACK came."""
+    start = time.monotonic()
+    for seq in range(MESSAGES):
+        delay = start + seq / RATE - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        info = publisher.client.publish("load/x", str(seq).encode(), 1)
+        info.wait_for_publish(DEADLINE)
+        if info.is_published():
+            acked.append(seq)
+    done.set()
+
+
+def received(client: Paho) -> list[tuple[int, float]]:
+    out = []
+    while not client.messages.empty():
+        message = client.messages.get()
+        if message.topic == "load/x":
+            out.append((int(message.payload), time.monotonic()))
+    return out
+
+
+@pytest.mark.parametrize("url_fixture", ["redis_standalone_url", "redis_cluster_url"])
+def test_kill_9_of_the_subscribers_node_under_qos1_load_loses_nothing(
+    request: pytest.FixtureRequest, url_fixture: str, keys: Keys
+) -> None:
+    env = {"ROUTER_REDIS_URL": request.getfixturevalue(url_fixture), "ROUTER_PREFIX": keys.prefix}
+    durable = connect_properties(SessionExpiryInterval=600)
+    with mqtt_node("a", env) as (victim, port_a), mqtt_node("b", env) as (_, port_b):
+        subscriber = Paho(port_a, "durable", V5, clean=False, properties=durable)
+        publisher = Paho(port_b, "talker", V5)
+        try:
+            assert subscriber.subscribe("load/#", 1) == [1]
+            routed_to(publisher, "load/probe", subscriber)
+            acked: list[int] = []
+            done = threading.Event()
+            threading.Thread(target=publish_all, args=(publisher, acked, done)).start()
+            time.sleep(MESSAGES / RATE / 3)  # (a third of the load goes through a first)
+            killed_at = time.monotonic()
+            victim.process.kill()  # SIGKILL: no goodbye, no handoff
+            subscriber.drop()
+            before = received(subscriber)
+            back = Paho(port_b, "durable", V5, clean=False, properties=durable)
+            try:
+                after: list[tuple[int, float]] = []
+                deadline = time.monotonic() + DEADLINE
+                while time.monotonic() < deadline:
+                    after += received(back)
+                    got = {seq for seq, _ in before + after}
+                    if done.is_set() and got >= set(acked):
+                        break
+                    time.sleep(0.05)
+            finally:
+                back.close()
+        finally:
+            publisher.close()
+    seqs = [seq for seq, _ in before + after]
+    lost = sorted(set(acked) - set(seqs))
+    first_after = min((t for _, t in after), default=float("nan"))
+    print(
+        f"\nkill -9 under QoS 1 load ({url_fixture}): acked {len(acked)}, "
+        f"received {len(set(seqs))}, lost {len(lost)}, duplicates {len(seqs) - len(set(seqs))}, "
+        f"outage {first_after - killed_at:.2f} s (kill to the first message on the survivor)"
+    )
+    assert done.is_set()
+    assert lost == []
