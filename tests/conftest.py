@@ -122,12 +122,13 @@ def redis_cluster_url(redis_cluster_servers: RedisClusterServers) -> str:
 
 
 @pytest.fixture
-def redis_server_factory() -> Iterator[Callable[[], RedisServer]]:
-    """Start throwaway standalone servers for this test only; all are stopped after it."""
+def redis_server_factory() -> Iterator[Callable[..., RedisServer]]:
+    """Start throwaway standalone servers for this test only (keyword arguments: those of
+    :class:`RedisServer`, e.g. ``aof=True``); all are stopped after it."""
     servers: list[RedisServer] = []
 
-    def start() -> RedisServer:
-        server = RedisServer()
+    def start(**options: Any) -> RedisServer:
+        server = RedisServer(**options)
         servers.append(server)
         server.start()
         return server

@@ -79,10 +79,11 @@ def _die_with_parent() -> list[str]:
 class RedisServer:
     """One ``redis-server`` process on a free loopback port, in its own temporary directory."""
 
-    def __init__(self, *, cluster: bool = False, tls: Pki | None = None) -> None:
+    def __init__(self, *, cluster: bool = False, tls: Pki | None = None, aof: bool = False) -> None:
         self.binary = require_binary("redis-server")
         self.cluster = cluster
         self.tls = tls  # TLS only: no plain port
+        self.aof = aof  # appendonly yes, appendfsync always: a restart keeps every write
         self.dir = Path(tempfile.mkdtemp(prefix="router-redis-"))
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
@@ -104,11 +105,13 @@ class RedisServer:
             "--port", str(self.port),
             "--dir", str(self.dir),
             "--save", "",
-            "--appendonly", "no",
+            "--appendonly", "yes" if self.aof else "no",
             "--daemonize", "no",
             "--protected-mode", "no",
             "--logfile", "redis.log",
         ]  # fmt: skip
+        if self.aof:
+            args += ["--appendfsync", "always"]
         if self.tls is not None:
             args[args.index("--port") + 1] = "0"
             args += [
@@ -173,7 +176,8 @@ class RedisServer:
                 process.wait(timeout=5)
 
     def restart(self) -> None:
-        """Kill and start again on the same port: every key and every loaded script is gone."""
+        """Kill and start again on the same port: every loaded script is gone, and every
+        key too unless the server keeps an append-only file (``aof``)."""
         self.kill()
         wait_until(lambda: _port_is_free(self.port), START_TIMEOUT, f"port {self.port} to close")
         self.start()

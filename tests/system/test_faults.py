@@ -1,19 +1,25 @@
 """Fault scenarios with real processes under load (marked ``fault``; each bounded, each
 prints its figures: run with ``-s`` to read them).
 
-``kill -9`` of the node that serves a persistent QoS 1 subscriber while a publisher on
-another node keeps publishing: the subscriber reconnects to the surviving node and gets
-every message that was acknowledged to the publisher (duplicates counted)."""
+* ``kill -9`` of the node that serves a persistent QoS 1 subscriber while a publisher on
+  another node keeps publishing: the subscriber reconnects to the surviving node and
+  gets every message that was acknowledged to the publisher (duplicates counted).
+* ``kill -9`` and restart of Redis (append-only file, ``appendfsync always``) under QoS 1
+  load: the nodes reconnect and reload their scripts; a publish Redis did not take is
+  not acknowledged (the publisher sends it again), and every acknowledged one arrives."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
 from router.state.keys import Keys
 from tests.support.mqtt import V5, Paho, connect_properties, mqtt_node, routed_to
+from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.fault
 
@@ -88,4 +94,81 @@ def test_kill_9_of_the_subscribers_node_under_qos1_load_loses_nothing(
         f"outage {first_after - killed_at:.2f} s (kill to the first message on the survivor)"
     )
     assert done.is_set()
+    assert lost == []
+
+
+def publish_until_acked(port: int, acked: list[int], done: threading.Event) -> None:
+    """QoS 1 publishes at RATE; a message not acknowledged within 5 s (Redis away: no
+    PUBACK, or DISCONNECT 0x89) is sent again on a new connection until it is."""
+    publisher = Paho(port, "steady", V5)
+    start = time.monotonic()
+    try:
+        for seq in range(MESSAGES):
+            delay = start + seq / RATE - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            while True:
+                info = publisher.client.publish("load/x", str(seq).encode(), 1)
+                with contextlib.suppress(RuntimeError, ValueError):
+                    info.wait_for_publish(5.0)
+                if info.is_published():
+                    acked.append(seq)
+                    break
+                publisher.close()
+                publisher = reconnected(port)
+    finally:
+        publisher.close()
+        done.set()
+
+
+def reconnected(port: int) -> Paho:
+    """A new publisher connection, retried while the node cannot take one."""
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        try:
+            return Paho(port, "steady", V5)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_a_redis_restart_with_aof_under_qos1_load_loses_nothing(
+    redis_server_factory: Callable[..., RedisServer], keys: Keys
+) -> None:
+    server = redis_server_factory(aof=True)
+    env = {"ROUTER_REDIS_URL": server.url, "ROUTER_PREFIX": keys.prefix}
+    bounds = ("--redis-timeout", "1", "--publish-timeout", "3")
+    with mqtt_node("a", env, *bounds) as (_, port_a), mqtt_node("b", env, *bounds) as (_, port_b):
+        subscriber = Paho(port_a, "reader", V5)
+        try:
+            assert subscriber.subscribe("load/#", 1) == [1]
+            probe = Paho(port_b, "probe", V5)
+            routed_to(probe, "load/probe", subscriber)
+            probe.close()
+            acked: list[int] = []
+            done = threading.Event()
+            threading.Thread(target=publish_until_acked, args=(port_b, acked, done)).start()
+            time.sleep(MESSAGES / RATE / 3)
+            restarted_at = time.monotonic()
+            assert server.process is not None
+            server.process.kill()  # SIGKILL: what is not in the AOF is gone
+            server.process.wait()
+            server.start()  # the same port and directory: the AOF is read back
+            seqs: list[int] = []
+            deadline = time.monotonic() + DEADLINE
+            while time.monotonic() < deadline:
+                seqs += [seq for seq, _ in received(subscriber)]
+                if done.is_set() and set(seqs) >= set(acked):
+                    break
+                time.sleep(0.05)
+        finally:
+            subscriber.close()
+    lost = sorted(set(acked) - set(seqs))
+    print(
+        f"\nRedis restart (AOF, appendfsync always) under QoS 1 load: acked {len(acked)}, "
+        f"received {len(set(seqs))}, lost {len(lost)}, duplicates {len(seqs) - len(set(seqs))}, "
+        f"until all came {time.monotonic() - restarted_at:.2f} s after the restart"
+    )
+    assert done.is_set() and len(acked) == MESSAGES
     assert lost == []
