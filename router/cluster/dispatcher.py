@@ -15,8 +15,8 @@ import bisect
 import logging
 import random
 import time
-from collections.abc import Iterable, Sequence
-from typing import Final
+from collections.abc import Coroutine, Iterable, Sequence
+from typing import Any, Final, TypeVar
 
 from router.cluster.forwarding import Forwarder
 from router.cluster.inbox import Forward
@@ -31,6 +31,7 @@ from router.core.topics import TopicFilter, validate_topic
 from router.errors import PublishTimeoutError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 
@@ -94,22 +95,19 @@ class Dispatcher:
     async def publish(self, outgoing: Outgoing) -> PublishResult:
         """See :meth:`RouterNode.publish <router.cluster.node.RouterNode.publish>`;
         raises :class:`PublishTimeoutError` after ``timeout`` seconds."""
-        started = time.monotonic()
-        try:
-            async with asyncio.timeout(self.timeout):
-                return await self._publish(outgoing)
-        except TimeoutError:
-            raise PublishTimeoutError(self.timeout) from None
-        finally:
-            self.latency.observe(time.monotonic() - started)
+        return await self._bounded(self._publish(outgoing))
 
     async def publish_many(self, items: Iterable[Outgoing]) -> list[PublishResult]:
         """See :meth:`RouterNode.publish_many <router.cluster.node.RouterNode.publish_many>`;
         raises :class:`PublishTimeoutError` after ``timeout`` seconds."""
+        return await self._bounded(self._publish_many(items))
+
+    async def _bounded(self, work: Coroutine[Any, Any, T]) -> T:
+        """``work`` within ``timeout`` seconds (its duration observed in ``latency``)."""
         started = time.monotonic()
         try:
             async with asyncio.timeout(self.timeout):
-                return await self._publish_many(items)
+                return await work
         except TimeoutError:
             raise PublishTimeoutError(self.timeout) from None
         finally:

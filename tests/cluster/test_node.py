@@ -15,7 +15,7 @@ from router.cluster.node import RouterNode
 from router.core import topics
 from router.state.keys import Keys
 from tests.support import waiting
-from tests.support.nodes import StartNode, take
+from tests.support.nodes import StartNode, die, take
 
 pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
 
@@ -133,10 +133,7 @@ async def test_a_restart_with_the_same_id_drops_the_old_incarnation(
     await old.subscribe("c", "old/#")
     await eventually(lambda: a.mirror.routes("b") == {"old/#": 1})
     # The old process vanishes without stopping (no purge); a new one takes the id.
-    await old._supervisor.stop()
-    await old._writer.stop()
-    await old._sync.stop()
-    await old._inbox.stop()
+    await die(old)
     new = await start_node("b")
     await eventually(lambda: a.mirror.routes("b") == {})
     await new.subscribe("d", "new/#")

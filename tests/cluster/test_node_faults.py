@@ -24,7 +24,7 @@ from router.state.channels import Channel, ChannelMessage
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
 from tests.support import waiting
-from tests.support.nodes import StartNode, take
+from tests.support.nodes import StartNode, die, take
 
 pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
 
@@ -120,10 +120,7 @@ async def test_a_restarted_node_counts_the_backlog_no_client_is_left_for(
     await old.start()
     await old.subscribe("phone", "news")
     await eventually(lambda: "b" in a.mirror.match("news").nodes, "a routes news to b")
-    await old._supervisor.stop()  # b dies without goodbye: no purge, its inbox stays
-    await old._writer.stop()
-    await old._sync.stop()
-    await old._inbox.stop()
+    await die(old)  # b dies without goodbye: no purge, its inbox stays
     await a.publish("news", b"while b was away")
     new = await start_node("b")
     await eventually(lambda: new.stats()["copies_unmatched"] == 1, "the backlog copy counted")
@@ -142,10 +139,7 @@ async def test_a_persistent_session_outlives_its_node(
     await a.subscribe("roamer", "news", qos=1)
     b = await start_node("b", handoff_timeout=0.5)
     await eventually(lambda: "a" in b.mirror.match("news").nodes, "b routes news to a")
-    await a._supervisor.stop()  # a dies without goodbye: no purge, its inbox stays
-    await a._writer.stop()
-    await a._sync.stop()
-    await a._inbox.stop()
+    await die(a)  # a dies without goodbye: no purge, its inbox stays
     await b.publish("news", b"while a lay dead", qos=1)  # stored in a's inbox
     await eventually(lambda: b.stats()["sessions_adopted"] == 1, "b adopted a's session")
     assert b.stats()["copies_recovered"] == 1
@@ -168,10 +162,7 @@ async def test_a_client_back_before_its_dead_node_is_purged_gets_what_waited_the
     await a.subscribe("roamer", "news", qos=1)
     b = await start_node("b", heartbeat_ttl=30.0)
     await eventually(lambda: "a" in b.mirror.match("news").nodes, "b routes news to a")
-    await a._supervisor.stop()  # a dies without goodbye
-    await a._writer.stop()
-    await a._sync.stop()
-    await a._inbox.stop()
+    await die(a)  # a dies without goodbye
     await b.publish("news", b"stored in a's inbox", qos=1)
     c = await start_node("c", heartbeat_ttl=30.0, handoff_timeout=0.5)
     assert await c.connect("roamer", clean_start=False, expiry=600)

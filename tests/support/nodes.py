@@ -54,3 +54,12 @@ async def take(
             assert delivery is not None
             got.append(delivery)
     return got
+
+
+async def die(node: RouterNode) -> None:
+    """Stop ``node`` as ``kill -9`` would, within one process: its background work ends
+    without a goodbye (no purge, its routes and inbox stay in Redis, its heartbeat stops)."""
+    await node._supervisor.stop()
+    await node._writer.stop()
+    await node._sync.stop()
+    await node._inbox.stop()
