@@ -33,7 +33,7 @@ async def test_a_task_that_recovers_is_healthy_again() -> None:
         if not recovered.is_set():
             recovered.set()
             raise ConnectionError("once")
-        await asyncio.sleep(3600)
+        await asyncio.Event().wait()  # (runs until cancelled)
 
     supervisor.start("flaky", flaky)
     await waiting.eventually(lambda: supervisor.restarts == 1, 5.0, "one restart")

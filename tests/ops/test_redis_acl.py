@@ -74,7 +74,6 @@ async def node_work(url: str, keys: Keys) -> None:
         await a.publish("news/y", b"queued", qos=1)
         assert await a.connect("roamer", clean_start=False, expiry=60)  # resumed on a
         await a.disconnect("roamer")
-        await asyncio.sleep(0)
 
 
 def test_the_router_user_is_denied_nothing(restricted: tuple[str, list[Redis]], keys: Keys) -> None:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
 from router.state.keys import Keys
 from tests.support.mqtt import V5, Paho, connect_properties, mqtt_node, routed_to
 from tests.support.servers import RedisServer
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.fault
 
@@ -28,18 +29,45 @@ RATE = 300.0  # msg/s offered by the publisher
 DEADLINE = 60.0  # seconds for the survivor to deliver everything
 
 
+def pace(start: float, seq: int) -> None:
+    """Hold message ``seq`` until its time at RATE from ``start``."""
+    delay = start + seq / RATE - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
 def publish_all(publisher: Paho, acked: list[int], done: threading.Event) -> None:
     """QoS 1 publishes at RATE; a message counts once its PUBACK came."""
     start = time.monotonic()
     for seq in range(MESSAGES):
-        delay = start + seq / RATE - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
+        pace(start, seq)
         info = publisher.client.publish("load/x", str(seq).encode(), 1)
         info.wait_for_publish(DEADLINE)
         if info.is_published():
             acked.append(seq)
     done.set()
+
+
+def collect(
+    client: Paho,
+    into: list[tuple[int, float]],
+    acked: list[int],
+    done: threading.Event,
+    earlier: Sequence[tuple[int, float]] = (),
+) -> None:
+    """Gather what ``client`` receives until the load is done and every acknowledged
+    message arrived (with ``earlier``), or DEADLINE passed: the test says what is lost."""
+
+    def complete() -> bool:
+        into.extend(received(client))
+        return done.is_set() and {seq for seq, _ in [*earlier, *into]} >= set(acked)
+
+    with contextlib.suppress(TimeoutError):
+        wait_until(complete, DEADLINE, "every acknowledged message")
+
+
+def a_third_acked(acked: list[int]) -> None:
+    wait_until(lambda: len(acked) >= MESSAGES // 3, DEADLINE, "a third of the load acked")
 
 
 def received(client: Paho) -> list[tuple[int, float]]:
@@ -66,21 +94,15 @@ def test_kill_9_of_the_subscribers_node_under_qos1_load_loses_nothing(
             acked: list[int] = []
             done = threading.Event()
             threading.Thread(target=publish_all, args=(publisher, acked, done)).start()
-            time.sleep(MESSAGES / RATE / 3)  # (a third of the load goes through a first)
+            a_third_acked(acked)
             killed_at = time.monotonic()
             victim.process.kill()  # SIGKILL: no goodbye, no handoff
             subscriber.drop()
             before = received(subscriber)
             back = Paho(port_b, "durable", V5, clean=False, properties=durable)
+            after: list[tuple[int, float]] = []
             try:
-                after: list[tuple[int, float]] = []
-                deadline = time.monotonic() + DEADLINE
-                while time.monotonic() < deadline:
-                    after += received(back)
-                    got = {seq for seq, _ in before + after}
-                    if done.is_set() and got >= set(acked):
-                        break
-                    time.sleep(0.05)
+                collect(back, after, acked, done, before)
             finally:
                 back.close()
         finally:
@@ -104,9 +126,7 @@ def publish_until_acked(port: int, acked: list[int], done: threading.Event) -> N
     start = time.monotonic()
     try:
         for seq in range(MESSAGES):
-            delay = start + seq / RATE - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
+            pace(start, seq)
             while True:
                 info = publisher.client.publish("load/x", str(seq).encode(), 1)
                 with contextlib.suppress(RuntimeError, ValueError):
@@ -123,14 +143,15 @@ def publish_until_acked(port: int, acked: list[int], done: threading.Event) -> N
 
 def reconnected(port: int) -> Paho:
     """A new publisher connection, retried while the node cannot take one."""
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        try:
-            return Paho(port, "steady", V5)
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    made: list[Paho] = []
+
+    def attempt() -> bool:
+        with contextlib.suppress(OSError):
+            made.append(Paho(port, "steady", V5))
+        return bool(made)
+
+    wait_until(attempt, DEADLINE, "a publisher connection")
+    return made[0]
 
 
 def test_a_redis_restart_with_aof_under_qos1_load_loses_nothing(
@@ -149,19 +170,15 @@ def test_a_redis_restart_with_aof_under_qos1_load_loses_nothing(
             acked: list[int] = []
             done = threading.Event()
             threading.Thread(target=publish_until_acked, args=(port_b, acked, done)).start()
-            time.sleep(MESSAGES / RATE / 3)
+            a_third_acked(acked)
             restarted_at = time.monotonic()
             assert server.process is not None
             server.process.kill()  # SIGKILL: what is not in the AOF is gone
             server.process.wait()
             server.start()  # the same port and directory: the AOF is read back
-            seqs: list[int] = []
-            deadline = time.monotonic() + DEADLINE
-            while time.monotonic() < deadline:
-                seqs += [seq for seq, _ in received(subscriber)]
-                if done.is_set() and set(seqs) >= set(acked):
-                    break
-                time.sleep(0.05)
+            got: list[tuple[int, float]] = []
+            collect(subscriber, got, acked, done)
+            seqs = [seq for seq, _ in got]
         finally:
             subscriber.close()
     lost = sorted(set(acked) - set(seqs))
