@@ -105,7 +105,7 @@ def bench_cluster(
 
 @bench.command("mqtt")
 @click.option("--redis", "url", default=None, help="Standalone Redis URL (default: start one).")
-@click.option("--messages", default=40_000, show_default=True, help="Messages per QoS and broker.")
+@click.option("--messages", default=100_000, show_default=True, help="Messages per QoS and broker.")
 @click.option("--publishers", default=4, show_default=True, help="Publisher connections.")
 @click.option("--subscribers", default=4, show_default=True, help="Subscriber connections.")
 @click.option("--window", default=100, show_default=True, help="QoS 1 publishes in flight.")

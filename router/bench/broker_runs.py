@@ -109,7 +109,7 @@ Address = tuple[str, int]
 class MqttBenchConfig:
     """The sizes of one ``router bench mqtt`` run (``messages`` per QoS and broker)."""
 
-    messages: int = 40_000
+    messages: int = 100_000
     publishers: int = 4
     subscribers: int = 4
     window: int = 100
