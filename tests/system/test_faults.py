@@ -6,17 +6,27 @@ prints its figures: run with ``-s`` to read them).
   gets every message that was acknowledged to the publisher (duplicates counted).
 * ``kill -9`` and restart of Redis (append-only file, ``appendfsync always``) under QoS 1
   load: the nodes reconnect and reload their scripts; a publish Redis did not take is
-  not acknowledged (the publisher sends it again), and every acknowledged one arrives."""
+  not acknowledged (the publisher sends it again), and every acknowledged one arrives.
+* A slow consumer (it stops reading) under a flood: its queue fills, the overflow policy
+  drops what does not fit and counts it, another subscriber gets every message, and the
+  node's memory grows by far less than the flood."""
 
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from router.mqtt.codec import PacketReader, encode
+from router.mqtt.packets import Connect, Publish, Subscribe, Subscription
+from router.ops.embedded_redis import free_port
 from router.state.keys import Keys
 from tests.support.mqtt import V5, Paho, connect_properties, mqtt_node, routed_to
 from tests.support.servers import RedisServer
@@ -29,9 +39,9 @@ RATE = 300.0  # msg/s offered by the publisher
 DEADLINE = 60.0  # seconds for the survivor to deliver everything
 
 
-def pace(start: float, seq: int) -> None:
-    """Hold message ``seq`` until its time at RATE from ``start``."""
-    delay = start + seq / RATE - time.monotonic()
+def pace(start: float, seq: int, rate: float = RATE) -> None:
+    """Hold message ``seq`` until its time at ``rate`` msg/s from ``start``."""
+    delay = start + seq / rate - time.monotonic()
     if delay > 0:
         time.sleep(delay)
 
@@ -70,13 +80,27 @@ def a_third_acked(acked: list[int]) -> None:
     wait_until(lambda: len(acked) >= MESSAGES // 3, DEADLINE, "a third of the load acked")
 
 
-def received(client: Paho) -> list[tuple[int, float]]:
+def received(client: Paho, topic: str = "load/x") -> list[tuple[int, float]]:
+    """(sequence number, arrival) of what ``client`` got on ``topic`` since last asked
+    (the payload is the sequence number, or its length where it is not one)."""
     out = []
     while not client.messages.empty():
         message = client.messages.get()
-        if message.topic == "load/x":
-            out.append((int(message.payload), time.monotonic()))
+        if message.topic == topic:
+            payload = message.payload
+            out.append((int(payload) if payload.isdigit() else len(payload), time.monotonic()))
     return out
+
+
+def scrape(address: str) -> dict[str, float]:
+    """The samples of a node's ``/metrics``."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 @pytest.mark.parametrize("url_fixture", ["redis_standalone_url", "redis_cluster_url"])
@@ -189,3 +213,88 @@ def test_a_redis_restart_with_aof_under_qos1_load_loses_nothing(
     )
     assert done.is_set() and len(acked) == MESSAGES
     assert lost == []
+
+
+FLOOD = 10_000
+FLOOD_BYTES = 2_000  # payload bytes: the flood is 20 MB
+FLOOD_RATE = 2_000.0
+
+
+def rss_bytes(pid: int) -> int:
+    """The resident set size of process ``pid``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def stalled_subscriber(port: int) -> socket.socket:
+    """A 3.1.1 client subscribed to ``flood/#`` that then reads nothing (a small receive
+    buffer, so that the node's writes back up at once)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(10.0)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(encode(Connect("stalled", 4, keepalive=0), 4))
+    sock.sendall(encode(Subscribe(1, (Subscription("flood/#", 0),)), 4))
+    reader, packets = PacketReader(), []
+    reader.level = 4
+    while len(packets) < 2:  # CONNACK, SUBACK
+        packets += reader.feed(sock.recv(64))
+    return sock
+
+
+def drain(sock: socket.socket) -> int:
+    """Read ``sock`` until it is quiet for a second; the PUBLISH packets that came."""
+    reader = PacketReader()
+    reader.level = 4
+    count = 0
+    sock.settimeout(1.0)
+    with contextlib.suppress(TimeoutError):
+        while chunk := sock.recv(1 << 16):
+            count += sum(1 for packet in reader.feed(chunk) if isinstance(packet, Publish))
+    return count
+
+
+def test_a_slow_consumer_drops_counted_others_and_memory_unaffected(
+    redis_standalone_url: str, keys: Keys
+) -> None:
+    env = {"ROUTER_REDIS_URL": redis_standalone_url, "ROUTER_PREFIX": keys.prefix}
+    metrics = f"127.0.0.1:{free_port()}"
+    args = ("--queue-limit", "1000", "--metrics", metrics)
+    with mqtt_node("a", env, *args) as (node, port):
+        stalled = stalled_subscriber(port)
+        fast = Paho(port, "fast", V5)
+        publisher = Paho(port, "flooder", V5)
+        try:
+            assert fast.subscribe("flood/#", 0) == [0]
+            rss_before = rss_bytes(node.process.pid)
+            start = time.monotonic()
+            payload = b"x" * FLOOD_BYTES
+            for seq in range(FLOOD):
+                pace(start, seq, FLOOD_RATE)
+                publisher.client.publish("flood/x", payload, 0)
+            got: list[tuple[int, float]] = []
+
+            def all_came() -> bool:
+                got.extend(received(fast, "flood/x"))
+                return len(got) >= FLOOD
+
+            wait_until(all_came, DEADLINE, "the fast subscriber's flood")
+            rss_after = rss_bytes(node.process.pid)
+            drops = scrape(metrics)["router_queue_drops_total"]
+            slow_got = drain(stalled)  # what was queued or buffered for it all comes now
+        finally:
+            stalled.close()
+            fast.close()
+            publisher.close()
+    growth = (rss_after - rss_before) / 2**20
+    print(
+        f"\nslow consumer: flood {FLOOD} x {FLOOD_BYTES} B at {FLOOD_RATE:.0f} msg/s; fast "
+        f"subscriber got {len(got)}; the slow one got {slow_got} once it read, drops counted "
+        f"{drops:.0f}; node RSS grew {growth:.1f} MiB"
+    )
+    assert len(got) == FLOOD  # the other client is unaffected
+    assert slow_got + drops == FLOOD  # every message reached it or was counted as dropped
+    assert drops > 0
+    assert growth < FLOOD * FLOOD_BYTES / 2**20 / 2  # bounded: not the flood it dropped
