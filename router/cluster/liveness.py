@@ -7,7 +7,10 @@ for longer than its grace): a node that cannot read its inbox must not let peers
 to it. Peers then purge it once its heartbeat expires, as they would a dead node; when
 the task recovers, the heartbeat finds the node unregistered and ``rejoin`` registers it
 again as a new incarnation. Withholding starts and ends with one log line each, and
-:meth:`Liveness.health` says why.
+:meth:`Liveness.health` says why. A node whose heartbeats fail for longer than the TTL
+(cut off from Redis: the others purge it) tells its :meth:`~Liveness.on_cut_off`
+listeners, so that its MQTT clients are disconnected with a reason, and rejoins once a
+heartbeat reaches Redis again.
 
 A stall of Redis itself (paused, swapping, a slow disk under ``appendfsync always``)
 stops every node's heartbeat at once, and expiry is judged on Redis server time: when
@@ -60,8 +63,10 @@ class Liveness:
         self._audit = audit
         self._taken_over = taken_over
         self.withheld = False
+        self.cut_off = False  # no heartbeat landed for longer than the TTL
         self.beats_withheld = 0
         self.beats_failed = 0
+        self._cut_off_listeners: list[Callable[[], None]] = []
 
     async def run(self) -> None:
         """Beat until another process takes the node id (then set ``taken_over``)."""
@@ -81,12 +86,39 @@ class Liveness:
             except Exception:  # (Redis unreachable: the next beat tries again)
                 self.beats_failed += 1
                 log.warning("heartbeat of node %s failed", self._node_id, exc_info=True)
+                self._check_cut_off()
             try:
                 await self._audit()
             except Exception:
                 log.warning("session claims of node %s unchecked", self._node_id, exc_info=True)
 
+    def on_cut_off(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` when the node finds itself cut off from Redis (the MQTT
+        server disconnects its clients then, rather than leave them stalled)."""
+        self._cut_off_listeners.append(listener)
+
+    def forget_cut_off(self, listener: Callable[[], None]) -> None:
+        """Stop calling ``listener`` (a server that closed)."""
+        if listener in self._cut_off_listeners:
+            self._cut_off_listeners.remove(listener)
+
+    def _check_cut_off(self) -> None:
+        last = self._last_beat
+        if self.cut_off or last is None or time.monotonic() - last <= self._ttl:
+            return
+        self.cut_off = True
+        log.error(
+            "node %s has not reached Redis for longer than its TTL: the others purge it; "
+            "its clients are disconnected",
+            self._node_id,
+        )
+        for listener in list(self._cut_off_listeners):
+            listener()
+
     def _landed(self) -> None:
+        if self.cut_off:
+            self.cut_off = False
+            log.warning("node %s reaches Redis again", self._node_id)
         now = time.monotonic()
         if self._last_beat is None or now - self._last_beat > self._ttl:
             self._steady_since = now  # (the first beat, or after a gap: others may lag)
@@ -118,4 +150,5 @@ class Liveness:
 
     def health(self) -> dict[str, Any]:
         """``ok`` while the node claims liveness, and the tasks failing now."""
-        return {"ok": not self.withheld, "failing": self._supervisor.failing()}
+        ok = not self.withheld and not self.cut_off
+        return {"ok": ok, "failing": self._supervisor.failing()}

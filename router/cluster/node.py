@@ -103,7 +103,7 @@ class RouterNode:
             self.mirror,
             self.node_id,
             config.heartbeat_interval,
-            may_purge=lambda: self._liveness.steady(),  # noqa: PLW0108 (made below)
+            may_purge=lambda: self.liveness.steady(),  # noqa: PLW0108 (made below)
             on_purged=self._adoption.adopt,
         )
         self._writer = RouteWriter(
@@ -163,7 +163,7 @@ class RouterNode:
         self._running = False
         self._taken_over = asyncio.Event()
         self._supervisor = Supervisor(self.node_id, grace=config.heartbeat_ttl)
-        self._liveness = Liveness(
+        self.liveness = Liveness(
             self.node_id,
             self.registry,
             self._supervisor,
@@ -188,7 +188,7 @@ class RouterNode:
         self._writer.start()
         self._retainer.start()
         await self._sync.announce()
-        self._supervisor.start("heartbeat", self._liveness.run)
+        self._supervisor.start("heartbeat", self.liveness.run)
         if self._traffic is not None:
             self._traffic.start()
         self._running = True
@@ -570,7 +570,7 @@ class RouterNode:
 
     def health(self) -> dict[str, Any]:
         """``ok`` while the node claims liveness, and its tasks failing now."""
-        return self._liveness.health()
+        return self.liveness.health()
 
     def stats(self) -> dict[str, int]:
         """Counters of this node since it started."""
@@ -590,7 +590,7 @@ class RouterNode:
             "routes": len(self.sessions.routes()),
             "route_batches_failed": self._writer.failed_batches,
             **self._supervisor.stats(),
-            "heartbeats_withheld": self._liveness.beats_withheld,
+            "heartbeats_withheld": self.liveness.beats_withheld,
             "route_changes_unwritten": self._writer.unwritten,
             **self._retainer.stats(),
             **self._keeper.stats(),

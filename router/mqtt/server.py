@@ -111,6 +111,7 @@ class MqttServer:
         self._clients: dict[str, MqttConnection] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         node.add_kicker(self.kick)
+        node.liveness.on_cut_off(self.end_all)
         self.accepted = 0
         self.refused = 0
         self.messages_received = 0  # PUBLISH packets from clients
@@ -147,6 +148,12 @@ class MqttServer:
             return False
         connection.end(ReasonCode.ADMINISTRATIVE_ACTION)
         return True
+
+    def end_all(self, code: int = ReasonCode.SERVER_BUSY) -> None:
+        """End every connection with DISCONNECT ``code`` (the node lost Redis: its peers
+        purge it; a client reconnects, here once it is back or to another node)."""
+        for connection in list(self._connections):
+            connection.end(code)
 
     # -- listeners -------------------------------------------------------------------------
 
@@ -211,6 +218,7 @@ class MqttServer:
         """Stop listening and end every connection with DISCONNECT 0x8B."""
         with contextlib.suppress(ValueError):
             self.node.remove_kicker(self.kick)
+        self.node.liveness.forget_cut_off(self.end_all)
         await self.sys_topics.stop()
         for server in self._servers:
             server.close()

@@ -48,11 +48,11 @@ async def test_a_redis_stall_longer_than_the_ttl_purges_nobody(
     ):
         await b.subscribe("phone", "news")
         await waiting.eventually(lambda: "b" in a.mirror.match("news").nodes, 5.0, "a routes")
-        await waiting.eventually(a._liveness.steady, 5.0, "a beats steadily")
+        await waiting.eventually(a.liveness.steady, 5.0, "a beats steadily")
         with stopped(server):
             await asyncio.sleep(2.5)  # the stall itself: longer than the TTL
         await waiting.eventually(
-            lambda: a._liveness.steady() and b._liveness.steady(), 10.0, "steady again"
+            lambda: a.liveness.steady() and b.liveness.steady(), 10.0, "steady again"
         )
         assert a.stats()["nodes_purged"] == 0 and b.stats()["nodes_purged"] == 0
         await a.publish("news", b"after the stall")

@@ -7,6 +7,9 @@ prints its figures: run with ``-s`` to read them).
 * ``kill -9`` and restart of Redis (append-only file, ``appendfsync always``) under QoS 1
   load: the nodes reconnect and reload their scripts; a publish Redis did not take is
   not acknowledged (the publisher sends it again), and every acknowledged one arrives.
+* A partition between one node and Redis (a proxy the test cuts): the node's MQTT
+  clients are disconnected with 0x89 instead of stalling, the others purge it, and it
+  rejoins when the cut heals.
 * A slow consumer (it stops reading) under a flood: its queue fills, the overflow policy
   drops what does not fit and counts it, another subscriber gets every message, and the
   node's memory grows by far less than the flood."""
@@ -14,6 +17,7 @@ prints its figures: run with ``-s`` to read them).
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -22,13 +26,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
+from router.cli import app
 from router.mqtt.codec import PacketReader, encode
 from router.mqtt.packets import Connect, Publish, Subscribe, Subscription
 from router.ops.embedded_redis import free_port
 from router.state.keys import Keys
 from tests.support.mqtt import V5, Paho, connect_properties, mqtt_node, routed_to
+from tests.support.proxy import proxy_to
 from tests.support.servers import RedisServer
 from tests.support.waiting import wait_until
 
@@ -298,3 +305,49 @@ def test_a_slow_consumer_drops_counted_others_and_memory_unaffected(
     assert slow_got + drops == FLOOD  # every message reached it or was counted as dropped
     assert drops > 0
     assert growth < FLOOD * FLOOD_BYTES / 2**20 / 2  # bounded: not the flood it dropped
+
+
+def alive_nodes(url: str, prefix: str) -> set[str]:
+    """The nodes the registry holds alive (``router nodes --json``)."""
+    result = CliRunner().invoke(app, ["nodes", "--json", "--redis", url, "--prefix", prefix])
+    assert result.exit_code == 0, result.output
+    return {node["node_id"] for node in json.loads(result.stdout) if node["alive"]}
+
+
+def test_a_node_cut_off_from_redis_drops_its_clients_with_a_reason_and_rejoins(
+    redis_standalone_server: RedisServer, keys: Keys
+) -> None:
+    """A partition between node a and Redis (a proxy the test cuts): a's MQTT clients get
+    DISCONNECT 0x89 instead of stalling, b purges a, and a rejoins when the cut heals."""
+    url = redis_standalone_server.url
+    direct = {"ROUTER_REDIS_URL": url, "ROUTER_PREFIX": keys.prefix}
+    with proxy_to(redis_standalone_server.port) as proxy:
+        cut_env = {**direct, "ROUTER_REDIS_URL": f"redis://127.0.0.1:{proxy.port}/0"}
+        bounds = ("--redis-timeout", "0.5")
+        with mqtt_node("a", cut_env, *bounds) as (_, port_a), mqtt_node("b", direct) as (_, port_b):
+            watcher, talker = Paho(port_a, "watcher", V5), Paho(port_b, "talker", V5)
+            try:
+                assert watcher.subscribe("t/#", 1) == [1]
+                routed_to(talker, "t/probe", watcher)
+                proxy.cut()
+                cut_at = time.monotonic()
+                assert watcher.disconnects.get(timeout=DEADLINE) == 0x89
+                dropped_after = time.monotonic() - cut_at
+                wait_until(lambda: "a" not in alive_nodes(url, keys.prefix), DEADLINE, "a purged")
+                proxy.heal()
+                healed_at = time.monotonic()
+                wait_until(lambda: "a" in alive_nodes(url, keys.prefix), DEADLINE, "a rejoined")
+                rejoined_after = time.monotonic() - healed_at
+                again = Paho(port_a, "watcher-again", V5)
+                try:
+                    assert again.subscribe("t/#", 1) == [1]
+                    routed_to(talker, "t/probe-again", again)
+                finally:
+                    again.close()
+            finally:
+                watcher.close()
+                talker.close()
+    print(
+        f"\npartition node-Redis: clients dropped with 0x89 {dropped_after:.2f} s after the cut; "
+        f"rejoined {rejoined_after:.2f} s after it healed"
+    )
