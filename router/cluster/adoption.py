@@ -20,7 +20,14 @@ dead node (exactly one: the purge reports ``purged`` once) adopts each of them:
 
 A client that reconnects to any node then resumes its session there with everything
 queued, as after any takeover. A client that comes back *before* the purge resumes on
-its new node, which recovers its copies from the dead node's inbox the same way.
+its new node, which recovers its copies from the dead node's inbox the same way. Before
+it claims the session it marks where the dead node's reader stood (:meth:`Adoption.mark`,
+a copy of the reader's cursor), so that a restart of the dead node under its id, which
+reads its inbox's backlog, cannot move the recovery past those copies.
+
+A node that restarts under its id adopts its previous incarnation's persistent sessions
+the same way before it reads its inbox (:meth:`Adoption.adopt_own`): the backlog then
+finds their subscriptions and goes to their queues, as what is routed to them next.
 
 What this does not save: copies the dead node had already taken from its inbox (or from
 its own publishers) into memory and not yet got acknowledged by the client, share-group
@@ -31,13 +38,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from router.cluster.inbox import Forward, unpack_record
 from router.core.messages import Delivery
 from router.errors import MalformedMessageError, SubscriptionNotFoundError
 from router.state.channels import Channel
-from router.state.session_store import NEVER
+from router.state.session_store import NEVER, SessionInfo
 
 if TYPE_CHECKING:
     from router.cluster.node import RouterNode
@@ -47,6 +56,15 @@ log = logging.getLogger(__name__)
 CONCURRENCY: Final = 32
 """Sessions adopted at the same time."""
 FETCH: Final = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """Where the reader of ``dead``'s inbox stood before a session was claimed from it:
+    the subscriber ``cursor`` of that inbox reads on from there."""
+
+    dead: str
+    cursor: str
 
 
 class Adoption:
@@ -87,6 +105,35 @@ class Adoption:
         if orphans:
             log.warning("adopted the %d persistent sessions of dead node %s", len(orphans), dead)
 
+    async def adopt_own(self) -> None:
+        """At start: adopt the persistent sessions this node id held in an earlier
+        incarnation (the node restarted before anyone purged it)."""
+        await self.adopt(self._node.node_id)
+
+    async def mark(self, info: SessionInfo | None) -> Recovery | None:
+        """Before a session of ``info`` is claimed from another node: a copy of that
+        node's inbox cursor, for :meth:`recover_for` (None when the session was this
+        node's or its old node has no inbox)."""
+        node = self._node
+        if info is None or info.node_id == node.node_id:
+            return None
+        cursor = f"recovery-{uuid.uuid4().hex}"
+        channel = self._channel(info.node_id)
+        try:
+            made = await channel.copy_cursor(info.node_id, cursor)
+        finally:
+            await channel.aclose()
+        return Recovery(info.node_id, cursor) if made else None
+
+    async def release(self, recovery: Recovery | None) -> None:
+        """Drop a mark that is not needed (the old node handed the session on)."""
+        if recovery is not None:
+            channel = self._channel(recovery.dead)
+            try:
+                await channel.remove_subscriber(recovery.cursor)
+            finally:
+                await channel.aclose()
+
     async def _adopt_one(self, client_id: str, expiry: int) -> None:
         """A resume here (which recovers the client's copies from the dead node's inbox:
         no handoff comes), then away with the session's expiry."""
@@ -99,17 +146,21 @@ class Adoption:
         return Channel(node.registry.redis, node.keys.inbox(dead), node.config.inbox_expire,
                        node.keys)  # fmt: skip
 
-    async def recover_for(self, dead: str, client_id: str) -> list[Delivery]:
+    async def recover_for(
+        self, dead: str, client_id: str, recovery: Recovery | None = None
+    ) -> list[Delivery]:
         """The copies for ``client_id`` (as its subscriptions here ask for them) left in
-        the inbox of ``dead``, which held its session and did not hand it on. Read
+        the inbox of ``dead``, which held its session and did not hand it on: from the
+        ``recovery`` mark made before the claim, else from the dead node's cursor. Read
         without acknowledging: the dead node's other clients may resume elsewhere."""
         channel = self._channel(dead)
+        reader = recovery.cursor if recovery is not None and recovery.dead == dead else dead
         copies: list[Delivery] = []
         after: int | None = None
         try:
             while True:
                 try:
-                    result, after = await channel.read(dead, FETCH, after)
+                    result, after = await channel.read(reader, FETCH, after)
                 except SubscriptionNotFoundError:  # (retired, or expired)
                     break
                 for stored in result.messages:
@@ -120,7 +171,11 @@ class Adoption:
                 if not result.more:
                     break
         finally:
+            if reader != dead:
+                await channel.remove_subscriber(reader)
             await channel.aclose()
+        if recovery is not None and recovery.dead != dead:
+            await self.release(recovery)
         self.copies_recovered += len(copies)
         if copies:
             log.warning(

@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from types import TracebackType
 from typing import Any
 
-from router.cluster.adoption import Adoption
+from router.cluster.adoption import Adoption, Recovery
 from router.cluster.claims import SessionClaims
 from router.cluster.config import NodeConfig
 from router.cluster.dispatcher import Dispatcher
@@ -149,14 +149,9 @@ class RouterNode:
             end_session=self._end_session,
         )
         self._inbox = InboxReader(
-            redis,
-            self.keys,
-            self.node_id,
-            config.inbox_expire,
-            self._dispatcher.dispatch,
-            self._on_notice,
-            poll=config.inbox_poll,
-        )
+            redis, self.keys, self.node_id, config.inbox_expire, self._dispatcher.dispatch,
+            self._on_notice, poll=config.inbox_poll,
+        )  # fmt: skip
         self.inbox_backlog = self._inbox.backlog  # (read by the metrics endpoint)
         self.publish_latency = self._dispatcher.latency
         self._generation: str | None = None
@@ -164,16 +159,10 @@ class RouterNode:
         self._taken_over = asyncio.Event()
         self._supervisor = Supervisor(self.node_id, grace=config.heartbeat_ttl)
         self.liveness = Liveness(
-            self.node_id,
-            self.registry,
-            self._supervisor,
-            config.heartbeat_interval,
-            config.heartbeat_ttl,
-            incarnation=lambda: self.incarnation,
-            rejoin=self._rejoin,
-            audit=self._claims.audit,
-            taken_over=self._taken_over,
-        )
+            self.node_id, self.registry, self._supervisor, config.heartbeat_interval,
+            config.heartbeat_ttl, incarnation=lambda: self.incarnation, rejoin=self._rejoin,
+            audit=self._claims.audit, taken_over=self._taken_over,
+        )  # fmt: skip
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -183,10 +172,11 @@ class RouterNode:
         await self.registry.register(self.node_id, self.incarnation)
         await self._claim()
         await self._inbox.open()
-        self._supervisor.start("inbox", self._inbox.run)
         await self._sync.start(self._supervisor)
         self._writer.start()
         self._retainer.start()
+        await self._adoption.adopt_own()  # (before its inbox's backlog is read)
+        self._supervisor.start("inbox", self._inbox.run)
         await self._sync.announce()
         self._supervisor.start("heartbeat", self.liveness.run)
         if self._traffic is not None:
@@ -316,6 +306,7 @@ class RouterNode:
                     client_id, {validate_filter(f): o for f, o in stored.items()}
                 )
                 await self._write_routes(changes)
+            recovery = await self._adoption.mark(info)
             claimed = await self._claims.claim(client_id, keep_state=info is not None)
         session.expiry = expiry
         if claimed is not None:
@@ -324,7 +315,8 @@ class RouterNode:
                 previous = claimed.previous
                 moved = previous is not None and previous.node_id != self.node_id
                 epoch = claimed.owner.epoch if moved else None
-                await self._come_back(session, epoch, expiry, info.awaiting_release, previous)
+                await self._come_back(session, epoch, expiry, info.awaiting_release, previous,
+                                      recovery)  # fmt: skip
             elif expiry:
                 await self._keeper.reset_queue(client_id, expiry)
         await self._mark_open(client_id, expiry, protocol, keepalive, username)
@@ -338,6 +330,7 @@ class RouterNode:
         expiry: int,
         stored: tuple[int, ...] = (),
         previous: Owner | None = None,
+        recovery: Recovery | None = None,
     ) -> None:
         """Give a resumed session what was queued for it, ahead of anything newer, and the
         inbound QoS 2 ids awaiting PUBREL. No handoff from the ``previous`` node: it is
@@ -345,7 +338,10 @@ class RouterNode:
         session.away = False
         queued, handed_on, handed = await self._keeper.take_queued(session, handoff)
         if not handed and previous is not None:
-            queued += await self._adoption.recover_for(previous.node_id, session.client_id)
+            queued += await self._adoption.recover_for(previous.node_id, session.client_id,
+                                                       recovery)  # fmt: skip
+        else:
+            await self._adoption.release(recovery)
         session.awaiting_release |= handed_on | set(stored)
         session.put_first(queued)
         session.expiry = expiry

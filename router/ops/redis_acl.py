@@ -22,8 +22,8 @@ ROUTER_COMMANDS: Final = (
     "cluster|slots", "command",
     # scripts, and what the router sends itself
     "evalsha", "script|load", "multi", "exec", "discard",
-    "get", "set", "mget", "del", "unlink", "exists", "expire", "pexpire", "persist", "pttl",
-    "incr", "scan",
+    "get", "set", "mget", "copy", "del", "unlink", "exists", "expire", "pexpire", "persist",
+    "pttl", "incr", "scan",
     "hget", "hset", "hdel", "hexists", "hgetall", "hmget", "hincrby", "hlen",
     "zadd", "zrem", "zscore", "zcard", "zrange", "zrangebyscore", "zrangebylex",
     "xadd", "xrange", "xrevrange",

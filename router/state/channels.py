@@ -215,6 +215,16 @@ class Channel:
             return 0
         return max(int(clock) - int(cursor), 0)
 
+    async def copy_cursor(self, subscriber: str, copy: str) -> bool:
+        """Make ``copy`` a subscriber whose cursor (and its TTL) is ``subscriber``'s now:
+        it reads what ``subscriber`` has not acknowledged yet, whatever ``subscriber``
+        does next. Returns False (nothing made) when ``subscriber`` has no cursor."""
+        cursor = self.keys.channel_cursor(self.name, subscriber)
+        copied = await self._redis.copy(
+            cursor, self.keys.channel_cursor(self.name, copy), replace=True
+        )
+        return bool(copied)
+
     async def remove_subscriber(self, subscriber: str) -> bool:
         """Delete ``subscriber``'s cursor. Returns whether it existed (a missing one is fine)."""
         removed = await self._redis.delete(self.keys.channel_cursor(self.name, subscriber))

@@ -8,6 +8,7 @@ Where a test plays a peer node, it writes inbox records with the inbox's own for
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -29,7 +30,7 @@ from tests.support.nodes import StartNode, die, take
 pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
 
 
-async def eventually(check: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+async def eventually(check: Callable[[], Any], what: str, timeout: float = 10.0) -> None:
     await waiting.eventually(check, timeout, what)
 
 
@@ -170,3 +171,59 @@ async def test_a_client_back_before_its_dead_node_is_purged_gets_what_waited_the
     await b.publish("news", b"routed to c", qos=1)
     got = await take(c, "roamer", 2)
     assert [d.payload for d in got] == [b"stored in a's inbox", b"routed to c"]
+
+
+async def test_a_client_that_resumed_elsewhere_before_its_node_restarted_gets_the_backlog(
+    start_node: StartNode, redis_connect: Callable[..., Any], keys: Keys
+) -> None:
+    """Found by `router bench soak`: a dies; the client resumes on c, which waits for a
+    handoff; a restarts under its id meanwhile and reads its inbox's backlog (no client
+    for it). c must still recover the copies stored in a's inbox before its claim."""
+    config = NodeConfig("a", prefix=keys.prefix, heartbeat_interval=0.2, heartbeat_ttl=30.0)
+    old = RouterNode(await redis_connect(), config)
+    await old.start()
+    await old.connect("roamer", clean_start=False, expiry=600)
+    await old.subscribe("roamer", "news", qos=1)
+    b = await start_node("b", heartbeat_ttl=30.0)
+    await eventually(lambda: "a" in b.mirror.match("news").nodes, "b routes news to a")
+    await die(old)
+    await b.publish("news", b"stored in a's inbox", qos=1)
+    c = await start_node("c", heartbeat_ttl=30.0, handoff_timeout=2.0)
+    resume = asyncio.ensure_future(c.connect("roamer", clean_start=False, expiry=600))
+
+    async def claimed_by_c() -> bool:
+        [owner] = await c.subscriptions.owners(["roamer"])
+        return owner is not None and owner.node_id == "c"
+
+    await eventually(claimed_by_c, "c claimed the session")
+    restarted = await start_node("a", heartbeat_ttl=30.0)
+    await eventually(lambda: restarted.stats()["copies_unmatched"] == 1, "a read its backlog")
+    assert await resume
+    [delivery] = await take(c, "roamer", 1)
+    assert delivery.payload == b"stored in a's inbox"
+
+
+async def test_a_node_restarted_under_its_id_keeps_its_persistent_sessions(
+    start_node: StartNode, redis_connect: Callable[..., Any], keys: Keys
+) -> None:
+    """Found by `router bench soak`: a node that dies and restarts under its id before
+    its persistent client is back adopts that session again: the copies stored while it
+    was down and those routed to it after the restart wait for the client, which gets
+    them on any node."""
+    config = NodeConfig("a", prefix=keys.prefix, heartbeat_interval=0.2, heartbeat_ttl=30.0)
+    old = RouterNode(await redis_connect(), config)
+    await old.start()
+    await old.connect("roamer", clean_start=False, expiry=600)
+    await old.subscribe("roamer", "news", qos=1)
+    b = await start_node("b", heartbeat_ttl=30.0)
+    await eventually(lambda: "a" in b.mirror.match("news").nodes, "b routes news to a")
+    await die(old)
+    await b.publish("news", b"while a was down", qos=1)
+    restarted = await start_node("a", heartbeat_ttl=30.0)
+    await eventually(lambda: restarted.stats()["sessions_adopted"] == 1, "a adopted its session")
+    await eventually(lambda: "a" in b.mirror.match("news").nodes, "b routes news to a again")
+    await b.publish("news", b"after the restart", qos=1)
+    c = await start_node("c", heartbeat_ttl=30.0)
+    assert await c.connect("roamer", clean_start=False, expiry=600)
+    got = await take(c, "roamer", 2)
+    assert [d.payload for d in got] == [b"while a was down", b"after the restart"]
