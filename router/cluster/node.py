@@ -66,7 +66,7 @@ from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
 from router.state.retained_store import RetainedStore
 from router.state.routes import RouteChange, RouteStore
-from router.state.scripts import RedisClient
+from router.state.scripts import RedisClient, redis_errors
 from router.state.session_store import SessionInfo, SessionStore
 from router.state.subscriptions import Owner, SubscriptionStore
 
@@ -585,6 +585,7 @@ class RouterNode:
             "copies_recovered": self._adoption.copies_recovered,
             "routes": len(self.sessions.routes()),
             "route_batches_failed": self._writer.failed_batches,
+            "redis_errors": redis_errors(self._redis),
             **self._supervisor.stats(),
             "heartbeats_withheld": self.liveness.beats_withheld,
             "route_changes_unwritten": self._writer.unwritten,

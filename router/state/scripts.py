@@ -15,11 +15,12 @@ from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import Any, Final
+from weakref import WeakKeyDictionary
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from router.errors import (
     CorruptStateError,
@@ -91,6 +92,16 @@ def translate_error(exc: ResponseError) -> RouterError | None:
     return kind(rest or code)
 
 
+_errors: WeakKeyDictionary[RedisClient, int] = WeakKeyDictionary()
+
+
+def redis_errors(redis: RedisClient) -> int:
+    """How many script calls through ``redis`` failed with a Redis error (no connection,
+    a timeout, OOM, READONLY, a redirect that failed...), not a script's refusal. Nearly
+    all of the router's Redis traffic goes through its scripts."""
+    return _errors.get(redis, 0)
+
+
 class Scripts:
     """The router's scripts, registered with one Redis (or Redis Cluster) client."""
 
@@ -118,5 +129,9 @@ class Scripts:
         except ResponseError as exc:
             domain = translate_error(exc)
             if domain is None:
+                _errors[self._redis] = _errors.get(self._redis, 0) + 1
                 raise
             raise domain from None
+        except RedisError:
+            _errors[self._redis] = _errors.get(self._redis, 0) + 1
+            raise

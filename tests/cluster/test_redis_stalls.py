@@ -29,10 +29,13 @@ async def test_a_publish_fails_within_its_deadline_when_redis_stops_answering(
     ):
         await b.subscribe("phone", "news")
         await waiting.eventually(lambda: "b" in a.mirror.match("news").nodes, 5.0, "a routes")
+        assert a.stats()["redis_errors"] == 0
         with stopped(server):
             async with asyncio.timeout(5.0):  # (the bound of the test, not of the node)
                 with pytest.raises(PublishTimeoutError):
                     await a.publish("news", b"unanswered")
+            # (its heartbeats time out meanwhile: counted, and scraped as a metric)
+            await waiting.eventually(lambda: a.stats()["redis_errors"] > 0, 5.0, "counted")
 
 
 async def test_a_redis_stall_longer_than_the_ttl_purges_nobody(
