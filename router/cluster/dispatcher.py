@@ -86,6 +86,7 @@ class Dispatcher:
         self._retainer = retainer
         self._traffic = traffic
         self.published = 0
+        self.unrouted = 0  # publishes no node subscribed to (as the mirror knew)
         self.local_deliveries = 0
         self.redispatched = 0
         self.undeliverable = 0
@@ -185,8 +186,10 @@ class Dispatcher:
         """Deliver locally and say which nodes get a copy (and for which share groups)."""
         self.published += 1
         route = self.mirror.match(message.topic, message.publisher)
-        if not route.nodes and self._policy.reports_drops:
-            self._policy.unrouted(message)
+        if not route.nodes:
+            self.unrouted += 1
+            if self._policy.reports_drops:
+                self._policy.unrouted(message)
         sends: dict[str, Forward] = {}
         queued = dropped = 0
         for node_id, groups in route.nodes.items():
@@ -243,6 +246,7 @@ class Dispatcher:
     def stats(self) -> dict[str, int]:
         return {
             "published": self.published,
+            "unrouted": self.unrouted,
             "local_deliveries": self.local_deliveries,
             "redispatched": self.redispatched,
             "undeliverable": self.undeliverable,

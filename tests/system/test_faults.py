@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+import redis
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -71,16 +72,17 @@ def collect(
     acked: list[int],
     done: threading.Event,
     earlier: Sequence[tuple[int, float]] = (),
+    deadline: float = DEADLINE,
 ) -> None:
     """Gather what ``client`` receives until the load is done and every acknowledged
-    message arrived (with ``earlier``), or DEADLINE passed: the test says what is lost."""
+    message arrived (with ``earlier``), or ``deadline`` passed: the test says what is lost."""
 
     def complete() -> bool:
         into.extend(received(client))
         return done.is_set() and {seq for seq, _ in [*earlier, *into]} >= set(acked)
 
     with contextlib.suppress(TimeoutError):
-        wait_until(complete, DEADLINE, "every acknowledged message")
+        wait_until(complete, deadline, "every acknowledged message")
 
 
 def a_third_acked(acked: list[int]) -> None:
@@ -220,6 +222,62 @@ def test_a_redis_restart_with_aof_under_qos1_load_loses_nothing(
     )
     assert done.is_set() and len(acked) == MESSAGES
     assert lost == []
+
+
+def test_a_flushall_under_qos1_load_is_survived_and_its_losses_reported(
+    redis_server_factory: Callable[..., RedisServer], keys: Keys
+) -> None:
+    """FLUSHALL wipes every route, registration, session and inbox. The nodes notice (a
+    heartbeat finds its node unregistered), register again with the routes of the
+    clients they hold, and routing resumes; what was in flight is counted, not hidden."""
+    server = redis_server_factory()
+    env = {"ROUTER_REDIS_URL": server.url, "ROUTER_PREFIX": keys.prefix}
+    bounds = ("--redis-timeout", "1", "--publish-timeout", "3")
+    metrics = f"127.0.0.1:{free_port()}"
+    with (
+        mqtt_node("a", env, *bounds) as (_, port_a),
+        mqtt_node("b", env, *bounds, "--metrics", metrics) as (_, port_b),
+    ):
+        subscriber = Paho(port_a, "reader", V5)
+        try:
+            assert subscriber.subscribe("load/#", 1) == [1]
+            probe = Paho(port_b, "probe", V5)
+            routed_to(probe, "load/probe", subscriber)
+            probe.close()
+            acked: list[int] = []
+            done = threading.Event()
+            threading.Thread(target=publish_until_acked, args=(port_b, acked, done)).start()
+            a_third_acked(acked)
+            unrouted_before = scrape(metrics)["router_unrouted_total"]
+            flushed_at, acked_before = time.monotonic(), len(acked)
+            admin = redis.Redis.from_url(server.url)
+            try:
+                admin.flushall()
+            finally:
+                admin.close()
+            got: list[tuple[int, float]] = []
+            collect(subscriber, got, acked, done, deadline=10.0)  # (losses are possible here)
+            seqs = [seq for seq, _ in got]
+            unrouted = scrape(metrics)["router_unrouted_total"] - unrouted_before
+            with mqtt_node("c", env, *bounds) as (_, port_c):  # it knows only what is in Redis
+                newcomer = Paho(port_c, "newcomer", V5)
+                try:
+                    routed_to(newcomer, "load/probe", subscriber)  # a's routes were written again
+                finally:
+                    newcomer.close()
+        finally:
+            subscriber.close()
+    lost = sorted(set(acked) - set(seqs))
+    after = [t for seq, t in got if seq > acked_before]
+    print(
+        f"\nFLUSHALL under QoS 1 load: acked {len(acked)}, received {len(set(seqs))}, "
+        f"lost {len(lost)} (b counted {unrouted:.0f} unrouted), duplicates "
+        f"{len(seqs) - len(set(seqs))}, first message after the flush "
+        f"{min(after, default=float('nan')) - flushed_at:.2f} s later"
+    )
+    assert done.is_set() and len(acked) == MESSAGES
+    assert all(seq in set(seqs) for seq in acked[-MESSAGES // 3 :]), "routing did not resume"
+    assert unrouted >= len(lost)  # every message lost is counted
 
 
 FLOOD = 10_000
