@@ -32,7 +32,7 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
     "--mqtt-receive-maximum": (
         "receive_maximum",
         click.IntRange(min=1, max=65535),
-        "Unacknowledged QoS 2 publishes a client may have (0x93 above it).",
+        "Unanswered QoS 1/2 publishes a client may have (0x93 above it).",
     ),
     "--mqtt-max-keepalive": (
         "max_keepalive",

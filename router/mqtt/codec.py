@@ -322,7 +322,9 @@ class PacketReader:
     one in the same bytes, ``feed`` returns them and keeps the error in :attr:`error`
     (the caller handles them, then raises it; the next ``feed`` raises it too). After an
     error the reader is spent: the connection must close. ``level`` is set from the
-    first CONNECT read.
+    first CONNECT read. A packet that arrives in pieces costs one append per piece until
+    it is whole (never a copy of what is buffered: a client trickling a large packet in
+    must not cost the node its size at every piece).
     """
 
     def __init__(self, max_packet_size: int = MAX_PACKET_SIZE) -> None:
@@ -332,6 +334,7 @@ class PacketReader:
         self.level: int | None = None
         self.error: MqttError | None = None
         self._buffer = bytearray()
+        self._wanted = 0  # bytes the packet at the head of the buffer needs, once known
 
     @property
     def buffered(self) -> int:
@@ -343,8 +346,10 @@ class PacketReader:
             raise self.error
         buffer = self._buffer
         buffer += data
+        if len(buffer) < self._wanted:
+            return []  # (the head packet is still arriving: no copy per piece of it)
         packets: list[Packet] = []
-        start = 0
+        start = self._wanted = 0
         size = len(buffer)
         snapshot = bytes(buffer)  # parsed through views: the buffer itself may then shrink
         view = memoryview(snapshot)
@@ -373,6 +378,7 @@ class PacketReader:
                         f"a packet of {total} bytes is above the maximum of {self.max_packet_size}"
                     )
                 if at + remaining > size:
+                    self._wanted = total
                     break
                 first = snapshot[start]
                 packet: Packet

@@ -6,11 +6,13 @@ out of a :class:`~router.mqtt.codec.PacketReader`, and each one becomes a call o
 
 The life of a connection:
 
-1. CONNECT must be the first packet and arrive within ``connect_timeout``. A client id
-   that is empty gets one assigned (5.0, Assigned Client Identifier) or is refused
-   (3.1.1 with clean session 0: return code 0x02). Credentials go through the node's
+1. CONNECT must be the first packet and arrive within ``connect_timeout`` (else the
+   connection closes). A client id that is empty gets one assigned (5.0, Assigned
+   Client Identifier) or is refused (3.1.1 with clean session 0: return code 0x02).
+   Credentials go through the node's
    ``client.authenticate`` hooks (refused: 0x86 with a password, else 0x87). A client id
-   already connected to this node closes that connection first (0x8E, MQTT-3.1.4-3);
+   already connected to this node closes that connection first (0x8E, MQTT-3.1.4-3;
+   should it not end within ``connect_timeout``, CONNACK 0x89 and the client retries);
    connected to another node, the node's takeover closes it there.
 2. Sessions: a Session Expiry Interval (5.0; capped by ``session_expiry_max`` and then
    announced in CONNACK) or clean session 0 (3.1.1: ``session_expiry_max``) keeps the
@@ -21,10 +23,9 @@ The life of a connection:
    (not from 0: 0x82).
 3. PUBLISH at QoS 0, 1 and 2: PUBACK / PUBREC go out only once the node has stored
    every remote copy; a QoS 2 message is published once however often it is resent
-   before PUBREL (exactly once), and counts against ``receive_maximum`` (0x93 above it).
-   Topic aliases: 0 or above our maximum is 0x94, an unknown alias with an empty topic
-   0x82. A topic with a wildcard is 0x90; the ACL refusing it: PUBACK/PUBREC 0x87 in 5.0,
-   a silent drop in 3.1.1.
+   before PUBREL (exactly once). Receive Maximum and topic aliases:
+   :mod:`router.mqtt.inbound` (0x93, 0x94, 0x82). A topic with a wildcard is 0x90; the
+   ACL refusing it: PUBACK/PUBREC 0x87 in 5.0, a silent drop in 3.1.1.
 4. SUBSCRIBE / UNSUBSCRIBE map to the node's, one reason code per filter (granted QoS,
    0x8F invalid filter, 0x87 not authorized, 0x80 in 3.1.1 for any failure).
 5. Deliveries: at most ``min(max_inflight, client's Receive Maximum)`` QoS 1/2 publishes
@@ -39,6 +40,10 @@ The life of a connection:
    node stops (0x8B). The will is published unless the client sent DISCONNECT 0x00;
    with a Will Delay Interval, only if the client is not back by then (or its session
    ends first).
+7. Every connection the server ends for what the client did (a refusal, a protocol
+   error, silence) is counted by reason in the server's stats (``mqtt_closed_*``). A
+   client that does not read what it is sent is not read from once ``READ_PAUSE`` bytes
+   wait for it, and that is silence (0x8D after 1.5 x keepalive).
 """
 
 from __future__ import annotations
@@ -53,7 +58,6 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 from router.cluster.local_sessions import ClientSession
 from router.cluster.node import RouterNode
-from router.core.aliases import AliasTable
 from router.core.messages import Outgoing, PublishResult
 from router.errors import (
     ConnectionEndedError,
@@ -69,6 +73,7 @@ from router.errors import (
     UnsupportedProtocolVersionError,
 )
 from router.mqtt.codec import PacketReader, encode, encode_puback
+from router.mqtt.inbound import InboundLimits
 from router.mqtt.outgoing import Outbox, PublishEncoder, carried_properties
 from router.mqtt.packets import (
     MQTT_3_1,
@@ -102,6 +107,10 @@ log = logging.getLogger(__name__)
 #: Topics only the broker publishes (:mod:`router.mqtt.sys_topics`); a client's publish
 #: there is refused (PUBACK/PUBREC 0x87 in 5.0, dropped in 3.1.1), as Mosquitto does.
 SYSTEM_TOPICS: Final = "$SYS/"
+#: Answers (PINGRESP, PUBACK, ...) a client has not read, in bytes, above which the node
+#: stops reading from it until they are sent: a client that sends and never reads must
+#: not grow the node's write buffer without bound (TCP then pushes back on the client).
+READ_PAUSE: Final = 1 << 20
 
 RC = ReasonCode
 
@@ -112,6 +121,10 @@ class Transport(Protocol):
     peer: str
 
     def write(self, data: bytes) -> None: ...
+
+    def backlog(self) -> int:
+        """Bytes written and not yet sent (the client is not reading them yet)."""
+        ...
 
     async def drain(self) -> None: ...
 
@@ -131,7 +144,9 @@ class MqttConnection:
         self.level = MQTT_5
         self.connect: Connect | None = None
         self.keepalive = 0
-        self._aliases = AliasTable()
+        self._limits = InboundLimits(
+            self.settings.topic_alias_maximum, self.settings.receive_maximum
+        )
         self._session = ClientSession("", 1, "drop_oldest")  # the node's, once attached
         self._session_expiry = 0
         self._deliverer: asyncio.Task[None] | None = None
@@ -159,9 +174,11 @@ class MqttConnection:
             keep_will = ended.keep_will
             self._send_disconnect(ended.disconnect_code)
         except UnsupportedProtocolVersionError as error:
+            self.server.count_close(error.reason_code)
             v3 = error.level in (MQTT_3_1, MQTT_3_1_1)
             self.transport.write(encode(ConnAck(False, error.reason_code), 4 if v3 else 5))
         except MqttError as error:
+            self.server.count_close(error.reason_code)
             self._send_disconnect(error.reason_code)
         except StateError as error:  # (Redis refused or did not answer: nothing was acked)
             log.warning("closing MQTT client %s: %s", self.client_id, error)
@@ -172,14 +189,18 @@ class MqttConnection:
             await self._finish(attached, keep_will)
 
     async def _first_packets(self, chunks: AsyncIterator[bytes]) -> list[Packet]:
-        """Read until the CONNECT (and whatever came with it) within the connect timeout."""
-        async with asyncio.timeout(self.settings.connect_timeout):
-            async for chunk in chunks:
-                packets = self.reader.feed(chunk)
-                if packets:
-                    if type(packets[0]) is not Connect:
-                        raise MqttProtocolError("the first packet must be CONNECT")
-                    return packets  # (a bad packet after them raises once they are handled)
+        """Read until the CONNECT (and whatever came with it) within the connect timeout
+        (else the connection just closes, counted as ``connect_timeout``)."""
+        try:
+            async with asyncio.timeout(self.settings.connect_timeout):
+                async for chunk in chunks:
+                    packets = self.reader.feed(chunk)
+                    if packets:
+                        if type(packets[0]) is not Connect:
+                            raise MqttProtocolError("the first packet must be CONNECT")
+                        return packets  # (a bad packet after them raises once handled)
+        except TimeoutError:
+            self.server.count_close("connect_timeout")
         raise ConnectionEndedError(None)
 
     async def _serve(self, chunks: AsyncIterator[bytes]) -> None:
@@ -190,7 +211,7 @@ class MqttConnection:
                 async with asyncio.timeout(silence):
                     chunk = await anext(iterator)
             except TimeoutError:
-                raise ConnectionEndedError(RC.KEEP_ALIVE_TIMEOUT) from None
+                raise self._silent() from None
             except StopAsyncIteration:
                 raise ConnectionEndedError(
                     None
@@ -199,6 +220,16 @@ class MqttConnection:
             self._raise_stream_error()
             if self._ended.is_set():
                 raise ConnectionEndedError(self._end_code)
+            if self.transport.backlog() > READ_PAUSE:
+                try:  # (not reading what it is sent counts as silence: 1.5 x keepalive)
+                    async with asyncio.timeout(silence):
+                        await self.transport.drain()
+                except TimeoutError:
+                    raise self._silent() from None
+
+    def _silent(self) -> ConnectionEndedError:
+        self.server.count_close(RC.KEEP_ALIVE_TIMEOUT)
+        return ConnectionEndedError(RC.KEEP_ALIVE_TIMEOUT)
 
     def _raise_stream_error(self) -> None:
         """A bad packet that followed good ones in the same bytes, now that they are done."""
@@ -269,8 +300,11 @@ class MqttConnection:
         previous = self.server.owner(client_id)
         if previous is not None:
             previous.end(RC.SESSION_TAKEN_OVER)
-            async with asyncio.timeout(self.settings.connect_timeout):
-                await previous.finished()
+            try:
+                async with asyncio.timeout(self.settings.connect_timeout):
+                    await previous.finished()
+            except TimeoutError:  # (the old one is still letting go: the client may retry)
+                return self._refuse(RC.SERVER_BUSY)
         requested = connect.properties.session_expiry_interval
         if not v5:
             requested = 0 if connect.clean_start else self.settings.session_expiry_max
@@ -299,7 +333,6 @@ class MqttConnection:
             PublishEncoder(self.level, asked.topic_alias_maximum or 0),
             window, asked.maximum_packet_size or 0,
         )  # fmt: skip
-        self._aliases.set_maximum(client_id, "client", self.settings.topic_alias_maximum)
         properties = NO_PROPERTIES
         if v5:
             properties = self._connack_properties(connect, assigned)
@@ -328,6 +361,7 @@ class MqttConnection:
         )
 
     def _refuse(self, code: int) -> bool:
+        self.server.count_close(code)
         self._write(ConnAck(False, code))
         return False
 
@@ -417,7 +451,8 @@ class MqttConnection:
         error: MqttError | None = None
         for packet in packets:
             try:
-                topic = self._resolve_alias(packet)
+                self._limits.check_quota(packet, self._session.awaiting_release)
+                topic = self._limits.topic(packet)
             except MqttError as refused:
                 error = refused  # (the packets before it still go)
                 break
@@ -457,15 +492,14 @@ class MqttConnection:
         """Publish one packet; ``resolved``: its topic, its alias resolved already."""
         self.server.messages_received += 1
         v5 = self.level >= MQTT_5
-        topic = self._resolve_alias(packet) if resolved is None else resolved
         qos, packet_id = packet.qos, packet.packet_id
         awaiting = self._session.awaiting_release
-        if qos == 2 and packet_id is not None:
-            if packet_id in awaiting:
-                self._write(PubRec(packet_id))  # a resend: published already
-                return
-            if len(awaiting) >= self.settings.receive_maximum:
-                raise MqttProtocolError("receive maximum exceeded", RC.RECEIVE_MAXIMUM_EXCEEDED)
+        if resolved is None:
+            self._limits.check_quota(packet, awaiting)
+        topic = self._limits.topic(packet) if resolved is None else resolved
+        if qos == 2 and packet_id is not None and packet_id in awaiting:
+            self._write(PubRec(packet_id))  # a resend: published already
+            return
         expiry = packet.properties.message_expiry_interval
         code = RC.SUCCESS
         try:
@@ -490,23 +524,6 @@ class MqttConnection:
             if code < 0x80:
                 awaiting.add(packet_id)
             self._write(PubRec(packet_id, code if v5 else 0))
-
-    def _resolve_alias(self, packet: Publish) -> str:
-        alias = packet.properties.topic_alias
-        if alias is None:
-            if not packet.topic:
-                raise MqttProtocolError("a PUBLISH with neither a topic name nor a topic alias")
-            return packet.topic
-        client_id = self.client_id or ""
-        if not 1 <= alias <= self.settings.topic_alias_maximum:
-            raise MqttProtocolError(f"topic alias {alias} is invalid", RC.TOPIC_ALIAS_INVALID)
-        if packet.topic:
-            self._aliases.bind(client_id, "client", alias, packet.topic)
-            return packet.topic
-        topic = self._aliases.topic(client_id, "client", alias)
-        if topic is None:
-            raise MqttProtocolError(f"topic alias {alias} is not bound")
-        return topic
 
     async def _on_subscribe(self, packet: Subscribe) -> None:
         v5 = self.level >= MQTT_5

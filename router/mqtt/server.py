@@ -10,7 +10,10 @@
 Each accepted socket becomes an :class:`~router.mqtt.protocol.MqttConnection`; the
 server knows which connection holds which client id on this node (a second CONNECT with
 the same id closes the first, MQTT-3.1.4-3). Sockets above ``max_connections`` are
-closed at accept. Closing the server ends every connection with DISCONNECT 0x8B.
+closed at accept, before a byte is read (counted: ``mqtt_refused``); the connections it
+ends for what a client did are counted by reason (``mqtt_closed_<reason>``: the reason
+code's name, or ``connect_timeout``). Closing the server ends every connection with
+DISCONNECT 0x8B.
 """
 
 from __future__ import annotations
@@ -28,13 +31,29 @@ from router.cluster.node import RouterNode
 from router.errors import InvalidSettingError, ListenerError
 from router.mqtt.protocol import MqttConnection
 from router.mqtt.reason_codes import ReasonCode
-from router.mqtt.settings import DEFAULT_SETTINGS, MqttSettings
+from router.mqtt.settings import BACKLOG, DEFAULT_SETTINGS, MqttSettings
 from router.mqtt.sys_topics import SysTopics
 from router.mqtt.websocket import DEFAULT_PATH, WebSocketServer, listen_websocket
 
 log = logging.getLogger(__name__)
 
 READ_SIZE: Final = 65536
+#: The reasons to end a connection (or refuse a CONNECT) that a client can cause, always
+#: in the stats (any other appears once it happened): see :meth:`MqttServer.count_close`.
+CLOSE_REASONS: Final = (
+    "bad_user_name_or_password",
+    "client_identifier_not_valid",
+    "connect_timeout",
+    "keep_alive_timeout",
+    "malformed_packet",
+    "not_authorized",
+    "packet_too_large",
+    "protocol_error",
+    "receive_maximum_exceeded",
+    "topic_alias_invalid",
+    "topic_name_invalid",
+    "unsupported_protocol_version",
+)
 
 
 def tls_context(
@@ -85,6 +104,9 @@ class StreamTransport:
         if not self._writer.is_closing():
             self._writer.write(data)
 
+    def backlog(self) -> int:
+        return self._writer.transport.get_write_buffer_size()
+
     async def drain(self) -> None:
         await self._writer.drain()
 
@@ -118,6 +140,7 @@ class MqttServer:
         self.messages_sent = 0  # PUBLISH packets to clients
         self.oversized_dropped = 0  # deliveries above a client's Maximum Packet Size
         self.expired_dropped = 0  # deliveries whose Message Expiry Interval passed
+        self.closed = dict.fromkeys(CLOSE_REASONS, 0)  # connections ended, by reason
         self.sys_topics = SysTopics(self)  # $SYS/broker/...: started by serve()
 
     # -- the registry of connections -------------------------------------------------------
@@ -135,6 +158,12 @@ class MqttServer:
         client_id = connection.client_id
         if client_id is not None and self._clients.get(client_id) is connection:
             del self._clients[client_id]
+
+    def count_close(self, reason: int | str) -> None:
+        """Count a connection ended (or a CONNECT refused) for ``reason``: a reason code
+        (its name, lower case, names the count) or a name such as ``connect_timeout``."""
+        name = reason if isinstance(reason, str) else ReasonCode(reason).name.lower()
+        self.closed[name] = self.closed.get(name, 0) + 1
 
     def clients(self) -> list[str]:
         """Client ids connected to this node through MQTT, sorted."""
@@ -164,8 +193,9 @@ class MqttServer:
         handshake = None if tls is None else self.settings.connect_timeout
         try:
             server = await asyncio.start_server(
-                self._accept, host, port, ssl=tls, ssl_handshake_timeout=handshake
-            )
+                self._accept, host, port, ssl=tls, ssl_handshake_timeout=handshake,
+                backlog=BACKLOG,
+            )  # fmt: skip
         except OSError as error:
             raise ListenerError(f"cannot listen on {address}: {error.strerror or error}") from None
         self._servers.append(server)
@@ -248,6 +278,7 @@ class MqttServer:
             "mqtt_messages_sent": self.messages_sent,
             "mqtt_oversized_dropped": self.oversized_dropped,
             "mqtt_expired_dropped": self.expired_dropped,
+            **{f"mqtt_closed_{name}": count for name, count in self.closed.items()},
         }
 
 

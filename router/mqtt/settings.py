@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from router.errors import InvalidSettingError
 from router.mqtt.codec import MAX_PACKET_SIZE
+
+BACKLOG: Final = 1024
+"""Connections the kernel completes on a listener before the node accepts them
+(asyncio's default is 100): the SYNs of a burst beyond it are dropped, and every client
+in it, well-behaved ones included, waits a second or more for the retransmission."""
 
 
 @dataclass(frozen=True)
 class MqttSettings:
     """How the listeners of one node treat their clients (times in seconds).
 
-    ``max_connections``: connections at once; more are closed right after accept (a
-    5.0 client that sent its CONNECT gets CONNACK 0x97 first). ``connect_timeout``: a
-    CONNECT must arrive this soon after accept. ``max_packet_size``: the largest packet
-    a client may send (0x95 above it), announced in CONNACK. ``receive_maximum``: QoS 2
-    publishes a client may have unacknowledged (0x93 above it). ``max_keepalive``: a
+    ``max_connections``: connections at once (those still waiting for their CONNECT
+    included); more are closed right after accept, before a byte is read, so a flood
+    costs the node no buffer. ``connect_timeout``: a CONNECT must arrive this soon
+    after accept (else the connection closes). ``max_packet_size``: the largest packet
+    a client may send (0x95 above it, judged from the fixed header: nothing of it is
+    buffered), announced in CONNACK. ``receive_maximum``: QoS 1/2 publishes a client may
+    have unanswered (0x93 above it; :mod:`router.mqtt.inbound`). ``max_keepalive``: a
     larger keepalive is cut down and announced as Server Keep Alive (0: no cap).
     ``topic_alias_maximum``: inbound topic aliases a client may use. ``max_inflight``:
     QoS 1/2 deliveries unacknowledged by a client, at most (and at most the client's

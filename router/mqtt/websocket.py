@@ -24,6 +24,7 @@ from websockets.typing import Subprotocol
 
 from router.errors import ListenerError
 from router.mqtt.protocol import MqttConnection
+from router.mqtt.settings import BACKLOG
 
 if TYPE_CHECKING:
     from router.mqtt.server import MqttServer
@@ -40,13 +41,18 @@ class WebSocketTransport:
     def __init__(self, websocket: ServerConnection) -> None:
         self._websocket = websocket
         self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._queued = 0  # bytes in the outbox
         self._writer = asyncio.create_task(self._write_all())
         peer = websocket.remote_address
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
 
     def write(self, data: bytes) -> None:
         if not self._writer.done():
+            self._queued += len(data)
             self._outbox.put_nowait(data)
+
+    def backlog(self) -> int:
+        return self._queued
 
     async def drain(self) -> None:
         await self._outbox.join()
@@ -59,6 +65,7 @@ class WebSocketTransport:
         try:
             while (data := await self._outbox.get()) is not None:
                 await self._websocket.send(data)
+                self._queued -= len(data)
                 self._outbox.task_done()
         except ConnectionClosed:
             pass
@@ -104,7 +111,7 @@ async def listen_websocket(
         listener = await serve(
             handle, host, port, subprotocols=[SUBPROTOCOL], process_request=only_the_path,
             ssl=tls, open_timeout=server.settings.connect_timeout, ping_interval=None,
-            max_size=server.settings.max_packet_size + 8, compression=None,
+            max_size=server.settings.max_packet_size + 8, compression=None, backlog=BACKLOG,
         )  # fmt: skip
     except OSError as error:
         raise ListenerError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None

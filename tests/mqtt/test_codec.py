@@ -5,6 +5,7 @@ error (and so the reason code) the specification names."""
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
 import pytest
@@ -384,3 +385,18 @@ def test_good_packets_before_a_bad_one_come_out_first() -> None:
     assert isinstance(reader.error, MalformedPacketError)
     with pytest.raises(MalformedPacketError):
         reader.feed(encode(good, MQTT_3_1_1))
+
+
+def test_a_packet_trickling_in_is_not_copied_again_for_every_piece() -> None:
+    """A client that sends a large packet a few bytes at a time (a slowloris after
+    CONNECT) costs the node the bytes once, not the bytes buffered so far at every piece:
+    4 MiB in 256-byte pieces would copy 32 GB if each feed copied the buffer."""
+    packet = Publish("slow", b"x" * (4 << 20))
+    data = encode(packet, MQTT_5)
+    reader = PacketReader()
+    reader.level = MQTT_5
+    started = time.process_time()
+    got = [p for at in range(0, len(data), 256) for p in reader.feed(data[at : at + 256])]
+    spent = time.process_time() - started
+    assert got == [packet]
+    assert spent < 0.5, f"{spent:.2f} s of CPU for one 4 MiB packet"

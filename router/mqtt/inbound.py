@@ -1,0 +1,73 @@
+"""The limits on what one client sends (MQTT 5.0), without I/O: its topic aliases and
+our Receive Maximum.
+
+Topic aliases (3.3.2.3.4), per connection only (MQTT-3.3.2-7):
+
+* alias 0, or above our Topic Alias Maximum: 0x94 Topic Alias invalid;
+* a PUBLISH with a topic and an alias binds the alias to it (again: re-maps it), one
+  with an empty topic uses the alias (never bound: 0x82 Protocol Error), one with an
+  empty topic and no alias is 0x82 (MQTT-3.3.2-1);
+* a topic name with a wildcard is 0x90 Topic Name invalid, also when it binds an alias.
+
+The table holds at most ``topic_alias_maximum`` topics of at most 65535 bytes each: a
+client that keeps re-mapping aliases replaces entries, it never adds any.
+
+Receive Maximum (MQTT-3.3.4-7/8): the QoS 1 and QoS 2 PUBLISHes a client sent that we
+have not answered with PUBACK or PUBCOMP count against ours, and one more is 0x93
+Receive Maximum exceeded. We answer a QoS 1 PUBLISH as we handle it, so between
+packets only the QoS 2 flows awaiting PUBREL hold quota (the session's set, which
+outlives the connection); a resend of one of them is no new flow. A QoS 1 PUBLISH
+when they hold all of it is one too many.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from router.core.aliases import AliasTable
+from router.errors import InvalidTopicError, MqttProtocolError
+from router.mqtt.packets import Publish
+from router.mqtt.reason_codes import ReasonCode
+
+_OWN = ""  # (the table serves one connection: one client, whatever its id)
+
+
+class InboundLimits:
+    """Topic aliases and the Receive Maximum quota of one connection (see the module
+    docstring); every refusal raises :class:`MqttProtocolError` with its reason code."""
+
+    def __init__(self, topic_alias_maximum: int, receive_maximum: int) -> None:
+        self.topic_alias_maximum = topic_alias_maximum
+        self.receive_maximum = receive_maximum
+        self._aliases = AliasTable()
+        self._aliases.set_maximum(_OWN, "client", topic_alias_maximum)
+
+    def topic(self, packet: Publish) -> str:
+        """The topic of ``packet``, its alias resolved (or bound, when it has both)."""
+        alias = packet.properties.topic_alias
+        if alias is None:
+            if not packet.topic:
+                raise MqttProtocolError("a PUBLISH with neither a topic name nor a topic alias")
+            return packet.topic
+        if not 1 <= alias <= self.topic_alias_maximum:
+            raise MqttProtocolError(
+                f"topic alias {alias} is invalid", ReasonCode.TOPIC_ALIAS_INVALID
+            )
+        if packet.topic:
+            try:
+                self._aliases.bind(_OWN, "client", alias, packet.topic)
+            except InvalidTopicError as error:
+                raise MqttProtocolError(str(error), ReasonCode.TOPIC_NAME_INVALID) from None
+            return packet.topic
+        topic = self._aliases.topic(_OWN, "client", alias)
+        if topic is None:
+            raise MqttProtocolError(f"topic alias {alias} is not bound")
+        return topic
+
+    def check_quota(self, packet: Publish, awaiting: Collection[int]) -> None:
+        """Raise 0x93 if ``packet`` is a QoS 1/2 PUBLISH beyond our Receive Maximum, the
+        QoS 2 flows ``awaiting`` PUBREL (their packet ids) holding it."""
+        if not packet.qos or (packet.qos == 2 and packet.packet_id in awaiting):
+            return
+        if len(awaiting) >= self.receive_maximum:
+            raise MqttProtocolError("receive maximum exceeded", ReasonCode.RECEIVE_MAXIMUM_EXCEEDED)
