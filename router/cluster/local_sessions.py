@@ -159,6 +159,7 @@ class LocalSessions:
         )
         self._sessions: dict[str, ClientSession] = {}
         self._counts: dict[TopicFilter, int] = {}
+        self._dropped_closed = 0  # drops of sessions closed since
         self._queue_limit = queue_limit
         self._overflow: Overflow = overflow
 
@@ -188,8 +189,9 @@ class LocalSessions:
         return sorted(self._sessions)
 
     def dropped(self) -> int:
-        """Deliveries dropped by full queues, over every session."""
-        return sum(session.dropped for session in self._sessions.values())
+        """Deliveries dropped by full queues since the start, over every session (those
+        closed since too: a counter never goes down)."""
+        return self._dropped_closed + sum(s.dropped for s in self._sessions.values())
 
     # -- subscriptions and route counts ----------------------------------------------
 
@@ -217,6 +219,7 @@ class LocalSessions:
         changes = [c for f in subscriptions if (c := self._count(f, -1)) is not None]
         session = self._sessions.pop(client_id, None)
         if session is not None:
+            self._dropped_closed += session.dropped
             session.close(reason)
         return changes
 

@@ -447,3 +447,16 @@ async def test_retained_copies_run_delivered_and_dropped_hooks(start_node: Start
         (lost.topic, client) for lost, reason, client in drops if reason is DropReason.QUEUE_FULL
     ]
     assert full == [("r/2", ClientInfo("late", "u"))]
+
+
+async def test_the_queue_drop_count_keeps_the_drops_of_clients_that_left(
+    start_node: StartNode,
+) -> None:
+    """A counter never goes down: the drops of a session count after it closed too."""
+    a = await start_node("a", queue_limit=1, overflow="drop_newest")
+    await a.subscribe("slow", "t")
+    for number in range(3):
+        await a.publish("t", b"%d" % number)
+    assert a.stats()["queue_drops"] == 2
+    await a.disconnect("slow")
+    assert a.stats()["queue_drops"] == 2
