@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
+
+from router.errors import BenchSetupError
 
 
 @click.group()
@@ -149,3 +152,40 @@ def bench_pipeline(url: str | None, as_json: bool, **sizes: Any) -> None:
         click.echo(json.dumps(result))
     else:
         _print_table("router bench pipeline", {"value": result})
+
+
+@bench.command("soak")
+@click.option(
+    "--redis",
+    "url",
+    default=None,
+    help="Redis URL (default: start one; only then is Redis restarted).",
+)
+@click.option("--minutes", default=10.0, show_default=True, help="Length of the load.")
+@click.option("--fault-every", default=30.0, show_default=True, help="Seconds between faults.")
+@click.option("--subscriptions", default=10_000, show_default=True, help="Churned subscriptions.")
+@click.option("--qos1-rate", default=150.0, show_default=True, help="QoS 1 msg/s, all publishers.")
+@click.option("--qos0-rate", default=300.0, show_default=True, help="QoS 0 msg/s, all publishers.")
+@click.option("--churn", default=50, show_default=True, help="Subscriptions changed per second.")
+@click.option("--sample-seconds", default=5.0, show_default=True, help="Time series interval.")
+@click.option("--seed", default=7, show_default=True, help="Workload seed.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_soak(url: str | None, as_json: bool, **sizes: Any) -> None:
+    """Three nodes under QoS 0/1 MQTT traffic, subscription churn and a fault every
+    --fault-every seconds (kill -9 of a node, Redis restart): lost, duplicates, latency
+    and memory over time."""
+    if importlib.util.find_spec("paho") is None:
+        raise BenchSetupError("router bench soak needs paho-mqtt: pip install 'router[bench]'")
+    from router.bench import soak
+
+    result = soak.run(url, soak.SoakConfig(**sizes))
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        series = result.pop("series")
+        faults = result.pop("faults")
+        _print_table("router bench soak", {"value": result})
+        for fault in faults:
+            kind, target, at, back = fault["kind"], fault["target"], fault["at_s"], fault["back_s"]
+            click.echo(f"fault at {at} s: {kind} {target}, back in {back} s")
+        click.echo(f"{len(series)} samples (--json has the time series)")

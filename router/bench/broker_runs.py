@@ -218,10 +218,10 @@ def router_nodes(url: str, count: int) -> Iterator[list[Address]]:
                 addresses.append(("127.0.0.1", port))
             yield addresses
     finally:
-        _delete_prefix(url, prefix)
+        delete_prefix(url, prefix)
 
 
-def _delete_prefix(url: str, prefix: str) -> None:
+def delete_prefix(url: str, prefix: str) -> None:
     """Best effort: the keys the nodes left (none if they left cleanly)."""
     client = redis.Redis.from_url(url)
     try:

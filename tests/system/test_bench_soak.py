@@ -1,0 +1,70 @@
+"""``router bench soak``: a short soak with every kind of fault loses no acknowledged
+QoS 1 message and reports every figure; bad options are one ``Error:`` line.
+
+The short run (30 s of load, a fault every 8 s: kill -9 of node 2, a Redis restart,
+kill -9 of node 3) is the bench's own proof; its long form is `router bench soak` with
+its defaults, whose figures are in docs/RELIABILITY.md.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from router.cli import app
+
+FIELDS = (
+    "lost", "lost_where", "duplicates", "qos1", "qos0", "churn", "reconnects", "faults",
+    "rss_growth_mib_per_min", "target_rss_growth_mib_per_min", "series", "drain_s",
+)  # fmt: skip
+SAMPLE_FIELDS = ("t_s", "deliveries_per_s", "qos1_p99_ms", "qos0_p99_ms", "rss_mib", "acked")
+
+
+@pytest.mark.fault
+def test_a_short_soak_with_every_fault_loses_nothing_and_reports_every_figure() -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench", "soak", "--minutes", "0.5", "--fault-every", "8", "--subscriptions", "600",
+            "--qos1-rate", "90", "--qos0-rate", "90", "--churn", "30", "--sample-seconds", "2",
+            "--json",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    print(f"\nsoak: { {k: v for k, v in report.items() if k != 'series'} }")
+    for field in FIELDS:
+        assert field in report, field
+    kinds = [(fault["kind"], fault["target"].rsplit("-", 1)[-1]) for fault in report["faults"]]
+    assert kinds == [("kill -9 node", "2"), ("restart redis", "redis"), ("kill -9 node", "3")]
+    assert report["qos1"]["acked"] > 0
+    assert report["lost"] == 0, report["lost_where"]
+    assert report["qos1"]["delivered"] == report["qos1"]["expected_deliveries"]
+    assert report["churn"]["subscribes"] > 0
+    assert report["qos0"]["delivered"] > 0
+    assert len(report["series"]) >= 10
+    for sample in report["series"]:
+        assert set(SAMPLE_FIELDS) <= set(sample)
+        assert len(sample["rss_mib"]) == 3
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--minutes", "0"),
+        ("--fault-every", "-1"),
+        ("--subscriptions", "5"),
+        ("--qos1-rate", "0"),
+        ("--qos0-rate", "nan"),
+        ("--churn", "-3"),
+        ("--sample-seconds", "0"),
+        ("--redis", "nowhere://x"),
+    ],
+)
+def test_a_bad_soak_option_is_one_error_line(option: str, value: str) -> None:
+    result = CliRunner().invoke(app, ["bench", "soak", option, value, "--json"])
+    assert result.exit_code != 0
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.output
