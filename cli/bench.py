@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from typing import Any
 
 import click
@@ -99,7 +100,8 @@ def bench_cluster(
     route convergence and forwards per publish."""
     from router.bench import cluster
 
-    result = cluster.run(url, messages, seconds, rate, convergence_rounds, traffic_dir=traffic_dir)
+    config = cluster.ClusterBenchConfig(messages, rate, seconds, convergence_rounds, traffic_dir)
+    result = cluster.run(url, config)
     if as_json:
         click.echo(json.dumps(result))
     else:
@@ -176,6 +178,9 @@ def bench_soak(url: str | None, as_json: bool, **sizes: Any) -> None:
     and memory over time."""
     if importlib.util.find_spec("paho") is None:
         raise BenchSetupError("router bench soak needs paho-mqtt: pip install 'router[bench]'")
+    for name, value in sizes.items():  # SoakConfig lets inf through (a run without end)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BenchSetupError(f"--{name.replace('_', '-')} must be finite, not {value}")
     from router.bench import soak
 
     result = soak.run(url, soak.SoakConfig(**sizes))

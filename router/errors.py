@@ -310,6 +310,11 @@ class BenchSetupError(RouterError, ValueError):
     """The benchmark cannot run as asked (bad sizes, or a server it does not measure)."""
 
 
+class BenchDisagreementError(RouterError):
+    """Two subjects of a benchmark answered the same input differently: its figures
+    would compare different work, so it reports none."""
+
+
 class PipelineBenchError(RouterError):
     """The benchmark could not run, or the two reports disagreed."""
 

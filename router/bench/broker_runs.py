@@ -101,6 +101,8 @@ TARGET_QOS0_VS_AMQTT: Final = 3.0
 TARGET_QOS0_VS_MOSQUITTO: Final = 0.3
 TARGET_QOS1_VS_AMQTT: Final = 3.0
 TARGET_P99_MS: Final = 10.0
+MAX_LATENCY_MESSAGES: Final = 10_000_000
+"""At most this many messages in the latency phase (``--rate`` x ``--seconds``)."""
 
 Address = tuple[str, int]
 
@@ -120,8 +122,9 @@ class MqttBenchConfig:
     skip_amqtt: bool = False
 
     def __post_init__(self) -> None:
-        if self.seconds <= 0 or self.drain_seconds <= 0:
-            raise BenchSetupError("seconds and drain_seconds must be > 0")
+        check_positive(rate=self.rate, seconds=self.seconds, drain_seconds=self.drain_seconds)
+        if self.rate * self.seconds > MAX_LATENCY_MESSAGES:
+            raise BenchSetupError(f"--rate x --seconds must be <= {MAX_LATENCY_MESSAGES:,}")
         self.plan(0, "check")  # LoadPlan checks the sizes
         self.latency_plan("check")
 
@@ -415,9 +418,34 @@ def run_load(
 # -- the run and its report ------------------------------------------------------------------
 
 
-def cut(value: float) -> float:
-    """``value`` truncated (never rounded up) to 2 decimals."""
-    return math.floor(Fraction(value) * 100) / 100
+def cut(value: float, digits: int = 2) -> float:
+    """``value`` truncated (never rounded up) to ``digits`` decimals, exactly (no float
+    product that could round up first): how every ratio of the benches is printed."""
+    scale: int = 10**digits
+    return math.floor(Fraction(value) * scale) / scale
+
+
+def check_redis(url: str) -> None:
+    """Raise :class:`BenchSetupError` unless ``url`` is a Redis URL that answers PING
+    (checked before a bench starts any process)."""
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+    except ValueError as exc:
+        raise BenchSetupError(f"bad Redis URL {url!r}: {exc}") from None
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise BenchSetupError(f"cannot reach Redis at {url}: {exc}") from None
+    finally:
+        client.close()
+
+
+def check_positive(**values: float) -> None:
+    """Raise :class:`BenchSetupError` unless every value is a finite number > 0 (the
+    message names the option: ``drain_seconds`` is ``--drain-seconds``)."""
+    for name, value in values.items():
+        if not (math.isfinite(value) and value > 0):
+            raise BenchSetupError(f"--{name.replace('_', '-')} must be a number > 0, not {value}")
 
 
 def percentile(values: list[int], fraction: float) -> float:
@@ -450,6 +478,10 @@ def run(url: str | None = None, config: MqttBenchConfig | None = None) -> dict[s
     """Every broker at QoS 0 and 1, then latency through two router nodes, on ``url``
     (or a redis-server started for the run); the object ``--json`` prints."""
     config = config if config is not None else MqttBenchConfig()
+    if url is not None:
+        check_redis(url)
+    if not config.skip_mosquitto:
+        mosquitto_binary()  # before any process starts
     nonce = uuid.uuid4().hex[:6]
     results: dict[str, dict[int, LoadResult]] = {}
 
@@ -490,7 +522,7 @@ def _qos_report(qos: int, results: dict[str, dict[int, LoadResult]]) -> dict[str
     row["lost_by_broker"] = {name: results[name][qos].lost for name in results}
     row["duplicates_by_broker"] = {name: results[name][qos].duplicates for name in results}
     row["loadgen_cores_by_broker"] = {  # CPU seconds of the load / elapsed seconds
-        name: round(results[name][qos].cpu_seconds / (results[name][qos].elapsed or 1), 2)
+        name: cut(results[name][qos].cpu_seconds / (results[name][qos].elapsed or 1))
         for name in results
     }
     row["answers_agree"] = len({results[name][qos].digest() for name in results}) == 1

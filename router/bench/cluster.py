@@ -5,20 +5,30 @@ Layout of one run (all on loopback, one Redis):
 * node ``bench-a`` in this process publishes;
 * node ``bench-b`` (a child process) has one client subscribed to ``#`` below the bench
   topics, so every publish must cross from A to B;
-* node ``bench-c`` (a child process) subscribes nothing: it must receive nothing.
+* node ``bench-c`` (a child process) subscribes nothing: it must receive nothing (until
+  the convergence phase, which subscribes on it).
+
+Every payload carries its intended send time and a sequence number, so B counts what
+arrived, what never did (``lost``) and what came twice (``duplicates``). B is waited for
+until everything sent arrived, or until nothing new arrived for :data:`DRAIN_QUIET`
+seconds.
 
 Phases:
 
 1. *yardstick*: redis-py pipelined PUBLISH of the same 256-byte payloads, same batch size;
 2. *throughput*: A publishes as fast as it can with many publishes in flight; the rate is
-   messages over the time from the first publish to B's last arrival;
+   distinct messages arrived over the time from the first publish to B's last arrival;
 3. *latency*: A offers 5,000 messages/s for a few seconds (what fell due in each
    millisecond is published together); B measures the time from the publish call to the
    client (``p50/p99_latency_ms``) and, stricter, from the send time the generator
    intended (``..._from_schedule_ms``: adds the generator's own scheduling lag, about a
-   millisecond of asyncio timer granularity);
-4. *convergence*: two more nodes in this process; a subscribe returns on one, then the
-   time until the other's route mirror routes the topic to it.
+   millisecond of asyncio timer granularity). Percentiles are over every message *sent*:
+   one that never arrived counts as infinitely late, so a percentile that falls on one
+   is ``null`` (and ``lost`` says how many);
+4. *convergence*: a subscribe on node C (its own process) returns, then the time until
+   A's route mirror (this process) routes the topic to C; 0 if A could route it before
+   the subscribe returned. ``time.monotonic()`` is one clock for every process of a
+   Linux machine.
 """
 
 from __future__ import annotations
@@ -26,24 +36,74 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import struct
+import os
 import subprocess
 import sys
 import time
 import uuid
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
 
 from redis.asyncio import Redis
 
+from router.bench.broker_runs import check_positive, check_redis, cut
+from router.bench.cluster_node import STAMP
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
 from router.core.messages import Outgoing
 from router.core.topics import validate_topic
+from router.errors import BenchSetupError
 from router.ops.embedded_redis import embedded_redis
 from router.ops.node_process import freeze_startup_heap
 
 PAYLOAD = b"x" * 256
 BATCH = 256  # commands per pipeline round trip, and messages per publish_many call
+DRAIN_QUIET: Final = 5.0
+"""Seconds without a new arrival after which the messages still missing count as lost."""
+MAX_LATENCY_MESSAGES: Final = 10_000_000
+"""At most this many messages in the latency phase (``rate`` x ``seconds``)."""
+
+
+@dataclass(frozen=True)
+class ClusterBenchConfig:
+    """The sizes of one ``router bench cluster`` run; checks itself on creation
+    (:class:`BenchSetupError` names the option)."""
+
+    messages: int = 20_000
+    rate: float = 5_000.0
+    seconds: float = 3.0
+    convergence_rounds: int = 200
+    traffic_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("messages", "convergence_rounds"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise BenchSetupError(f"--{name.replace('_', '-')} must be an int >= 1")
+        check_positive(rate=self.rate, seconds=self.seconds)
+        if not 1 <= self.rate * self.seconds <= MAX_LATENCY_MESSAGES:
+            raise BenchSetupError(
+                f"--rate x --seconds must be 1 to {MAX_LATENCY_MESSAGES:,} messages"
+            )
+        if self.traffic_dir is not None:
+            _check_directory(Path(self.traffic_dir))
+
+    @property
+    def latency_messages(self) -> int:
+        return int(self.rate * self.seconds)
+
+
+def _check_directory(path: Path) -> None:
+    """Raise :class:`BenchSetupError` unless ``path`` is, or can be made, a writable
+    directory."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise BenchSetupError(f"--traffic-dir: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BenchSetupError(f"--traffic-dir: {existing} is not writable")
 
 
 class Worker:
@@ -106,14 +166,19 @@ async def raw_publish_rate(url: str, count: int, batch: int) -> float:
         await redis.aclose()
 
 
-async def wait_for_count(worker: Worker, prefix: str, count: int, timeout: float) -> dict[str, Any]:
-    """Poll the worker's report until ``count`` deliveries under ``prefix`` arrived."""
-    deadline = time.monotonic() + timeout
+async def drain(worker: Worker, prefix: str, sent: int) -> None:
+    """Wait until ``sent`` distinct messages under ``prefix`` arrived at ``worker``, or
+    nothing new arrived for :data:`DRAIN_QUIET` seconds."""
+    last_count, last_change = -1, time.monotonic()
     while True:
-        report = await asyncio.to_thread(worker.ask, "report")
-        seen = report["prefixes"].get(prefix, {"count": 0})
-        if seen["count"] >= count or time.monotonic() > deadline:
-            return report
+        answer = await asyncio.to_thread(worker.ask, "count")
+        count = answer["counts"].get(prefix, 0)
+        if count >= sent:
+            return
+        if count != last_count:
+            last_count, last_change = count, time.monotonic()
+        elif time.monotonic() - last_change > DRAIN_QUIET:
+            return
         await asyncio.sleep(0.05)
 
 
@@ -126,7 +191,7 @@ async def throughput(node: RouterNode, count: int, batch: int, in_flight: int) -
         try:
             await node.publish_many(
                 [
-                    Outgoing(f"tp/{i % 100}", stamped(time.monotonic()))
+                    Outgoing(f"tp/{i % 100}", stamped(time.monotonic(), i))
                     for i in range(offset, min(offset + batch, count))
                 ]
             )
@@ -142,9 +207,10 @@ async def throughput(node: RouterNode, count: int, batch: int, in_flight: int) -
     return start
 
 
-def stamped(due: float) -> bytes:
-    """A payload that carries its intended send time (``time.monotonic()``), padded."""
-    return struct.pack("!d", due) + PAYLOAD[8:]
+def stamped(due: float, seq: int) -> bytes:
+    """A payload that carries its intended send time (``time.monotonic()``) and its
+    sequence number (:data:`~router.bench.cluster_node.STAMP`), padded."""
+    return STAMP.pack(due, seq) + PAYLOAD[STAMP.size :]
 
 
 async def offered_load(node: RouterNode, rate: float, seconds: float) -> int:
@@ -164,7 +230,7 @@ async def offered_load(node: RouterNode, rate: float, seconds: float) -> int:
         due_count = min(total, int((now - start) * rate) + 1)
         if due_count > sent:
             batch = [
-                Outgoing(f"lat/{i % 100}", stamped(start + i / rate))
+                Outgoing(f"lat/{i % 100}", stamped(start + i / rate, i))
                 for i in range(sent, due_count)
             ]
             tasks.append(loop.create_task(node.publish_many(batch)))
@@ -174,28 +240,20 @@ async def offered_load(node: RouterNode, rate: float, seconds: float) -> int:
     return total
 
 
-async def convergence(url: str, prefix: str, rounds: int) -> list[float]:
-    """Milliseconds from ``subscribe`` returning on one node to routable on another."""
-    clients = [Redis.from_url(url), Redis.from_url(url)]
-    first = RouterNode(clients[0], NodeConfig("bench-conv-1", prefix=prefix))
-    second = RouterNode(clients[1], NodeConfig("bench-conv-2", prefix=prefix))
+async def convergence(node: RouterNode, worker: Worker, worker_id: str, rounds: int) -> list[float]:
+    """Milliseconds from ``subscribe`` returning on ``worker``'s node (another process)
+    to ``node``'s route mirror routing the topic to it; 0 when it routed it before."""
     samples = []
-    try:
-        await first.start()
-        await second.start()
-        loop = asyncio.get_running_loop()
-        for index in range(rounds):
-            topic = validate_topic(f"conv/{index}")
-            await first.subscribe("watcher", topic)
-            returned = loop.time()
-            while "bench-conv-1" not in second.mirror.match(topic).nodes:
-                await asyncio.sleep(0)
-            samples.append(1000 * (loop.time() - returned))
-    finally:
-        await first.stop()
-        await second.stop()
-        for client in clients:
-            await client.aclose()
+    for index in range(rounds):
+        topic = validate_topic(f"conv/{index}")
+        answer = asyncio.ensure_future(asyncio.to_thread(worker.ask, f"subscribe {topic}"))
+        while worker_id not in node.mirror.match(topic).nodes:
+            if answer.done() and answer.exception() is not None:
+                break  # the worker failed: await raises it below
+            await asyncio.sleep(0)  # the mirror follows Redis in this loop's tasks
+        routable = time.monotonic()
+        returned = (await answer)["returned"]
+        samples.append(max(0.0, 1000 * (routable - returned)))
     return samples
 
 
@@ -204,82 +262,84 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
-async def run_async(
-    url: str,
-    messages: int,
-    latency_seconds: float,
-    rate: float,
-    convergence_rounds: int,
-    traffic_dir: str | None = None,
-) -> dict[str, Any]:
+def _ms(value: float | None) -> float | None:
+    """A latency in milliseconds, to the microsecond; None (never arrived) stays None."""
+    return None if value is None else round(value, 3)
+
+
+async def run_async(url: str, config: ClusterBenchConfig) -> dict[str, Any]:
     """Every phase on the Redis at ``url``; the object ``--json`` prints. With
-    ``traffic_dir``, node A writes a traffic log there (every publish)."""
+    ``config.traffic_dir``, node A writes a traffic log there (every publish)."""
     prefix = f"bench{uuid.uuid4().hex[:8]}"
+    messages = config.messages
     raw = max([await raw_publish_rate(url, messages, BATCH) for _ in range(2)])
-    interested = Worker(url, prefix, "bench-b", "#")
-    idle = Worker(url, prefix, "bench-c", None)
     redis = Redis.from_url(url)
-    node = RouterNode(redis, NodeConfig("bench-a", prefix=prefix, traffic_dir=traffic_dir))
-    try:
-        await asyncio.to_thread(interested.ask, "ready")
-        await asyncio.to_thread(idle.ask, "ready")
-        await node.start()
-        freeze_startup_heap()  # as `router node run` does
-        while "bench-b" not in node.mirror.match(validate_topic("tp/0")).nodes:
-            await asyncio.sleep(0.01)
-        start = await throughput(node, messages, batch=BATCH, in_flight=4)
-        report = await wait_for_count(interested, "tp", messages, timeout=120)
-        tp = report["prefixes"]["tp"]
-        forwarded, published = node.stats()["forwarded"], node.stats()["published"]
-        sent = await offered_load(node, rate, latency_seconds)
-        report = await wait_for_count(interested, "lat", sent, timeout=60)
-        lat = report["prefixes"]["lat"]
-        idle_report = await asyncio.to_thread(idle.ask, "report")
-    finally:
-        await node.stop()
-        await redis.aclose()
-        interested.stop()
-        idle.stop()
-    samples = await convergence(url, prefix, convergence_rounds)
-    cross = tp["count"] / (tp["last"] - start)
+    node = RouterNode(redis, NodeConfig("bench-a", prefix=prefix, traffic_dir=config.traffic_dir))
+    with contextlib.ExitStack() as workers:
+        interested = Worker(url, prefix, "bench-b", "#")
+        workers.callback(interested.stop)
+        idle = Worker(url, prefix, "bench-c", None)
+        workers.callback(idle.stop)
+        try:
+            await asyncio.to_thread(interested.ask, "ready")
+            await asyncio.to_thread(idle.ask, "ready")
+            await node.start()
+            freeze_startup_heap()  # as `router node run` does
+            while "bench-b" not in node.mirror.match(validate_topic("tp/0")).nodes:
+                await asyncio.sleep(0.01)
+            start = await throughput(node, messages, batch=BATCH, in_flight=4)
+            await drain(interested, "tp", messages)
+            forwarded, published = node.stats()["forwarded"], node.stats()["published"]
+            sent = await offered_load(node, config.rate, config.seconds)
+            await drain(interested, "lat", sent)
+            sent_by_prefix = json.dumps({"tp": messages, "lat": sent})
+            report = await asyncio.to_thread(interested.ask, f"report {sent_by_prefix}")
+            idle_report = await asyncio.to_thread(idle.ask, "report")
+            samples = await convergence(node, idle, "bench-c", config.convergence_rounds)
+            stats = node.stats()
+        finally:
+            await node.stop()
+            await redis.aclose()
+    tp, lat = report["prefixes"]["tp"], report["prefixes"]["lat"]
+    cross = tp["count"] / (tp["last"] - start) if tp["count"] else 0.0
     return {
         "messages": messages,
         "payload_bytes": len(PAYLOAD),
         "cross_node_msgs_per_s": round(cross),
         "raw_publish_per_s": round(raw),
-        "throughput_ratio": round(cross / raw, 2),
+        "throughput_ratio": cut(cross / raw),
         "delivered": tp["count"],
-        "offered_rate": rate,
+        "lost": tp["lost"] + lat["lost"],
+        "duplicates": tp["duplicates"] + lat["duplicates"],
+        "offered_rate": config.rate,
+        "latency_sent": sent,
         "latency_messages": lat["count"],
-        "p50_latency_ms": round(lat["p50_ms"], 3),
-        "p99_latency_ms": round(lat["p99_ms"], 3),
-        "max_latency_ms": round(lat["max_ms"], 3),
-        "p50_latency_from_schedule_ms": round(lat["scheduled_p50_ms"], 3),
-        "p99_latency_from_schedule_ms": round(lat["scheduled_p99_ms"], 3),
+        "latency_lost": lat["lost"],
+        "p50_latency_ms": _ms(lat["p50_ms"]),
+        "p99_latency_ms": _ms(lat["p99_ms"]),
+        "max_latency_ms": _ms(lat["max_ms"]),
+        "p50_latency_from_schedule_ms": _ms(lat["scheduled_p50_ms"]),
+        "p99_latency_from_schedule_ms": _ms(lat["scheduled_p99_ms"]),
+        "convergence_rounds": len(samples),
         "convergence_p50_ms": round(percentile(samples, 0.5), 3),
         "convergence_p99_ms": round(percentile(samples, 0.99), 3),
-        "forwards_per_publish": round(forwarded / published, 3),
-        "forward_batches": node.stats()["forward_batches"],
+        "forwards_per_publish": cut(forwarded / published, 3) if published else None,
+        "forward_batches": stats["forward_batches"],
         "uninterested_forwards": idle_report["stats"]["received"],
-        "traffic_log": traffic_dir is not None,
-        "traffic_records": node.stats().get("traffic_records", 0),
-        "traffic_dropped": node.stats().get("traffic_dropped", 0),
+        "traffic_log": config.traffic_dir is not None,
+        "traffic_records": stats.get("traffic_records", 0),
+        "traffic_dropped": stats.get("traffic_dropped", 0),
     }
 
 
-def run(
-    url: str | None = None,
-    messages: int = 20_000,
-    latency_seconds: float = 3.0,
-    rate: float = 5000.0,
-    convergence_rounds: int = 200,
-    *,
-    traffic_dir: str | None = None,
-) -> dict[str, Any]:
-    """Run every phase on ``url``, or on a redis-server started for the run."""
+def run(url: str | None = None, config: ClusterBenchConfig | None = None) -> dict[str, Any]:
+    """Run every phase on ``url`` (checked first), or on a redis-server started for the
+    run. Raises :class:`BenchSetupError` before any process starts for a URL that is
+    malformed or does not answer."""
+    config = config if config is not None else ClusterBenchConfig()
     with contextlib.ExitStack() as stack:
         if url is None:
             url = stack.enter_context(embedded_redis())
-        return asyncio.run(
-            run_async(url, messages, latency_seconds, rate, convergence_rounds, traffic_dir)
-        )
+        else:
+            check_redis(url)
+        return asyncio.run(run_async(url, config))

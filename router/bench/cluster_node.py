@@ -4,10 +4,18 @@ It starts a :class:`RouterNode`, optionally subscribes one client, then reads co
 standard input, one per line, and answers each with one JSON line on standard output:
 
 * ``ready``  -> ``{"ready": true}`` once the node runs (and its subscription is durable);
-* ``report`` -> counters and, per topic prefix (the first level), how many deliveries
-  arrived, the first and last arrival (``time.monotonic()``, which is one clock for all
-  processes of a Linux machine) and latency percentiles from ``sent_at`` to arrival;
+* ``count``  -> ``{"counts": {prefix: distinct messages arrived}}`` (cheap, for polling);
+* ``report SENT`` -> counters and, per topic prefix (the first level), what arrived, the
+  first and last arrival (``time.monotonic()``, which is one clock for all processes of a
+  Linux machine) and latency percentiles over what was sent; ``SENT`` is a JSON object
+  ``{prefix: messages sent}`` (see :func:`latency_figures`);
+* ``subscribe FILTER`` -> subscribes a client ``probe`` to FILTER on this node, answers
+  ``{"returned": time.monotonic()}`` once ``subscribe`` returned (route convergence is
+  measured from it by a node in another process);
 * ``stop``   -> leaves the cluster and exits.
+
+Every payload starts with :data:`STAMP`: the send time its generator intended and the
+message's sequence number within its prefix, so that a repeat is told from a new message.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import json
 import struct
 import sys
 import time
-from typing import Any
+from typing import Any, Final
 
 from redis.asyncio import Redis
 
@@ -27,13 +35,38 @@ from router.cluster.node import RouterNode
 from router.core.messages import Delivery
 from router.ops.node_process import freeze_startup_heap
 
+STAMP: Final = struct.Struct("!dQ")
+"""Payload head: intended send time (``time.monotonic()``) and sequence number."""
 
-def _quantile(ordered: list[float], fraction: float) -> float:
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else 1000 * seconds
+
+
+def quantile_of_sent(ordered: list[float], sent: int, fraction: float) -> float | None:
+    """The ``fraction`` quantile of ``sent`` latencies of which ``ordered`` (sorted) are
+    the ones that arrived: the missing ``sent - len(ordered)`` count as never arriving
+    (infinitely late, at the end), so a quantile that falls on one of them is None."""
+    if sent <= 0:
+        return None
+    index = min(sent - 1, int(sent * fraction))
+    return ordered[index] if index < len(ordered) else None
+
+
+def latency_figures(latencies: list[float], sent: int, name: str = "") -> dict[str, Any]:
+    """p50, p99 and max in milliseconds over ``sent`` messages, of which ``latencies``
+    (seconds) arrived; None where the figure is a message that never arrived."""
+    ordered = sorted(latencies)
+    return {
+        f"{name}p50_ms": _ms(quantile_of_sent(ordered, sent, 0.5)),
+        f"{name}p99_ms": _ms(quantile_of_sent(ordered, sent, 0.99)),
+        f"{name}max_ms": _ms(quantile_of_sent(ordered, sent, 1.0)),
+    }
 
 
 class Recorder:
-    """Arrival times and latencies per topic prefix."""
+    """Arrivals per topic prefix: which sequence numbers came (and how often), when, and
+    their latencies (first arrivals only)."""
 
     def __init__(self) -> None:
         self.prefixes: dict[str, dict[str, Any]] = {}
@@ -44,33 +77,44 @@ class Recorder:
         seen = self.prefixes.get(prefix)
         if seen is None:
             seen = self.prefixes[prefix] = {
-                "count": 0,
+                "seqs": set(),
+                "duplicates": 0,
                 "first": now,
+                "last": now,
                 "latencies": [],
                 "from_schedule": [],
             }
-        seen["count"] += 1
+        due, seq = STAMP.unpack_from(delivery.payload)
+        if seq in seen["seqs"]:
+            seen["duplicates"] += 1
+            return
+        seen["seqs"].add(seq)
         seen["last"] = now
         # From the moment the router took the message (publish called) to the client...
         seen["latencies"].append(now - delivery.sent_at)
         # ... and from the send time the load generator intended (stamped in the payload).
-        (due,) = struct.unpack_from("!d", delivery.payload)
         seen["from_schedule"].append(now - due)
 
-    def report(self) -> dict[str, Any]:
+    def counts(self) -> dict[str, int]:
+        return {prefix: len(seen["seqs"]) for prefix, seen in self.prefixes.items()}
+
+    def report(self, sent: dict[str, int]) -> dict[str, Any]:
+        """Per prefix in ``sent`` (or that arrived): ``count`` (distinct messages),
+        ``lost`` (sent, never arrived), ``duplicates``, ``first``/``last`` arrival (None
+        if none), latency figures over what was sent."""
         result = {}
-        for prefix, seen in self.prefixes.items():
-            latencies = sorted(seen["latencies"])
-            scheduled = sorted(seen["from_schedule"])
+        for prefix in {*sent, *self.prefixes}:
+            seen = self.prefixes.get(prefix)
+            count = len(seen["seqs"]) if seen else 0
+            expected = sent.get(prefix, count)
             result[prefix] = {
-                "count": seen["count"],
-                "first": seen["first"],
-                "last": seen["last"],
-                "p50_ms": 1000 * _quantile(latencies, 0.5),
-                "p99_ms": 1000 * _quantile(latencies, 0.99),
-                "max_ms": 1000 * latencies[-1],
-                "scheduled_p50_ms": 1000 * _quantile(scheduled, 0.5),
-                "scheduled_p99_ms": 1000 * _quantile(scheduled, 0.99),
+                "count": count,
+                "lost": max(0, expected - count),
+                "duplicates": seen["duplicates"] if seen else 0,
+                "first": seen["first"] if seen else None,
+                "last": seen["last"] if seen else None,
+                **latency_figures(seen["latencies"] if seen else [], expected),
+                **latency_figures(seen["from_schedule"] if seen else [], expected, "scheduled_"),
             }
         return result
 
@@ -101,11 +145,18 @@ async def serve(args: argparse.Namespace) -> None:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     try:
         while line := (await reader.readline()).decode().strip():
-            if line == "ready":
+            command, _, argument = line.partition(" ")
+            if command == "ready":
                 say({"ready": True, "node_id": node.node_id})
-            elif line == "report":
-                say({"stats": node.stats(), "prefixes": recorder.report()})
-            elif line == "stop":
+            elif command == "count":
+                say({"counts": recorder.counts()})
+            elif command == "report":
+                sent = json.loads(argument) if argument else {}
+                say({"stats": node.stats(), "prefixes": recorder.report(sent)})
+            elif command == "subscribe":
+                await node.subscribe("probe", argument)
+                say({"returned": time.monotonic()})
+            elif command == "stop":
                 break
     finally:
         if consumer is not None:

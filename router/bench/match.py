@@ -2,7 +2,12 @@
 
 Both structures get the same seeded subscriptions and answer the same publish topics with
 the same result: the sorted client ids without repeats. The run checks that the answers
-agree before it reports any rate.
+agree, for every topic, before it reports any rate.
+
+Memory is what each structure keeps alive, as tracemalloc counts it: the structure is built
+inside the traced region from fresh copies of every client id and filter (as if decoded
+from the network, shared with nothing else), so the strings it keeps count for it.
+Ratios are cut to two decimals, never rounded up.
 
 Workloads:
 
@@ -21,9 +26,11 @@ import tracemalloc
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
+from router.bench.broker_runs import cut
 from router.core.trie import SubscriptionTrie
+from router.errors import BenchDisagreementError, BenchSetupError
 
 METRICS = ("telemetry", "status", "cmd", "alert", "config")
 SITES = 100
@@ -133,7 +140,30 @@ class RouterSubject:
         return self.trie.match(topic)
 
 
-Subject = RouterSubject | PahoPeer
+class Subject(Protocol):
+    """What a measured structure offers: subscribe, and the sorted clients of a topic."""
+
+    def subscribe(self, client_id: str, topic_filter: str) -> Any: ...
+
+    def match(self, topic: str) -> list[str]: ...
+
+
+def check_sizes(subscriptions: int, topics: int, rounds: int, hot_publishes: int) -> None:
+    """Raise :class:`BenchSetupError` unless every size is an int >= 1 (``--NAME``)."""
+    sizes = {
+        "subscriptions": subscriptions,
+        "topics": topics,
+        "rounds": rounds,
+        "hot_publishes": hot_publishes,
+    }
+    for name, value in sizes.items():
+        if type(value) is not int or value < 1:
+            raise BenchSetupError(f"--{name.replace('_', '-')} must be an int >= 1, not {value!r}")
+
+
+def fresh(text: str) -> str:
+    """A new string object equal to ``text`` (as a decoder makes one)."""
+    return text.encode().decode()
 
 
 def _build(make: Callable[[], Subject], subscriptions: Iterable[tuple[str, str]]) -> Subject:
@@ -156,71 +186,101 @@ def _timed(action: Callable[[], Any]) -> tuple[Any, float]:
     return result, time.perf_counter() - start
 
 
-def _router_memory(workload: MatchWorkload) -> tuple[float, float]:
-    """Bytes per subscription while built, and bytes left per subscription once all
-    subscriptions were removed again (the trie must return to its baseline)."""
-    gc.collect()
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    subject = RouterSubject()
-    for client_id, topic_filter in workload.subscriptions:
-        subject.subscribe(client_id, topic_filter)
-    built = tracemalloc.get_traced_memory()[0]
-    for client_id, _ in workload.subscriptions:
-        subject.trie.remove_client(client_id)
-    gc.collect()
-    emptied = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
-    count = len(workload.subscriptions)
-    return (built - before) / count, (emptied - before) / count
+def check_answers(name: str, subjects: dict[str, Subject], topics: list[str]) -> int:
+    """Compare every subject's answer for every topic with the first subject's; returns
+    the number of clients matched over all topics (by the first).
+
+    Raises BenchDisagreementError naming the first topic on which two subjects disagree.
+    """
+    (reference, expected_of), *others = [(n, s.match) for n, s in subjects.items()]
+    matched = 0
+    for topic in topics:
+        expected = expected_of(topic)
+        matched += len(expected)
+        for other, answer_of in others:
+            answer = answer_of(topic)
+            if answer != expected:
+                raise BenchDisagreementError(
+                    f"{name}: {other} and {reference} disagree on {topic!r}: "
+                    f"{answer[:10]} against {expected[:10]}"
+                )
+    return matched
 
 
-def _paho_memory(workload: MatchWorkload) -> float:
+def structure_memory(
+    make: Callable[[], Subject],
+    subscriptions: list[tuple[str, str]],
+    remove_client: Callable[[Subject, str], Any] | None = None,
+) -> tuple[float, float | None]:
+    """Bytes per subscription that the structure made by ``make`` keeps alive once it
+    holds ``subscriptions``, and, with ``remove_client``, bytes per former subscription
+    it keeps after every client was removed again (else None).
+
+    Built inside the traced region from fresh copies of every string (:func:`fresh`), so
+    the strings the structure keeps are counted, and nothing is shared with the caller's.
+    """
+    count = len(subscriptions)
     gc.collect()
     tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    subject = _build(PahoPeer, workload.subscriptions)
-    after = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
-    del subject
-    return (after - before) / len(workload.subscriptions)
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        subject = _build(make, ((fresh(c), fresh(f)) for c, f in subscriptions))
+        gc.collect()
+        built = tracemalloc.get_traced_memory()[0]
+        residual = None
+        if remove_client is not None:
+            for client_id in {client_id for client_id, _ in subscriptions}:
+                remove_client(subject, client_id)
+            gc.collect()
+            residual = (tracemalloc.get_traced_memory()[0] - before) / count
+        del subject
+    finally:
+        tracemalloc.stop()
+    return (built - before) / count, residual
+
+
+def _remove_router_client(subject: Subject, client_id: str) -> None:
+    assert isinstance(subject, RouterSubject)
+    subject.trie.remove_client(client_id)
 
 
 def run_workload(workload: MatchWorkload, rounds: int = 3) -> dict[str, Any]:
-    """Measure both structures on one workload; best of ``rounds`` for each rate."""
+    """Measure both structures on one workload; best of ``rounds`` for each rate.
+
+    Raises BenchDisagreementError if the two answer any topic differently.
+    """
     makers: dict[str, Callable[[], Subject]] = {"router": RouterSubject, "paho": PahoPeer}
     built: dict[str, Subject] = {}
     insert_s: dict[str, float] = {}
     for name, make in makers.items():
         built[name], insert_s[name] = _timed(partial(_build, make, workload.subscriptions))
-    answers = {name: [s.match(t) for t in workload.topics[:2000]] for name, s in built.items()}
-    if answers["router"] != answers["paho"]:
-        raise AssertionError(f"{workload.name}: the router and paho disagree on a match")
-    fanout = sum(len(a) for a in answers["router"]) / len(answers["router"])
+    fanout = check_answers(workload.name, built, workload.topics) / len(workload.topics)
     match_s = {name: float("inf") for name in makers}
     for _ in range(rounds):
         for name, subject in built.items():
             _, seconds = _timed(partial(_match_all, subject, workload.topics))
             match_s[name] = min(match_s[name], seconds)
     built.clear()
-    router_memory, residual = _router_memory(workload)
-    memory = {"router": router_memory, "paho": _paho_memory(workload)}
+    router_memory, residual = structure_memory(
+        makers["router"], workload.subscriptions, _remove_router_client
+    )
+    paho_memory, _ = structure_memory(makers["paho"], workload.subscriptions)
     subs, topics = len(workload.subscriptions), len(workload.topics)
     router_rate = topics / match_s["router"]
     paho_rate = topics / match_s["paho"]
     return {
         "subscriptions": subs,
         "topics": topics,
-        "average_fanout": round(fanout, 2),
+        "average_fanout": cut(fanout),
         "router_inserts_per_s": round(subs / insert_s["router"]),
         "paho_inserts_per_s": round(subs / insert_s["paho"]),
         "router_matches_per_s": round(router_rate),
         "paho_matches_per_s": round(paho_rate),
-        "match_ratio": round(router_rate / paho_rate, 2),
-        "router_bytes_per_sub": round(memory["router"], 1),
-        "paho_bytes_per_sub": round(memory["paho"], 1),
-        "memory_ratio": round(memory["router"] / memory["paho"], 2),
-        "router_bytes_per_sub_after_removing_all": round(residual, 2),
+        "match_ratio": cut(router_rate / paho_rate),
+        "router_bytes_per_sub": round(router_memory, 1),
+        "paho_bytes_per_sub": round(paho_memory, 1),
+        "memory_ratio": cut(router_memory / paho_memory),
+        "router_bytes_per_sub_after_removing_all": round(residual or 0.0, 2),
     }
 
 
@@ -233,8 +293,10 @@ def run(
 ) -> dict[str, Any]:
     """Every workload; the object ``router bench match --json`` prints: ``devices`` and
     ``dashboards`` beside paho, and ``hot`` (:func:`router.bench.hot.run_hot`: the trie
-    with and without its hot-topic match cache, and the ceiling of any such cache;
-    ``hot_publishes`` timed publishes after a warmup of a third as many)."""
+    with and without its hot-topic match cache, and paho, on one stream of publishes and
+    subscription changes; ``hot_publishes`` timed publishes after a warmup of a third as
+    many). Raises :class:`BenchSetupError` for a size below 1 before any work."""
+    check_sizes(subscriptions, topics, rounds, hot_publishes)
     from router.bench.hot import run_hot  # hot builds on this module's workloads
 
     workloads = {

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import random
+import re
 import tempfile
 import time
 import uuid
@@ -46,8 +46,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from router.bench.broker_runs import check_redis, cut
 from router.cluster.traffic_log import format_record
-from router.errors import PipelineBenchError
+from router.errors import BenchSetupError, PipelineBenchError
 from router.ops.embedded_redis import embedded_redis
 from router.pipeline.matching import TopicMatcher
 from router.pipeline.model import Report
@@ -59,6 +60,10 @@ SPARK_RATIO_TARGET: Final = 1.5
 IMPORT_TARGET: Final = 20_000
 METRICS: Final = ("telemetry", "status", "alarm", "config", "battery")
 WARM_UP_LINES: Final = 20_000
+MASTER: Final = re.compile(
+    r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|(spark|mesos|k8s)://\S+|yarn"
+)
+"""The forms of a Spark master URL."""
 
 
 @dataclass(frozen=True)
@@ -79,9 +84,16 @@ class PipelineBenchConfig:
     def __post_init__(self) -> None:
         for name in ("publishes", "subscriptions", "topics", "filters_per_client", "rounds"):
             if getattr(self, name) < 1:
-                raise PipelineBenchError(f"{name} must be at least 1")
+                raise BenchSetupError(f"--{name.replace('_', '-')} must be at least 1")
         if self.nodes < 2:
-            raise PipelineBenchError("nodes must be at least 2")
+            raise BenchSetupError("--nodes must be at least 2")
+        if self.sites < 1 or self.devices < 1:
+            raise BenchSetupError("sites and devices must be at least 1")
+        if not MASTER.fullmatch(self.master):
+            raise BenchSetupError(
+                f"--master {self.master!r} is not a Spark master URL "
+                "(local, local[N], local[*], spark://HOST:PORT, yarn, k8s://..., mesos://...)"
+            )
 
 
 @dataclass
@@ -225,14 +237,22 @@ def _redis(url: str | None) -> Iterator[str]:
         yield started
 
 
-def _floor(value: float, digits: int = 2) -> float:
-    """``value`` cut (never rounded up) to ``digits`` decimals."""
-    scale = 10.0**digits
-    return math.floor(value * scale) / scale
+def check_setup(url: str | None) -> None:
+    """Raise :class:`BenchSetupError` for a ``url`` that is malformed or does not answer,
+    and :class:`SparkUnavailableError` without pyspark or Java 17+: before the data is
+    generated and any process starts (the Redis URL first: it costs no process)."""
+    from router.pipeline.spark_session import require_java, require_pyspark
+
+    if url is not None:
+        check_redis(url)
+    require_pyspark()
+    require_java()
 
 
 def run(config: PipelineBenchConfig, url: str | None = None) -> dict[str, Any]:
-    """Generate, measure, compare; the object ``--json`` prints."""
+    """Check the setup (:func:`check_setup`), generate, measure, compare; the object
+    ``--json`` prints."""
+    check_setup(url)
     from router.pipeline.spark_session import spark_errors, spark_session
 
     with tempfile.TemporaryDirectory(prefix="router-bench-pipeline-") as scratch:
@@ -264,10 +284,10 @@ def run(config: PipelineBenchConfig, url: str | None = None) -> dict[str, Any]:
         "python_seconds": [round(s, 2) for s in python_times],
         "spark_rows_per_s": int(spark_rate),
         "python_rows_per_s": int(python_rate),
-        "spark_ratio": _floor(spark_rate / python_rate),
+        "spark_ratio": cut(spark_rate / python_rate),
         "spark_ratio_target": SPARK_RATIO_TARGET,
         "report_messages": spark_result.messages,
-        "report_saved_fraction": round(spark_result.savings.saved_fraction, 4),
+        "report_saved_fraction": cut(spark_result.savings.saved_fraction, 4),
         "import_rows": rows,
         "import_seconds": [round(s, 2) for s in import_times],
         "import_subs_per_s": int(rows / min(import_times)),

@@ -55,6 +55,7 @@ from typing import Any, Final
 
 from redis.asyncio import Redis
 
+from router.bench.broker_runs import check_redis, cut
 from router.core.guid import GuidGenerator, node_part_for
 from router.core.options import SubscriptionOptions, make_options
 from router.errors import BenchSetupError
@@ -321,10 +322,10 @@ def _report(config: RedisBenchConfig, version: str, best: _Best) -> dict[str, An
         "fetch_max": config.fetch_max,
         "subscribe_per_s": round(single),
         "subscribe_batched_per_s": round(batched),
-        "subscribe_batched_speedup": round(batched / single, 2),
+        "subscribe_batched_speedup": cut(batched / single),
         "channel_publish_per_s": round(channel),
         "raw_publish_per_s": round(raw),
-        "publish_ratio": round(ratio, 3),
+        "publish_ratio": cut(ratio),
         "fetch_ack_per_s": round(config.messages / seconds["fetch_ack"]),
         "bytes_per_subscription": round(best.memory["bytes_per_subscription"], 1),
         "bytes_per_channel_message": round(best.memory["bytes_per_channel_message"], 1),
@@ -335,9 +336,12 @@ def _report(config: RedisBenchConfig, version: str, best: _Best) -> dict[str, An
 
 
 def run(url: str | None = None, config: RedisBenchConfig | None = None) -> dict[str, Any]:
-    """Run the benchmark against ``url``, or a redis-server started for the run when None."""
+    """Run the benchmark against ``url``, or a redis-server started for the run when None.
+
+    Raises :class:`BenchSetupError` for a ``url`` that is malformed or does not answer."""
     config = config if config is not None else RedisBenchConfig()
     if url is not None:
+        check_redis(url)
         return asyncio.run(run_async(url, config))
     with embedded_redis() as embedded:
         return asyncio.run(run_async(embedded, config))

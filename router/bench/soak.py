@@ -26,6 +26,7 @@ slope of node 1's RSS after the warm-up (target <= 1.0).
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import tempfile
 import threading
@@ -76,8 +77,9 @@ class SoakConfig:
 
     def __post_init__(self) -> None:
         for name in ("minutes", "fault_every", "qos1_rate", "qos0_rate", "sample_seconds"):
-            if not getattr(self, name) > 0:
-                raise BenchSetupError(f"--{name.replace('_', '-')} must be > 0")
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise BenchSetupError(f"--{name.replace('_', '-')} must be finite and > 0")
         if self.subscriptions < NODES * CHURN_CLIENTS_PER_NODE:
             raise BenchSetupError(
                 f"--subscriptions must be >= {NODES * CHURN_CLIENTS_PER_NODE} (one per client)"

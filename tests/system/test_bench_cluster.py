@@ -1,17 +1,28 @@
-"""``router bench cluster --json`` on a tiny size: the shape and the routing invariants."""
+"""``router bench cluster --json`` on a tiny size: the shape, the routing invariants, and
+that what it reports counts every message sent."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from typing import Any
 
-from click.testing import CliRunner
+import pytest
+from click.testing import CliRunner, Result
 
 from router.cli import app
+from router.cluster.node import RouterNode
+from router.core.messages import Outgoing, PublishResult
 
 FIELDS = (
     "cross_node_msgs_per_s",
     "raw_publish_per_s",
     "throughput_ratio",
+    "delivered",
+    "lost",
+    "duplicates",
+    "latency_messages",
+    "latency_lost",
     "p50_latency_ms",
     "p99_latency_ms",
     "convergence_p50_ms",
@@ -21,31 +32,78 @@ FIELDS = (
 )
 
 
-def test_bench_cluster_reports_every_field(redis_standalone_url: str) -> None:
-    result = CliRunner().invoke(
+def run_cluster(url: str) -> Result:
+    return CliRunner().invoke(
         app,
         [
-            "bench",
-            "cluster",
-            "--redis",
-            redis_standalone_url,
-            "--messages",
-            "600",
-            "--rate",
-            "500",
-            "--seconds",
-            "0.5",
-            "--convergence-rounds",
-            "5",
-            "--json",
+            "bench", "cluster", "--redis", url, "--messages", "600", "--rate", "500",
+            "--seconds", "0.5", "--convergence-rounds", "5", "--json",
         ],
-    )
+    )  # fmt: skip
+
+
+def test_bench_cluster_reports_every_field(redis_standalone_url: str) -> None:
+    result = run_cluster(redis_standalone_url)
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     for field in FIELDS:
         assert field in report, field
     assert report["delivered"] == 600  # every message crossed, none twice
-    assert report["latency_messages"] == 250
+    assert report["lost"] == 0 and report["duplicates"] == 0
+    assert report["latency_messages"] == 250 and report["latency_lost"] == 0
     assert report["forwards_per_publish"] == 1.0  # one copy per interested node
     assert report["uninterested_forwards"] == 0
     assert report["cross_node_msgs_per_s"] > 0 and report["raw_publish_per_s"] > 0
+    assert 0 < report["p50_latency_ms"] <= report["p99_latency_ms"]
+
+
+def test_a_message_never_delivered_is_lost_and_counts(
+    redis_standalone_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Node A (in this process) drops every 10th message it is given: the report must say
+    so, and the latency percentiles count the missing ones as never arriving."""
+    publish_many = RouterNode.publish_many
+    seen = {"tp": 0, "lat": 0}
+    dropped = {"tp": 0, "lat": 0}
+
+    def keep(item: Outgoing) -> bool:
+        phase = item.topic.split("/", 1)[0]
+        seen[phase] += 1
+        if seen[phase] % 10:
+            return True
+        dropped[phase] += 1
+        return False
+
+    async def lossy(self: RouterNode, items: Iterable[Outgoing]) -> list[PublishResult]:
+        return await publish_many(self, [item for item in items if keep(item)])
+
+    monkeypatch.setattr(RouterNode, "publish_many", lossy)
+    monkeypatch.setattr("router.bench.cluster.DRAIN_QUIET", 1.0)
+    result = run_cluster(redis_standalone_url)
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.output)
+    assert dropped == {"tp": 60, "lat": 25}
+    assert report["delivered"] == 540
+    assert report["latency_messages"] == 225
+    assert report["latency_lost"] == 25
+    assert report["lost"] == 85
+    # 10% never arrived: the 99th percentile of what was sent is one of them.
+    assert report["p99_latency_ms"] is None and report["max_latency_ms"] is None
+    assert report["p50_latency_ms"] > 0
+
+
+def test_convergence_is_measured_across_processes(
+    redis_standalone_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bench process only watches its route mirror: every subscribe happens in a node
+    of another process."""
+
+    async def refuse(self: RouterNode, *args: object, **kwargs: object) -> bool:
+        raise AssertionError("a subscribe in the measuring process")
+
+    monkeypatch.setattr(RouterNode, "subscribe", refuse)
+    result = run_cluster(redis_standalone_url)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["convergence_rounds"] == 5
+    assert 0 <= report["convergence_p50_ms"] <= report["convergence_p99_ms"]

@@ -8,7 +8,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from router.bench.redis import PREFIX_STEM, RedisBenchConfig
+from router.bench.redis import PREFIX_STEM, RedisBenchConfig, _Best, _report
 from router.cli import app
 from router.errors import BenchSetupError
 
@@ -98,3 +98,21 @@ def test_cluster_is_refused(redis_cluster_url: str) -> None:
 def test_sizes_must_be_positive(field: str) -> None:
     with pytest.raises(BenchSetupError):
         RedisBenchConfig(**{field: 0})
+
+
+def test_ratios_are_cut_never_rounded() -> None:
+    config = RedisBenchConfig(subscriptions=100, batched_subscriptions=100, messages=1000)
+    seconds = {
+        "subscribe": 1.4272,
+        "subscribe_batched": 1.0,
+        "channel_publish": 1.0,
+        "raw_publish": 1.14956,
+        "fetch_ack": 1.0,
+    }
+    memory = dict.fromkeys(
+        ("bytes_per_subscription", "bytes_per_channel_message", "used_memory_per_channel_message"),
+        1.0,
+    )
+    report = _report(config, "7.0.0", _Best(seconds, memory))
+    assert report["publish_ratio"] == 1.14  # rounded, 1.15 would claim more than measured
+    assert report["subscribe_batched_speedup"] == 1.42
