@@ -6,10 +6,17 @@
 -- ARGV[2] = the alias (decimal, 1..the namespace's maximum, 65535 if none was set)
 -- ARGV[3] = the topic name
 -- returns 1 if the binding changed, 0 if the alias already stood for the topic
--- errors: ROUTER_INVALID (malformed ARGV), ROUTER_BAD_ALIAS <alias> <reason> (out of range),
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_BAD_ALIAS <alias> <reason> (out of range),
 --         ROUTER_CORRUPT (a stored maximum is not an integer); nothing is changed then
 --
 -- Both directions stay consistent: the alias's old topic and the topic's old alias are forgotten.
+--! include keys
+
+local wrong_keys = check_keys({false, false, false})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
 if #ARGV ~= 3 then
   return redis.error_reply('ROUTER_INVALID alias_bind takes namespace, alias, topic')
 end

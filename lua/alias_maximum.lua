@@ -5,7 +5,15 @@
 -- ARGV[1] = the namespace ('client' or 'server')
 -- ARGV[2] = the maximum (decimal, 0..65535; 0 forbids aliases)
 -- returns the number of aliases dropped
--- errors: ROUTER_INVALID (malformed ARGV); nothing is changed then
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (a key holds
+--         another type); nothing is changed then
+--! include keys
+
+local wrong_keys = check_keys({'hash', 'hash', 'hash'})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
 if #ARGV ~= 2 then
   return redis.error_reply('ROUTER_INVALID alias_maximum takes namespace, maximum')
 end

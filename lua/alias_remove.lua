@@ -4,7 +4,14 @@
 -- KEYS[5] = the client's alias maximum hash
 -- ARGV: none
 -- returns the number of aliases forgotten
--- errors: ROUTER_INVALID (ARGV given)
+-- errors: ROUTER_INVALID (ARGV given, malformed KEYS)
+--! include keys
+
+local wrong_keys = check_keys({false, false, false, false, false})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
 if #ARGV ~= 0 then
   return redis.error_reply('ROUTER_INVALID alias_remove takes no arguments')
 end

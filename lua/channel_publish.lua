@@ -6,7 +6,8 @@
 -- KEYS[2+i] = the dedup key of message i (string: the clock message i was stored at)
 -- ARGV[1]   = TTL in seconds (a positive integer) of every key written: channel expiry plus a
 --             clock-drift margin, rounded up; it is also the dedup window
--- ARGV[2]   = the pub/sub channel that announces new messages
+-- ARGV[2]   = the pub/sub channel that announces new messages (it starts like the clock key,
+--             up to the end of its hash tag)
 -- ARGV[3]   = push budget in bytes (a non-negative integer): 0 announces only the new clock;
 --             otherwise the announcement carries the stored bodies too, while they fit
 -- ARGV[4]   = how to announce: 'PUBLISH', or 'SPUBLISH' (a shard channel: on a Redis Cluster
@@ -24,8 +25,9 @@
 --         "i:clock,i:clock,..." of the batch positions (1-based) of the duplicates with the
 --         clock of their original message (a compact reply: big batches are mostly new).
 --         An empty batch returns {} and changes nothing.
--- errors: ROUTER_INVALID (malformed ARGV, keys of more than one channel), ROUTER_CORRUPT (the
---         clock or a dedup value is not an integer clock); nothing is changed then
+-- errors: ROUTER_INVALID (malformed ARGV, keys or wake-up channel of more than one channel),
+--         ROUTER_CORRUPT (the clock or a dedup value is not an integer clock); nothing is
+--         changed then
 --! include clocks
 local CHUNK = 1000
 
@@ -53,6 +55,11 @@ for i = 2, #KEYS do
   if string.find(KEYS[i], tag, 1, true) ~= 1 then
     return redis.error_reply('ROUTER_INVALID a batch must not mix channels')
   end
+end
+-- The wake-up channel too: on a cluster, SPUBLISH to a channel of another slot fails, and by
+-- then the messages would be stored.
+if string.find(ARGV[2], tag, 1, true) ~= 1 then
+  return redis.error_reply('ROUTER_INVALID the wake-up channel must have the clock key\'s hash tag')
 end
 local budget = ARGV[3]
 if not string.match(budget, '^%d+$') or #budget > 12 then

@@ -2,11 +2,19 @@
 -- KEYS[1] = the client's owner hash (fields node, epoch)
 -- ARGV[1] = the id of the node that takes the session over
 -- returns {previous owner node or false, new epoch as a decimal string}
--- errors: ROUTER_INVALID (missing or empty node id), ROUTER_CORRUPT (stored epoch not an integer)
+-- errors: ROUTER_INVALID (missing or empty node id, malformed KEYS), ROUTER_CORRUPT (stored
+--         epoch not an integer)
 --
 -- The epoch is max(old epoch + 1, server time in microseconds): it grows with every claim,
 -- and keeps growing after remove_client deleted the owner hash (the clock has moved on), so a
 -- (node, epoch) pair from before can never match again.
+--! include keys
+
+local wrong_keys = check_keys({false})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
 if #ARGV ~= 1 or ARGV[1] == '' then
   return redis.error_reply('ROUTER_INVALID client_claim takes exactly one non-empty node id')
 end

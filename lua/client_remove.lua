@@ -8,9 +8,15 @@
 -- ARGV[1] = the owner node id the caller acts for, or '' to skip the owner check
 -- ARGV[2] = the owner epoch the caller holds (decimal), or '' when ARGV[1] is ''
 -- returns {subscriptions removed, aliases removed (both namespaces), 1 if an owner was removed else 0}
--- errors: ROUTER_INVALID (malformed ARGV), ROUTER_NOT_OWNER (another owner or epoch),
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_NOT_OWNER (another owner or epoch),
 --         ROUTER_CORRUPT (the stored epoch is not an integer); nothing is changed then
 --! include owner
+--! include keys
+
+local wrong_keys = check_keys({false, false, false, false, false, false, false, false})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
 
 if #ARGV ~= 2 then
   return redis.error_reply('ROUTER_INVALID client_remove takes node and epoch')

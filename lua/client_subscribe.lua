@@ -5,10 +5,16 @@
 -- ARGV[2] = the owner epoch the caller holds (decimal), or '' when ARGV[1] is ''
 -- ARGV[3], ARGV[4], ... = filter, packed options; pairs in order (a later pair for a filter wins)
 -- returns an array with one integer per pair: 1 if the filter was new, 0 if it replaced one
--- errors: ROUTER_INVALID (malformed ARGV), ROUTER_NOT_OWNER (another owner or epoch),
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_NOT_OWNER (another owner or epoch),
 --         ROUTER_CORRUPT (the stored epoch is not an integer); nothing is changed then
 --! include owner
 --! include pairs
+--! include keys
+
+local wrong_keys = check_keys({false, false})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
 
 local n = #ARGV
 if n < 2 or n % 2 ~= 0 then

@@ -5,9 +5,15 @@
 -- ARGV[2] = the owner epoch the caller holds (decimal), or '' when ARGV[1] is ''
 -- ARGV[3], ARGV[4], ... = the filters to remove
 -- returns an array with one integer per filter: 1 if it was removed, 0 if it was not there
--- errors: ROUTER_INVALID (malformed ARGV), ROUTER_NOT_OWNER (another owner or epoch),
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_NOT_OWNER (another owner or epoch),
 --         ROUTER_CORRUPT (the stored epoch is not an integer); nothing is changed then
 --! include owner
+--! include keys
+
+local wrong_keys = check_keys({false, false})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
 
 local n = #ARGV
 if n < 2 then

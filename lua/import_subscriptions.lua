@@ -3,9 +3,15 @@
 -- ARGV[1], ARGV[2], ... = filter, packed options; pairs in order (a later pair for a filter wins)
 -- returns an array with one integer per pair: 1 if the filter was new, 2 if it replaced
 --         other options, 0 if the same options were stored already (nothing written)
--- errors: ROUTER_INVALID (malformed ARGV); nothing is changed then
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS); nothing is changed then
 -- The session owner is not checked: an import loads clients no node serves right now.
 --! include pairs
+--! include keys
+
+local wrong_keys = check_keys({false})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
 
 local n = #ARGV
 if n == 0 or n % 2 ~= 0 then

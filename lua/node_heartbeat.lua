@@ -5,8 +5,15 @@
 -- ARGV[2] = the incarnation id of the calling node process
 -- ARGV[3] = the heartbeat time to live in milliseconds (>= 1)
 -- returns the new expiry in server ms (decimal string)
--- errors: ROUTER_INVALID (malformed ARGV), ROUTER_NOT_REGISTERED (the node is not registered:
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_NOT_REGISTERED (the node is not registered:
 --         never, or purged as dead), ROUTER_STALE_INCARNATION (another incarnation registered)
+--! include keys
+
+local wrong_keys = check_keys({false, false})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
 if #ARGV ~= 3 or ARGV[1] == '' or ARGV[2] == '' then
   return redis.error_reply('ROUTER_INVALID node_heartbeat takes node id, incarnation, ttl ms')
 end

@@ -4,7 +4,14 @@
 -- ARGV: none
 -- returns {server time in ms, node1, incarnation1, expiry1, node2, ...} (expiry '0' when the
 --         node has no heartbeat); a node is alive while its expiry is later than the time
--- errors: ROUTER_INVALID (ARGV given)
+-- errors: ROUTER_INVALID (ARGV given, malformed KEYS)
+--! include keys
+
+local wrong_keys = check_keys({false, false})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
 if #ARGV ~= 0 then
   return redis.error_reply('ROUTER_INVALID node_list takes no arguments')
 end

@@ -5,7 +5,15 @@
 -- ARGV[2] = the incarnation id of this node process
 -- ARGV[3] = the heartbeat time to live in milliseconds (>= 1)
 -- returns {the previously registered incarnation or false, expiry in server ms}
--- errors: ROUTER_INVALID (malformed ARGV); nothing is changed then
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (a key holds
+--         another type); nothing is changed then
+--! include keys
+
+local wrong_keys = check_keys({'hash', 'zset'})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
 if #ARGV ~= 3 or ARGV[1] == '' or ARGV[2] == '' then
   return redis.error_reply('ROUTER_INVALID node_register takes node id, incarnation, ttl ms')
 end

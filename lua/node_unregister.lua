@@ -4,7 +4,15 @@
 -- ARGV[1] = the node id
 -- ARGV[2] = the incarnation to remove, or '' for whichever is registered
 -- returns 1 if the node was removed, 0 if it was not registered or another incarnation is
--- errors: ROUTER_INVALID (malformed ARGV)
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (a key holds
+--         another type); nothing is changed then
+--! include keys
+
+local wrong_keys = check_keys({'hash', 'zset'})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
 if #ARGV ~= 2 or ARGV[1] == '' then
   return redis.error_reply('ROUTER_INVALID node_unregister takes node id, incarnation')
 end

@@ -5,11 +5,18 @@
 -- KEYS[2] = the registry's counts hash (first level -> topics stored or reserved)
 -- ARGV[1] = the offset (0-based)
 -- returns {shard, position within the shard}, or an empty array past the last topic
--- errors: ROUTER_INVALID (malformed ARGV)
-local offset = tonumber(ARGV[1])
-if #ARGV ~= 1 or not offset or offset < 0 then
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS)
+--! include keys
+
+local wrong_keys = check_keys({false, false})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
+if #ARGV ~= 1 or not string.match(ARGV[1], '^[0-9]+$') or #ARGV[1] > 15 then
   return redis.error_reply('ROUTER_INVALID retained_locate takes a non-negative offset')
 end
+local offset = tonumber(ARGV[1])
 local low = '-'
 while true do
   local shards = redis.call('ZRANGEBYLEX', KEYS[1], low, '+', 'LIMIT', 0, 256)

@@ -7,12 +7,20 @@
 -- returns {size, ...}: size is the number of topics in the shard, then a flat list of
 --   topic, packed message, ms to expiry (-1: never) per position read; expired messages
 --   keep their position but are left out
--- errors: ROUTER_INVALID (malformed ARGV)
-local first = tonumber(ARGV[1])
-local count = tonumber(ARGV[2])
-if #ARGV ~= 2 or not first or first < 0 or not count or count < 1 or count > 10000 then
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS)
+--! include keys
+
+local wrong_keys = check_keys({false, false, false})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
+if #ARGV ~= 2 or not string.match(ARGV[1], '^[0-9]+$') or #ARGV[1] > 15
+    or not string.match(ARGV[2], '^[1-9][0-9]*$') or #ARGV[2] > 5 or tonumber(ARGV[2]) > 10000 then
   return redis.error_reply('ROUTER_INVALID retained_range takes a position and a count')
 end
+local first = tonumber(ARGV[1])
+local count = tonumber(ARGV[2])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local result = {redis.call('ZCARD', KEYS[1])}

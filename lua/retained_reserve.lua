@@ -5,12 +5,29 @@
 -- ARGV[1] = the shard: the new topic's first level (may be '')
 -- ARGV[2] = the most topics the store may hold, '0' for no limit
 -- returns 1 if the room was reserved (the shard is registered), 0 if the store is full
--- errors: ROUTER_INVALID (malformed ARGV)
-local most = tonumber(ARGV[2])
-if #ARGV ~= 2 or not most or most < 0 then
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (a key of another type, or
+--         the total or the shard's count is not an integer); nothing is changed then
+--! include keys
+
+local wrong_keys = check_keys({'zset', 'hash', 'string'})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
+if #ARGV ~= 2 or not string.match(ARGV[2], '^[0-9]+$') or #ARGV[2] > 15 then
   return redis.error_reply('ROUTER_INVALID retained_reserve takes a shard and a limit')
 end
-local total = tonumber(redis.call('GET', KEYS[3]) or '0')
+local most = tonumber(ARGV[2])
+-- Read and check everything before writing anything.
+local stored = redis.call('GET', KEYS[3]) or '0'
+if not string.match(stored, '^[0-9]+$') or #stored > 15 then
+  return redis.error_reply('ROUTER_CORRUPT the stored retained total is not an integer')
+end
+local total = tonumber(stored)
+local count = redis.call('HGET', KEYS[2], ARGV[1])
+if count and (not string.match(count, '^%-?[0-9]+$') or #count > 16) then
+  return redis.error_reply('ROUTER_CORRUPT the stored retained count is not an integer')
+end
 if most > 0 and total >= most then
   return 0
 end

@@ -15,16 +15,25 @@
 --   last topic looked at ('' if none), examined how many topics were looked at; then for
 --   'read' a flat list of topic, packed message, ms to expiry (-1: never) per visible
 --   match; for 'delete' the number of matches deleted (expired ones included)
--- errors: ROUTER_INVALID (malformed ARGV); nothing is changed then
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (a key holds
+--         another type); nothing is changed then
+--! include keys
+
+local wrong_keys = check_keys({'zset', 'hash', 'zset'})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
 if #ARGV ~= 7 or (ARGV[1] ~= 'read' and ARGV[1] ~= 'delete') or ARGV[2] == '' then
   return redis.error_reply('ROUTER_INVALID retained_scan takes mode, filter, topic, prefix, '
     .. 'after, budget, limit')
 end
-local budget = tonumber(ARGV[6])
-local limit = tonumber(ARGV[7])
-if not budget or budget < 1 or not limit or limit < 1 then
+if not string.match(ARGV[6], '^[1-9][0-9]*$') or #ARGV[6] > 12
+    or not string.match(ARGV[7], '^[1-9][0-9]*$') or #ARGV[7] > 12 then
   return redis.error_reply('ROUTER_INVALID budget and limit must be positive integers')
 end
+local budget = tonumber(ARGV[6])
+local limit = tonumber(ARGV[7])
 local deleting = ARGV[1] == 'delete'
 
 local function split(text)

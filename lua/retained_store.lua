@@ -8,7 +8,15 @@
 -- ARGV[4] = '1' to create the topic when absent, '0' to replace an existing one only
 -- returns 1 if the topic was created, 0 if its message was replaced, -1 if it was absent
 --         and ARGV[4] was '0' (nothing stored)
--- errors: ROUTER_INVALID (malformed ARGV); nothing is changed then
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (a key holds
+--         another type); nothing is changed then
+--! include keys
+
+local wrong_keys = check_keys({'zset', 'hash', 'zset'})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
 if #ARGV ~= 4 or ARGV[1] == '' or ARGV[2] == '' then
   return redis.error_reply('ROUTER_INVALID retained_store takes topic, message, expiry ms, create')
 end

@@ -7,12 +7,19 @@
 -- ARGV[3], ARGV[4], ... = route, count pairs in order (count 0 removes the route)
 -- returns {version after the batch, v1, v2, ...}: vi is the version of pair i's change,
 --         or 0 when pair i changed nothing (the route already had that count)
--- errors: ROUTER_INVALID (malformed ARGV), ROUTER_NO_ROUTES (no route set: claim it first),
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_NO_ROUTES (no route set: claim it first),
 --         ROUTER_STALE_INCARNATION (another incarnation claimed it), ROUTER_CORRUPT (the stored
 --         version is not an integer or the stream is ahead of it); nothing is changed then
 --
 -- The version grows by exactly one per effective change and is the id of its stream entry,
 -- so a reader can tell a gap (a trimmed or vanished stream) from the entries it gets.
+--! include keys
+
+local wrong_keys = check_keys({false, false, false})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
 local n = #ARGV
 if n < 2 or n % 2 ~= 0 or ARGV[1] == '' then
   return redis.error_reply('ROUTER_INVALID route_apply takes incarnation, max length, pairs')

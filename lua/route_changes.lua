@@ -9,7 +9,14 @@
 --         'gone' (no route set anymore: purged, or Redis lost it), 'generation' (the route set
 --         was claimed again), 'ahead' (the reader's version was never reached), 'trimmed'
 --         (the next change was trimmed from the stream, or the stream vanished)
--- errors: ROUTER_INVALID (malformed ARGV), ROUTER_CORRUPT (the stored version is not an integer)
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (the stored version is not an integer)
+--! include keys
+
+local wrong_keys = check_keys({false, false})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
 if #ARGV ~= 3 then
   return redis.error_reply('ROUTER_INVALID route_changes takes generation, version, count')
 end

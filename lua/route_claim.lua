@@ -6,12 +6,19 @@
 -- ARGV[1] = the incarnation id of the node process that claims the route set
 -- ARGV[2], ARGV[3], ... = route, member count pairs (count >= 1): the initial route set
 -- returns {new generation (decimal string), number of routes dropped}
--- errors: ROUTER_INVALID (malformed ARGV), ROUTER_CORRUPT (stored generation not an integer);
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (stored generation not an integer);
 --         nothing is changed then
 --
 -- The generation is max(old generation + 1, server time in microseconds), so it changes on
 -- every claim, even after a purge or a Redis restart: readers holding an older generation
 -- learn that they must take a new snapshot. The change stream restarts empty at version 0.
+--! include keys
+
+local wrong_keys = check_keys({false, false, false})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
 local n = #ARGV
 if n < 1 or n % 2 ~= 1 or ARGV[1] == '' then
   return redis.error_reply('ROUTER_INVALID route_claim takes incarnation, route/count pairs')

@@ -5,7 +5,14 @@
 -- ARGV[1] = the incarnation to purge, or '' to purge whatever is there
 -- returns {status, routes deleted}: status 'purged' (something was deleted), 'absent' (nothing
 --         was there) or 'skipped' (another incarnation owns the route set: left alone)
--- errors: ROUTER_INVALID (malformed ARGV)
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS)
+--! include keys
+
+local wrong_keys = check_keys({false, false, false})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
 if #ARGV ~= 1 then
   return redis.error_reply('ROUTER_INVALID route_purge takes one incarnation (or empty)')
 end

@@ -6,7 +6,14 @@
 -- returns {incarnation or false, generation or false, version, first version still in the
 --         stream (0 if the stream is empty), route1, count1, route2, count2, ...}
 --         (incarnation and generation are false when the node has no route set)
--- errors: ROUTER_INVALID (ARGV given), ROUTER_CORRUPT (the stored version is not an integer)
+-- errors: ROUTER_INVALID (ARGV given, malformed KEYS), ROUTER_CORRUPT (the stored version is not an integer)
+--! include keys
+
+local wrong_keys = check_keys({false, false, false})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
+
 if #ARGV ~= 0 then
   return redis.error_reply('ROUTER_INVALID route_snapshot takes no arguments')
 end

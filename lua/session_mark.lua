@@ -8,9 +8,15 @@
 -- ARGV[4] = the session expiry in milliseconds ('-1': never; ignored by 'open')
 -- ARGV[5], ARGV[6], ... = field/value pairs written into the session hash
 -- returns the server time in milliseconds, written as the hash's since field
--- errors: ROUTER_INVALID (malformed ARGV), ROUTER_NOT_OWNER (another owner or epoch),
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_NOT_OWNER (another owner or epoch),
 --         ROUTER_CORRUPT (the stored epoch is not an integer); nothing is changed then
 --! include owner
+--! include keys
+
+local wrong_keys = check_keys({false, false, false, false, false, false, false, false})
+if wrong_keys then
+  return redis.error_reply(wrong_keys)
+end
 
 local n = #ARGV
 if n < 4 or n % 2 ~= 0 or ARGV[1] == '' then
@@ -20,8 +26,8 @@ local mode = ARGV[3]
 if mode ~= 'open' and mode ~= 'away' then
   return redis.error_reply('ROUTER_INVALID session_mark mode is open or away')
 end
-if not string.match(ARGV[4], '^%-?[0-9]+$') then
-  return redis.error_reply('ROUTER_INVALID session_mark expiry is an integer')
+if ARGV[4] ~= '-1' and (not string.match(ARGV[4], '^[0-9]+$') or #ARGV[4] > 15) then
+  return redis.error_reply('ROUTER_INVALID session_mark expiry is -1 or milliseconds >= 0')
 end
 local expiry = tonumber(ARGV[4])
 local refused = check_owner(KEYS[2], ARGV[1], ARGV[2])
@@ -38,7 +44,7 @@ for i = 1, #KEYS do
   if mode == 'open' or expiry < 0 then
     redis.call('PERSIST', KEYS[i])
   else
-    redis.call('PEXPIRE', KEYS[i], math.max(expiry, 1))
+    redis.call('PEXPIRE', KEYS[i], string.format('%.0f', math.max(expiry, 1)))
   end
 end
 return now

@@ -15,6 +15,14 @@ stay fast; a missing redis-server fails the tests loudly, it never skips them):
 * ``redis_cluster_url``: one node of a 3-master Redis Cluster (no replicas);
 * ``redis_server_factory``: starts throwaway servers for one test (e.g. to restart one).
 
+Per test, for tests that break the cluster itself (fail over, kill a master, move slots):
+
+* ``redis_cluster_with_replicas``: a Redis Cluster of 3 masters with a replica each and a
+  1.5 s ``cluster-node-timeout`` (a dead master's replica takes over within seconds);
+  stopped after the test, whatever it did to it;
+* ``redis_cluster_factory``: starts such clusters with other settings (no replicas, a
+  long node timeout...).
+
 Per test (function scope):
 
 * ``redis_backend``: ``"fake"``, ``"standalone"`` or ``"cluster"``. Tests that use
@@ -58,7 +66,13 @@ TESTS = Path(__file__).resolve().parent
 TIERS = ("core", "state", "cluster", "mqtt", "ops", "cli", "pipeline", "system")
 # Fixtures that start a redis-server (their users need one), and parameters that pick one.
 SERVER_FIXTURES = frozenset(
-    {"redis_standalone_server", "redis_cluster_servers", "redis_server_factory"}
+    {
+        "redis_standalone_server",
+        "redis_cluster_servers",
+        "redis_server_factory",
+        "redis_cluster_factory",
+        "redis_cluster_with_replicas",
+    }
 )
 SERVER_URL_FIXTURES = frozenset({"redis_standalone_url", "redis_cluster_url"})
 SERVER_PARAMETERS = {
@@ -119,6 +133,39 @@ def redis_cluster_servers() -> Iterator[RedisClusterServers]:
 def redis_cluster_url(redis_cluster_servers: RedisClusterServers) -> str:
     """The URL of one node of the session's 3-master Redis Cluster."""
     return redis_cluster_servers.url
+
+
+#: The cluster-node-timeout of ``redis_cluster_with_replicas`` (ms): a replica starts its
+#: election this long after its master stopped answering.
+FAST_FAILOVER_NODE_TIMEOUT_MS = 1500
+
+
+@pytest.fixture
+def redis_cluster_factory() -> Iterator[Callable[..., RedisClusterServers]]:
+    """Start Redis Clusters for this test only (keyword arguments: those of
+    :class:`RedisClusterServers`: ``replicas``, ``node_timeout_ms``); all are stopped
+    after it, whatever it did to them."""
+    clusters: list[RedisClusterServers] = []
+
+    def start(**options: Any) -> RedisClusterServers:
+        cluster = RedisClusterServers(**options)
+        clusters.append(cluster)
+        cluster.start()
+        return cluster
+
+    try:
+        yield start
+    finally:
+        for cluster in clusters:
+            cluster.stop()
+
+
+@pytest.fixture
+def redis_cluster_with_replicas(
+    redis_cluster_factory: Callable[..., RedisClusterServers],
+) -> RedisClusterServers:
+    """A cluster of this test's own: 3 masters, one replica each, fast automatic failover."""
+    return redis_cluster_factory(replicas=1, node_timeout_ms=FAST_FAILOVER_NODE_TIMEOUT_MS)
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ A client that connects to another node is taken over there (MQTT-3.1.4-3):
 2. the old node, reading the notice, closes its copy of the session unless its own claim
    is the newer one (a notice older than the node's claim is ignored);
 3. should a notice be lost, :meth:`SessionClaims.audit` (run each heartbeat) checks the
-   Redis claims of up to :data:`AUDIT_BATCH` local sessions in turn, with one pipelined
-   round trip, and closes those another node claimed since.
+   Redis claims of up to :data:`AUDIT_BATCH` local sessions in turn (read together, one
+   command a session), and closes those another node claimed since.
 """
 
 from __future__ import annotations

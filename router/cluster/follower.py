@@ -26,11 +26,7 @@ import contextlib
 import logging
 from typing import Final
 
-from redis.exceptions import (
-    ConnectionError as RedisConnectionError,
-    RedisError,
-    TimeoutError as RedisTimeoutError,
-)
+from redis.exceptions import RedisError
 
 from router.errors import RouterError
 from router.state.channels import (
@@ -40,6 +36,7 @@ from router.state.channels import (
     next_clock,
     parse_announcement,
 )
+from router.state.connection import TRANSIENT_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -172,12 +169,11 @@ class ChannelFollower:
             while self._handled is not None and self._handled != self._acked:
                 await self._ack_once()
                 await asyncio.sleep(self._ack_interval)
-        except (RedisConnectionError, RedisTimeoutError):
+        except TRANSIENT_ERRORS as exc:
             log.warning(
-                "ack on channel %s failed; retried after the next batch",
-                self.channel.name,
-                exc_info=True,
-            )
+                "ack on channel %s failed (%s: %s); retried after the next batch",
+                self.channel.name, type(exc).__name__, exc,
+            )  # fmt: skip
         except RouterError as exc:  # the channel vanished or is corrupt: the next read says
             log.error("ack on channel %s refused: %s", self.channel.name, exc)
             self._behind = True

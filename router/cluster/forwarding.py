@@ -29,26 +29,25 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
-from redis.exceptions import (
-    ConnectionError as RedisConnectionError,
-    RedisError,
-    TimeoutError as RedisTimeoutError,
-)
+from redis.exceptions import RedisError
 
 from router.cluster.follower import ChannelFollower
 from router.cluster.inbox import Forward, Kick, Notice, pack_batch, pack_notice, unpack_record
 from router.errors import MalformedMessageError, RouterError, SubscriptionNotFoundError
 from router.state.channels import Channel, FetchedMessage
+from router.state.connection import TRANSIENT_ERRORS
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
 
 log = logging.getLogger(__name__)
 
 RETRY_DELAYS = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+WAIT = 0.5  # seconds an inbox reader waits after a transient error
 
 
 def batch_id(forwards: list[Forward]) -> str:
@@ -82,6 +81,14 @@ class Forwarder:
         self._outboxes: dict[str, _Outbox] = {}
         self.batches = 0
         self.forwarded = 0
+        self.retries = 0  # writes tried again after a transient Redis error
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "forwarded": self.forwarded,
+            "forward_batches": self.batches,
+            "forward_retries": self.retries,
+        }
 
     def _outbox(self, node_id: str) -> _Outbox:
         outbox = self._outboxes.get(node_id)
@@ -146,13 +153,17 @@ class Forwarder:
         await self._store(channel, (batch_id(batch), pack_batch(batch)))
 
     async def _store(self, channel: Channel, record: tuple[str, bytes]) -> None:
+        """Write ``record``; a transient error (Redis unreachable, the inbox's slot failing
+        over or split by a migration) is retried after each of RETRY_DELAYS, then raised.
+        A retry stores nothing twice: the record's id is deduplicated."""
         for delay in (*RETRY_DELAYS, None):
             try:
                 await channel.publish([record], push=True)
                 return
-            except (RedisConnectionError, RedisTimeoutError):
+            except TRANSIENT_ERRORS:
                 if delay is None:
                     raise
+                self.retries += 1
                 await asyncio.sleep(delay)
 
     async def stop(self) -> None:
@@ -164,21 +175,35 @@ class Forwarder:
         self._outboxes.clear()
 
 
-class _SeenIds:
-    """The most recent message ids, to drop a redelivered copy (bounded memory)."""
+class SeenIds:
+    """The message ids dispatched in the last ``window`` seconds, at most ``limit`` of
+    them, to drop a copy stored twice (a retry lands within seconds of the first try).
+    The time bound keeps memory flat at a low rate; the count bound at a high one."""
 
-    def __init__(self, limit: int) -> None:
-        self._ids: OrderedDict[bytes, None] = OrderedDict()
+    def __init__(
+        self, limit: int, window: float = 60.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._ids: OrderedDict[bytes, float] = OrderedDict()
         self._limit = limit
+        self._window = window
+        self._clock = clock
+
+    def __len__(self) -> int:
+        return len(self._ids)
 
     def known(self, message_id: bytes) -> bool:
         return message_id in self._ids
 
     def add(self, message_id: bytes) -> None:
-        """Remember ``message_id`` (the oldest is forgotten beyond the limit)."""
-        self._ids[message_id] = None
-        if len(self._ids) > self._limit:
-            self._ids.popitem(last=False)
+        """Remember ``message_id``; forget the oldest beyond the limit or the window."""
+        ids = self._ids
+        now = self._clock()
+        ids[message_id] = now
+        if len(ids) > self._limit:
+            ids.popitem(last=False)
+        horizon = now - self._window
+        while ids[next(iter(ids))] < horizon:
+            ids.popitem(last=False)
 
 
 Dispatch = Callable[[list[Forward]], Awaitable[None]]
@@ -207,11 +232,20 @@ class InboxReader:
         self._follower = ChannelFollower(self._channel, node_id, max_fetch=max_fetch, poll=poll)
         self._dispatch = dispatch
         self._on_notice = on_notice
-        self._seen = _SeenIds(remember)
+        self._seen = SeenIds(remember)
         self.received = 0
         self.duplicates = 0
         self.malformed = 0
         self.restarts = 0
+        self.waits = 0  # reads that met a transient Redis error and waited
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "received": self.received,
+            "duplicates_dropped": self.duplicates,
+            "inbox_restarts": self.restarts,
+            "inbox_waits": self.waits,
+        }
 
     async def open(self) -> None:
         """Make sure the inbox cursor exists (a restart keeps it); then :meth:`run` reads."""
@@ -227,15 +261,22 @@ class InboxReader:
         await self._channel.aclose()
 
     async def run(self) -> None:
-        """Read and dispatch until cancelled. Waits out an unreachable Redis and starts a
-        vanished inbox anew; raises anything else, for the node's supervisor to restart
-        it (a batch that failed part-way is read again from the first record not handled)."""
+        """Read and dispatch until cancelled. Waits out a transient error (Redis
+        unreachable, the inbox's slot failing over or split by a migration: a node that
+        cannot read its inbox then, is not broken, nobody can write to it either) and
+        starts a vanished inbox anew; raises anything else, for the node's supervisor to
+        restart it (a batch that failed part-way is read again from the first record
+        not handled)."""
         while True:
             try:
                 await self.read_once()
-            except (RedisConnectionError, RedisTimeoutError):
-                log.warning("inbox of node %s unreachable; retrying", self._node_id, exc_info=True)
-                await asyncio.sleep(0.5)
+            except TRANSIENT_ERRORS as exc:
+                self.waits += 1
+                log.warning(
+                    "inbox of node %s unavailable (%s: %s); retrying",
+                    self._node_id, type(exc).__name__, exc,
+                )  # fmt: skip
+                await asyncio.sleep(WAIT)
             except SubscriptionNotFoundError:
                 log.error(
                     "inbox of node %s vanished from Redis (flushed, or lost in a restart); "

@@ -1,7 +1,10 @@
 """A node's heartbeat, sent only while the node can do its job.
 
 Every ``interval`` seconds :class:`Liveness` renews the node's registration (its
-heartbeat) and audits the claims of its local sessions. It withholds the heartbeat while
+heartbeat) and starts an audit of the claims of its local sessions, in the background
+and one at a time: a heartbeat never waits for an audit (an audit that reads a claim on
+a Redis Cluster master that just died waits out the failover, and peers would purge a
+node whose heartbeat waited with it). It withholds the heartbeat while
 the node's :class:`~router.cluster.supervisor.Supervisor` reports a task *down* (failing
 for longer than its grace): a node that cannot read its inbox must not let peers forward
 to it. Peers then purge it once its heartbeat expires, as they would a dead node; when
@@ -29,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from router.cluster.supervisor import Supervisor
+from router.cluster.tasks import stop_task
 from router.errors import NodeNotRegisteredError, StaleIncarnationError
 from router.state.node_registry import NodeRegistry
 
@@ -67,30 +71,40 @@ class Liveness:
         self.beats_withheld = 0
         self.beats_failed = 0
         self._cut_off_listeners: list[Callable[[], None]] = []
+        self._auditing: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
         """Beat until another process takes the node id (then set ``taken_over``)."""
-        while True:
-            await asyncio.sleep(self._interval)
-            if self._withhold():
-                continue
-            try:
-                await self._registry.heartbeat(self._node_id, self._incarnation())
-                self._landed()
-            except NodeNotRegisteredError:
-                await self._rejoin()
-            except StaleIncarnationError:
-                log.error("node %s was taken over by another process; stopping", self._node_id)
-                self._taken_over.set()
-                return
-            except Exception:  # (Redis unreachable: the next beat tries again)
-                self.beats_failed += 1
-                log.warning("heartbeat of node %s failed", self._node_id, exc_info=True)
-                self._check_cut_off()
-            try:
-                await self._audit()
-            except Exception:
-                log.warning("session claims of node %s unchecked", self._node_id, exc_info=True)
+        try:
+            while True:
+                await asyncio.sleep(self._interval)
+                if self._withhold():
+                    continue
+                try:
+                    await self._registry.heartbeat(self._node_id, self._incarnation())
+                    self._landed()
+                except NodeNotRegisteredError:
+                    await self._rejoin()
+                except StaleIncarnationError:
+                    log.error("node %s was taken over by another process; stopping", self._node_id)
+                    self._taken_over.set()
+                    return
+                except Exception:  # (Redis unreachable: the next beat tries again)
+                    self.beats_failed += 1
+                    log.warning("heartbeat of node %s failed", self._node_id, exc_info=True)
+                    self._check_cut_off()
+                if self._auditing is None or self._auditing.done():
+                    self._auditing = asyncio.create_task(
+                        self._audit_once(), name=f"audit:{self._node_id}"
+                    )
+        finally:
+            await stop_task(self._auditing)
+
+    async def _audit_once(self) -> None:
+        try:
+            await self._audit()
+        except Exception:
+            log.warning("session claims of node %s unchecked", self._node_id, exc_info=True)
 
     def on_cut_off(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` when the node finds itself cut off from Redis (the MQTT

@@ -6,8 +6,9 @@ How the mirror learns about changes:
   changed its route set; a hint makes the other nodes read that node's change stream
   from the version they hold (pub/sub is fire-and-forget, so a hint is never the data);
 * every ``interval`` seconds each node also reads every known node's stream, lists the
-  registry (loading new nodes, dropping nodes that are not alive anymore) and purges
-  nodes whose heartbeat expired; a lost hint costs at most one interval;
+  registry (loading new nodes, dropping nodes that are not alive anymore, once it may
+  judge them: see :meth:`MirrorSync.refresh`) and purges nodes whose heartbeat expired;
+  a lost hint costs at most one interval;
 * when a stream cannot be followed (trimmed past the reader, Redis flushed or restarted,
   the route set claimed again, or a version gap) the node is reloaded from a snapshot,
   which carries its generation and version together.
@@ -30,7 +31,7 @@ from router.cluster.supervisor import Supervisor
 from router.cluster.tasks import stop_task
 from router.core.route_mirror import RouteMirror
 from router.errors import ResyncRequiredError, RouterError
-from router.state.connection import pubsub_client
+from router.state.connection import pubsub_client, refresh_slot_map
 from router.state.keys import Keys
 from router.state.node_registry import NodeRegistry
 from router.state.routes import RouteStore
@@ -76,9 +77,7 @@ class MirrorSync:
     async def start(self, supervisor: Supervisor) -> None:
         """Listen for hints first (no hint is lost), then load every live node; the
         listener and the periodic refresh run under ``supervisor``."""
-        self._hint_client = pubsub_client(self._redis)
-        self._pubsub = self._hint_client.pubsub(ignore_subscribe_messages=True)
-        await self._pubsub.subscribe(self._keys.route_hints())
+        await self._subscribe_hints()
         supervisor.start("route-hints", self._listen)
         await self.refresh()
         # Start returns with every live node loaded: a publish right after start is routed.
@@ -90,13 +89,24 @@ class MirrorSync:
         for task in [*self._running.values(), *self._adoptions]:
             await stop_task(task)
         self._running.clear()
-        if self._pubsub is not None:
+        await self._close_hints()
+
+    async def _subscribe_hints(self) -> None:
+        """Subscribe to the hints on a connection of its own (on a cluster: to the node
+        redis-py names as its default one now; any node hears every PUBLISH)."""
+        self._hint_client = pubsub_client(self._redis)
+        self._pubsub = self._hint_client.pubsub(ignore_subscribe_messages=True)
+        await self._pubsub.subscribe(self._keys.route_hints())
+
+    async def _close_hints(self) -> None:
+        pubsub, self._pubsub = self._pubsub, None
+        client, self._hint_client = self._hint_client, None
+        if pubsub is not None:
             with contextlib.suppress(RedisError):
-                await self._pubsub.aclose()  # type: ignore[no-untyped-call]
-            self._pubsub = None
-        if self._hint_client is not None:
-            await self._hint_client.aclose()
-            self._hint_client = None
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+        if client is not None:
+            with contextlib.suppress(RedisError):
+                await client.aclose()
 
     async def announce(self) -> None:
         """Tell every node that this node's route set changed."""
@@ -163,11 +173,19 @@ class MirrorSync:
     # -- membership ------------------------------------------------------------------
 
     async def refresh(self) -> None:
-        """Load live nodes that are new, drop nodes that are not alive, catch up the rest."""
+        """Load live nodes that are new, drop nodes that are not alive, catch up the rest.
+
+        Nodes whose heartbeat expired are dropped only while this node may judge them
+        dead (it is steady, as for a purge): after an outage of Redis (or of the
+        registry's master) every heartbeat looks expired to the first node whose own beat
+        lands again, and dropping the others would leave what it publishes until their
+        next beat without a route. Meanwhile copies keep going to their inboxes, which a
+        node that did die leaves to the one that purges it."""
         live = {node.node_id for node in await self._registry.live_nodes()}
-        for node_id in self._mirror.nodes():
-            if node_id != self._node_id and node_id not in live:
-                self._drop(node_id)
+        if self._may_purge():
+            for node_id in self._mirror.nodes():
+                if node_id != self._node_id and node_id not in live:
+                    self._drop(node_id)
         for node_id in sorted(live - {self._node_id}):
             self.request(node_id)
 
@@ -208,15 +226,20 @@ class MirrorSync:
                 log.warning("route refresh failed", exc_info=True)
 
     async def _listen(self) -> None:
-        assert self._pubsub is not None
         while True:
             try:
+                if self._pubsub is None:
+                    await self._subscribe_hints()
+                assert self._pubsub is not None
                 message = await self._pubsub.get_message(timeout=self._interval)
-            except RedisError:
-                log.warning("route hints connection failed; resubscribing", exc_info=True)
+            except RedisError as exc:
+                # Subscribe again on a new connection, where the slot map says now: the
+                # node this one reached may be gone for good (a cluster failed it over).
+                log.warning("route hints connection failed (%r); subscribing again", exc)
+                await self._close_hints()
                 await asyncio.sleep(self._interval)
                 with contextlib.suppress(RedisError):
-                    await self._pubsub.subscribe(self._keys.route_hints())
+                    await refresh_slot_map(self._redis)
                 continue
             if message is None or message.get("type") != "message":
                 continue

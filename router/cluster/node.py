@@ -572,11 +572,8 @@ class RouterNode:
         """Counters of this node since it started."""
         return {
             **self._dispatcher.stats(),
-            "forwarded": self._forwarder.forwarded,
-            "forward_batches": self._forwarder.batches,
-            "received": self._inbox.received,
-            "duplicates_dropped": self._inbox.duplicates,
-            "inbox_restarts": self._inbox.restarts,
+            **self._forwarder.stats(),
+            **self._inbox.stats(),
             "queue_drops": self.sessions.dropped(),
             "sessions_taken_over": self._claims.taken_over,
             "mirror_resyncs": self._sync.resyncs,

@@ -26,14 +26,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from redis.exceptions import (
-    ConnectionError as RedisConnectionError,
-    TimeoutError as RedisTimeoutError,
-)
-
 from router.cluster.tasks import stop_task
 from router.core.topics import TopicFilter
 from router.errors import RouteSetMissingError, RouteWriteError
+from router.state.connection import TRANSIENT_ERRORS
 from router.state.routes import RouteChange, RouteStore
 
 log = logging.getLogger(__name__)
@@ -145,7 +141,7 @@ class RouteWriter:
             except RouteSetMissingError:
                 await self.republish()
                 return
-            except (RedisConnectionError, RedisTimeoutError):
+            except TRANSIENT_ERRORS:
                 if delay is None:
                     raise
                 await asyncio.sleep(delay)

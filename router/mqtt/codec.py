@@ -78,6 +78,8 @@ MAX_PACKET_SIZE: Final = 1 + 4 + MAX_VARINT
 # Packets whose fixed header flags must be 0b0010 (MQTT-3.6.1-1, 3.8.1-1, 3.10.1-1).
 _FLAGS_TWO: Final = frozenset({PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE})
 _V3_CONNACK: Final = {0: 0x00, 1: 0x84, 2: 0x85, 3: 0x88, 4: 0x86, 5: 0x87}
+# The SUBACK return codes of 3.1 and 3.1.1; the rest are reserved (MQTT-3.9.3-2).
+_V3_SUBACK: Final = frozenset({0x00, 0x01, 0x02, 0x80})
 _ACKS: Final[dict[int, type[PubAck | PubRec | PubRel | PubComp]]] = {
     PacketType.PUBACK: PubAck,
     PacketType.PUBREC: PubRec,
@@ -126,12 +128,7 @@ def decode(first: int, body: memoryview, level: int | None) -> Packet:
     if kind == PacketType.CONNACK:
         return _decode_connack(body, v5)
     if kind == PacketType.SUBACK:
-        packet_id, at = _packet_id(body, 0)
-        properties, at = read_properties(body, at, kind) if v5 else (NO_PROPERTIES, at)
-        codes = tuple(body[at:])
-        for code in codes:
-            _check_code(code, kind)
-        return SubAck(packet_id, codes, properties)
+        return _decode_suback(body, v5)
     if kind == PacketType.UNSUBACK:
         packet_id, at = _packet_id(body, 0)
         if not v5:
@@ -237,6 +234,18 @@ def _decode_publish(flags: int, body: memoryview, v5: bool) -> Publish:
     return Publish(
         topic, bytes(body[at:]), qos, bool(flags & 0x01), bool(flags & 0x08), packet_id, properties
     )
+
+
+def _decode_suback(body: memoryview, v5: bool) -> SubAck:
+    packet_id, at = _packet_id(body, 0)
+    properties, at = read_properties(body, at, PacketType.SUBACK) if v5 else (NO_PROPERTIES, at)
+    codes = tuple(body[at:])
+    for code in codes:
+        if v5:
+            _check_code(code, PacketType.SUBACK)
+        elif code not in _V3_SUBACK:
+            raise MalformedPacketError(f"SUBACK return code 0x{code:02x} is reserved in 3.1.1")
+    return SubAck(packet_id, codes, properties)
 
 
 def _decode_ack(kind: int, body: memoryview, v5: bool) -> PubAck | PubRec | PubRel | PubComp:

@@ -23,7 +23,7 @@ ROUTER_COMMANDS: Final = (
     # scripts, and what the router sends itself
     "evalsha", "script|load", "multi", "exec", "discard",
     "get", "set", "mget", "copy", "del", "unlink", "exists", "expire", "pexpire", "persist",
-    "pttl", "incr", "scan",
+    "pttl", "type", "incr", "scan",
     "hget", "hset", "hdel", "hexists", "hgetall", "hmget", "hincrby", "hlen",
     "zadd", "zrem", "zscore", "zcard", "zrange", "zrangebyscore", "zrangebylex",
     "xadd", "xrange", "xrevrange",

@@ -385,7 +385,12 @@ class Channel:
         return hashlib.blake2b(data, digest_size=10, person=_HANDLE_PERSON).hexdigest()
 
     def handle(self, subscriber: str, clock: int) -> str:
-        """The ack handle that acknowledges ``subscriber``'s messages up to ``clock``."""
+        """The ack handle that acknowledges ``subscriber``'s messages up to ``clock``.
+        Raises :class:`InvalidIdError` for a bad subscriber id, ``TypeError`` for a clock
+        that is not an int."""
+        check_id(subscriber, "subscriber id")
+        if type(clock) is not int:
+            raise TypeError(f"a clock is an int, not {clock!r:.80}")
         return f"{clock}:{self._digest(subscriber, clock)}"
 
     def _check_handle(self, subscriber: str, handle: object) -> int:

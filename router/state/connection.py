@@ -17,7 +17,16 @@ from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import (
+    ClusterError,
+    ConnectionError as RedisConnectionError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    SlotNotCoveredError,
+    TimeoutError as RedisTimeoutError,
+    TryAgainError,
+)
 
 from router.errors import BadRedisURLError, UnsafeRedisError, UnsupportedServerError
 from router.state.scripts import RedisClient
@@ -26,6 +35,25 @@ log = logging.getLogger(__name__)
 
 #: The oldest Redis a cluster may run: shard channels came with 7.0.
 MIN_CLUSTER_VERSION: Final = (7, 0)
+
+#: Redis errors after which the same call may well succeed a moment later, so a caller
+#: waits and tries again (bounded) instead of failing for good: no connection, no
+#: answer in time; on a Redis Cluster, a slot that cannot be served right now: a
+#: failover in progress (CLUSTERDOWN, a ``ClusterError``), a slot split by a live
+#: migration (TRYAGAIN, until its last keys have moved), the ``ClusterError`` redis-py
+#: raises once it ran out of redirections and retries ("TTL exhausted"), a slot its map
+#: lacks. A timeout does not say whether a write happened: what is retried must be
+#: idempotent or deduplicated. No script stops halfway on a split slot: the two that
+#: touch keys they do not declare (a channel's publish and fetch: its body keys) also
+#: declare one that never exists (the body-key base), so Redis refuses them there
+#: (ASK, then TRYAGAIN) before they start.
+TRANSIENT_ERRORS: Final = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ClusterError,
+    TryAgainError,
+    SlotNotCoveredError,
+)
 
 
 def check_cluster_version(version: str) -> None:
@@ -109,6 +137,23 @@ async def open_redis(url: str, **options: Any) -> RedisClient:
     cluster = RedisCluster.from_url(url, **options)
     await cluster.initialize()
     return cluster
+
+
+async def refresh_slot_map(redis: RedisClient) -> None:
+    """Read a cluster's slot map again (after the node it names for a slot could not be
+    reached: a failover may have moved the slot); nothing on a standalone server.
+
+    redis-py refreshes its map by itself only when one of its own commands fails; a
+    plain connection made from the map (a pub/sub listener, see :func:`pubsub_client`)
+    must ask, or it tries the dead node until something else happens to refresh it.
+    Raises redis-py's ConnectionError when no node answers.
+    """
+    if not isinstance(redis, RedisCluster):
+        return
+    try:
+        await redis.nodes_manager.initialize()
+    except RedisClusterException as exc:  # (no node answered: as unreachable as it gets)
+        raise RedisConnectionError(str(exc)) from exc
 
 
 # Connection keyword arguments that a pool adds for itself and a new pool must not get.

@@ -30,6 +30,7 @@ from redis.typing import EncodableT, FieldT
 from router.errors import CorruptStateError
 from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
+from router.state.reads import read_each
 from router.state.scripts import RedisClient
 
 MIN_TTL: Final = 0.001  # seconds; PEXPIRE takes whole milliseconds, at least one
@@ -108,15 +109,12 @@ class NodeFigureStore:
         return int(await self.redis.delete(self.keys.node_figures(node_id))) == 1
 
     async def read(self, node_ids: Iterable[str]) -> dict[str, NodeFigures]:
-        """node id -> figures, for each of ``node_ids`` that has figures stored (one
-        pipelined round trip per Redis node); :class:`CorruptStateError` for a bad hash."""
+        """node id -> figures, for each of ``node_ids`` that has figures stored (see
+        :func:`read_each`); :class:`CorruptStateError` for a bad hash."""
         wanted = sorted({check_id(node_id, "node id") for node_id in node_ids})
-        if not wanted:
-            return {}
-        pipe = self.redis.pipeline(transaction=False)
-        for node_id in wanted:
-            pipe.hgetall(self.keys.node_figures(node_id))
-        stored = await pipe.execute()
+        stored = await read_each(
+            self.redis, "HGETALL", [self.keys.node_figures(node_id) for node_id in wanted]
+        )
         return {
             node_id: NodeFigures.from_hash(found)
             for node_id, found in zip(wanted, stored, strict=True)

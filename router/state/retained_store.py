@@ -74,6 +74,7 @@ from router.state.scripts import RedisClient, Scripts
 SCAN_BUDGET: Final = 1000  # topics one script call looks at, at most
 SHARD_BATCH: Final = 100  # shards read from the registry at once
 MAX_LIMIT: Final = 10_000  # messages one call returns, at most
+MAX_POSITION: Final = 10**15 - 1  # the last position a page may start at (Lua: 15 digits)
 MAX_EXPIRY_INTERVAL: Final = 2**32 - 1  # seconds: MQTT's four-byte integer
 
 
@@ -346,6 +347,10 @@ class RetainedStore:
         """Remove expired messages: at most ``limit`` of them in at most ``max_shards``
         shards, starting at shard ``cursor`` (None: the first). Call again with the
         returned cursor to go on; it is None once the last shard was cleared."""
+        if cursor is not None and (
+            type(cursor) is not str or cursor.encode("utf-8", "replace").decode() != cursor
+        ):  # a lone surrogate does not survive the round trip
+            raise RetainedArgumentError(f"a cursor is a shard (UTF-8 text), not {cursor!r:.80}")
         _check_limit(limit)
         _check_limit(max_shards, "max_shards")
         removed = visited = 0
@@ -434,9 +439,10 @@ class RetainedStore:
         _check_limit(limit)
         if type(page) is not int or page < 1:
             raise RetainedArgumentError(f"page must be an int >= 1, not {page!r}")
-        found = await self._scripts.run(
-            "retained_locate", self._registry[:2], [str((page - 1) * limit)]
-        )
+        position = (page - 1) * limit
+        if position > MAX_POSITION:  # past every topic a store can hold
+            return RetainedPage([], page, limit, False)
+        found = await self._scripts.run("retained_locate", self._registry[:2], [str(position)])
         if not found:
             return RetainedPage([], page, limit, False)
         shard, position = _text(found[0]), int(found[1])

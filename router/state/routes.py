@@ -253,7 +253,7 @@ class RouteStore:
         if type(version) is not int or version < 0:
             raise InvalidIdError(f"a route version is an int >= 0, not {version!r}")
         if type(limit) is not int or limit < 1:
-            raise ValueError(f"limit must be a positive int, not {limit!r}")
+            raise InvalidIdError(f"a change limit is a positive int, not {limit!r}")
         if generation is not None:
             check_id(generation, "generation")
         keys = [self.keys.node_stream(node_id), self.keys.node_meta(node_id)]

@@ -1,8 +1,14 @@
 """Lua scripts from ``lua/``: loaded once, called through redis-py ``Script`` objects.
 
-Each script is registered once per Redis client and called with EVALSHA; redis-py loads it
-again when the server answers NOSCRIPT (after SCRIPT FLUSH or a restart). Batches travel
-inside one call as ARGV items: EVALSHA is never pipelined (a cluster refuses it).
+Each script is registered once per Redis client and called with EVALSHA; it is loaded
+again when the server answers NOSCRIPT (after SCRIPT FLUSH or a restart, or on a replica
+just promoted). Batches travel inside one call as ARGV items: EVALSHA is never pipelined
+(a cluster refuses it).
+
+On a Redis Cluster a script is loaded on each master that answers, one by one (see
+:meth:`Scripts._load`): redis-py sends SCRIPT LOAD to all masters as one command, which
+fails as a whole while any master is down, so a master that died would stop the first
+use of every script, on every master, until its failover ended.
 
 Scripts report refusals as error replies whose first word is a code
 (``redis.error_reply("ROUTER_INVALID <message>")``); :meth:`Scripts.run` turns each code
@@ -11,6 +17,7 @@ into the matching :class:`RouterError` subclass, so callers catch domain errors 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from functools import cache
 from importlib import resources
@@ -20,7 +27,8 @@ from weakref import WeakKeyDictionary
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.typing import ScriptTextT
 
 from router.errors import (
     CorruptStateError,
@@ -115,17 +123,45 @@ class Scripts:
             source = script_source(name)
             # Loaded up front: saves the NOSCRIPT round trip of the first call, and
             # fakeredis's TCP server (the embedded fallback) drops the connection on
-            # SCRIPT LOAD right after a NOSCRIPT reply. redis-py still reloads on NOSCRIPT
+            # SCRIPT LOAD right after a NOSCRIPT reply. It is loaded again on NOSCRIPT
             # later (after SCRIPT FLUSH or a restart).
-            await self._redis.script_load(source)
+            await self._load(source)
             script = self._scripts[name] = self._redis.register_script(source)
         return script
+
+    async def _load(self, source: ScriptTextT) -> None:
+        """SCRIPT LOAD ``source``: on a cluster, on each master on its own; raises the
+        first error only when no master took it (a master that is down fails the
+        scripts of its own slots, and only those)."""
+        redis = self._redis
+        if not isinstance(redis, RedisCluster):
+            await redis.script_load(source)
+            return
+        masters = redis.get_primaries()
+        replies = await asyncio.gather(
+            *(redis.execute_command("SCRIPT LOAD", source, target_nodes=node) for node in masters),
+            return_exceptions=True,
+        )
+        errors = [reply for reply in replies if isinstance(reply, BaseException)]
+        if errors and len(errors) == len(replies):
+            raise errors[0]
+
+    async def _call(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
+        """EVALSHA; on NOSCRIPT, load the script (see :meth:`_load`) and call it again."""
+        redis = self._redis
+        if not isinstance(redis, RedisCluster):
+            return await script(keys=keys, args=args)
+        try:
+            return await redis.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await self._load(script.script)
+            return await redis.evalsha(script.sha, len(keys), *keys, *args)
 
     async def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """Run script ``name`` with KEYS and ARGV; coded error replies raise domain errors."""
         try:
             script = self._scripts.get(name) or await self._script(name)
-            return await script(keys=keys, args=args)
+            return await self._call(script, keys, args)
         except ResponseError as exc:
             domain = translate_error(exc)
             if domain is None:

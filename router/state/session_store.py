@@ -33,12 +33,13 @@ from typing import Any, Final, Literal
 import msgpack  # type: ignore[import-untyped,unused-ignore]
 
 from router.core.messages import Delivery, MessageProperties
-from router.errors import CorruptStateError, MalformedMessageError
+from router.errors import CorruptStateError, InvalidIdError, MalformedMessageError
 from router.state.channels import Channel, ChannelMessage
 from router.state.keys import Keys, check_id
+from router.state.reads import read_each
 from router.state.scan import scan_keys
 from router.state.scripts import RedisClient, Scripts
-from router.state.subscriptions import Owner, SubscriptionStore
+from router.state.subscriptions import Owner, SubscriptionStore, _owner_args
 
 #: The Session Expiry Interval that means "never" (MQTT 5, 3.3.2.3.2).
 NEVER: Final = 0xFFFFFFFF
@@ -68,6 +69,14 @@ class SessionInfo:
     awaiting_release: tuple[int, ...] = ()
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _text(value: Any) -> str:
     return bytes(value).decode("utf-8", "replace") if value is not None else ""
 
@@ -77,6 +86,14 @@ def _number(fields: dict[Any, Any], name: bytes) -> int:
     if not text.lstrip("-").isdigit():
         raise CorruptStateError(f"session field {name.decode()} is not an integer: {text!r}")
     return int(text)
+
+
+def _check_ints(**values: object) -> None:
+    """TypeError unless every value is an int (a float or a bool would be stored as text
+    that :func:`parse_session` refuses later)."""
+    for name, value in values.items():
+        if type(value) is not int:
+            raise TypeError(f"{name} must be an int, not {value!r}")
 
 
 def parse_session(client_id: str, fields: dict[Any, Any]) -> SessionInfo | None:
@@ -124,7 +141,15 @@ class SessionStore:
     ) -> int:
         """The client is connected to ``owner``'s node: describe it, and keep every key of
         the client until :meth:`mark_away`. Returns the server time (ms). Raises
-        :class:`SessionOwnershipError` if ``owner`` lost the claim (nothing changed)."""
+        :class:`SessionOwnershipError` if ``owner`` lost the claim, :class:`InvalidIdError`
+        for a user name that is not UTF-8 text without U+0000, ``TypeError`` for numbers that
+        are not ints; nothing changed then."""
+        _check_ints(expiry=expiry, protocol=protocol, keepalive=keepalive)
+        if username is not None:
+            if type(username) is not str:
+                raise TypeError(f"username must be a str or None, not {username!r}")
+            if "\x00" in username or not _utf8(username):
+                raise InvalidIdError("a user name must be UTF-8 text without U+0000")
         pairs: list[str | int] = ["expiry", expiry, "protocol", protocol, "keepalive", keepalive]
         pairs += ["username", "\x00" if username is None else username, "qos2", ""]
         return await self._mark(client_id, owner, "open", -1, pairs)
@@ -134,16 +159,25 @@ class SessionStore:
     ) -> int:
         """The client left; the session stays for ``expiry`` seconds (:data:`NEVER`:
         always), then every key of the client expires. ``awaiting_release`` are the inbound
-        QoS 2 packet ids whose PUBREL has not come. Returns the server time (ms)."""
-        ids = ",".join(str(packet_id) for packet_id in sorted(awaiting_release))
+        QoS 2 packet ids whose PUBREL has not come. Returns the server time (ms). Raises
+        like :meth:`mark_open`, and :class:`InvalidIdError` for a packet id outside 1..65535."""
+        _check_ints(expiry=expiry)
+        packet_ids = list(awaiting_release)
+        for packet_id in packet_ids:
+            _check_ints(packet_id=packet_id)
+            if not 1 <= packet_id <= 0xFFFF:
+                raise InvalidIdError(f"a packet id is 1..65535, not {packet_id}")
+        ids = ",".join(str(packet_id) for packet_id in sorted(packet_ids))
         ms = -1 if expiry >= NEVER else expiry * 1000
         return await self._mark(client_id, owner, "away", ms, ["expiry", expiry, "qos2", ids])
 
     async def _mark(
         self, client_id: str, owner: Owner, mode: str, ms: int, pairs: list[str | int]
     ) -> int:
+        if owner is None:
+            raise TypeError("owner must be an Owner, not None")
         keys = self._subscriptions.client_keys(client_id)
-        args = [owner.node_id, str(owner.epoch), mode, str(ms), *pairs]
+        args = [*_owner_args(owner), mode, str(ms), *pairs]
         return int(await self._scripts.run("session_mark", keys, args))
 
     async def describe(self, client_id: str) -> SessionInfo | None:
@@ -152,13 +186,9 @@ class SessionStore:
         return parse_session(client_id, fields)
 
     async def describe_many(self, client_ids: Sequence[str]) -> list[SessionInfo | None]:
-        """:meth:`describe` for each client, pipelined."""
-        if not client_ids:
-            return []
-        pipe = self.redis.pipeline(transaction=False)
-        for client_id in client_ids:
-            pipe.hgetall(self.keys.client_session(client_id))
-        replies = await pipe.execute()
+        """:meth:`describe` for each client (see :func:`read_each`)."""
+        session_keys = [self.keys.client_session(client_id) for client_id in client_ids]
+        replies = await read_each(self.redis, "HGETALL", session_keys)
         return [parse_session(c, r) for c, r in zip(client_ids, replies, strict=True)]
 
     async def client_ids(self, limit: int = 100_000) -> tuple[list[str], bool]:

@@ -31,6 +31,7 @@ from router.core.options import DEFAULT_OPTIONS, SubscriptionOptions, make_optio
 from router.core.topics import TopicFilter, validate_filter
 from router.errors import CorruptStateError, InvalidIdError, InvalidOptionsError
 from router.state.keys import Keys, check_id
+from router.state.reads import read_each
 from router.state.scripts import RedisClient, Scripts
 
 _OPTION_FIELDS: Final = 5
@@ -160,14 +161,11 @@ class SubscriptionStore:
         return _owner_of(node, epoch)
 
     async def owners(self, client_ids: Sequence[str]) -> list[Owner | None]:
-        """The session owner of each client, in order (one pipelined round trip per Redis
-        node); :class:`CorruptStateError` if a stored epoch is not an integer."""
-        if not client_ids:
-            return []
-        pipe = self.redis.pipeline(transaction=False)
-        for client_id in client_ids:
-            pipe.hmget(self.keys.client_owner(client_id), ["node", "epoch"])
-        return [_owner_of(node, epoch) for node, epoch in await pipe.execute()]
+        """The session owner of each client, in order (see :func:`read_each`);
+        :class:`CorruptStateError` if a stored epoch is not an integer."""
+        owner_keys = [self.keys.client_owner(client_id) for client_id in client_ids]
+        replies = await read_each(self.redis, "HMGET", owner_keys, "node", "epoch")
+        return [_owner_of(node, epoch) for node, epoch in replies]
 
     # -- subscriptions ---------------------------------------------------------------
 

@@ -13,7 +13,8 @@ is a *shard channel* (SPUBLISH / SSUBSCRIBE, in the slot of the channel's keys):
 announcement stays on the shard that serves the channel instead of crossing the whole
 cluster bus, and the listener is a plain ``redis.asyncio.Redis`` connection to that
 shard's primary. When the slot moves, the server ends the subscription and the listener
-subscribes again where it went.
+subscribes again where it went; when that primary dies, the listener reads the slot map
+again until the failover has named its successor.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from redis.exceptions import (
     TimeoutError as RedisTimeoutError,
 )
 
-from router.state.connection import pubsub_client
+from router.state.connection import pubsub_client, refresh_slot_map
 from router.state.scripts import RedisClient
 
 ANNOUNCEMENT_BACKLOG: Final = 10_000
@@ -116,10 +117,12 @@ class WakeUps:
         await redis.initialize()  # the slot map picks the listener's node
         try:
             await self._subscribe()
-        except MovedError:
+        except (MovedError, RedisConnectionError, RedisTimeoutError):
             # The slot moved since the client read the map (the old owner ended our shard
-            # subscription, or refused it): read the map again and subscribe where it went.
-            await redis.nodes_manager.initialize()
+            # subscription, or refused it), or the node the map names is gone (a failover:
+            # nothing else may refresh the map meanwhile, this listener reads no key):
+            # read the map again and subscribe where the slot is now.
+            await refresh_slot_map(redis)
             await self._subscribe()
 
     async def _subscribe(self) -> None:

@@ -88,7 +88,7 @@ def test_the_state_scripts_are_exactly_the_state_files() -> None:
 def test_includes_expand_to_the_shared_library() -> None:
     lua = resources.files("router.lua")
     libraries = sorted(p.name for p in lua.joinpath("lib").iterdir() if p.name.endswith(".lua"))
-    assert libraries == ["clocks.lua", "owner.lua", "pairs.lua"]
+    assert libraries == ["clocks.lua", "keys.lua", "owner.lua", "pairs.lua"]
     raw = lua.joinpath("client_remove.lua").read_text(encoding="utf-8")
     assert "--! include owner" in raw and "local function check_owner" not in raw
     expanded = script_source("client_remove")

@@ -1,4 +1,5 @@
-"""Real ``redis-server`` processes for the tests: a standalone server and a 3-master cluster.
+"""Real ``redis-server`` processes for the tests: a standalone server and a Redis Cluster
+(3 masters, with or without a replica each).
 
 Each server binds 127.0.0.1 on a free port (its cluster bus port, port + 10000, is free
 too), keeps nothing on disk (``save ""``, ``appendonly no``) and lives in its own temporary
@@ -31,6 +32,7 @@ from tests.support.waiting import wait_until
 START_TIMEOUT: Final = 10.0
 CLUSTER_TIMEOUT: Final = 30.0
 CLUSTER_SLOTS: Final = 16384
+NODE_TIMEOUT_MS: Final = 5000  # --cluster-node-timeout of a cluster node, unless told
 BUS_PORT_OFFSET: Final = 10000
 
 
@@ -79,9 +81,17 @@ def _die_with_parent() -> list[str]:
 class RedisServer:
     """One ``redis-server`` process on a free loopback port, in its own temporary directory."""
 
-    def __init__(self, *, cluster: bool = False, tls: Pki | None = None, aof: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        cluster: bool = False,
+        tls: Pki | None = None,
+        aof: bool = False,
+        node_timeout_ms: int = NODE_TIMEOUT_MS,
+    ) -> None:
         self.binary = require_binary("redis-server")
         self.cluster = cluster
+        self.node_timeout_ms = node_timeout_ms  # a cluster node: how long until a peer fails
         self.tls = tls  # TLS only: no plain port
         self.aof = aof  # appendonly yes, appendfsync always: a restart keeps every write
         self.dir = Path(tempfile.mkdtemp(prefix="router-redis-"))
@@ -125,7 +135,9 @@ class RedisServer:
             args += [
                 "--cluster-enabled", "yes",
                 "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", "5000",
+                "--cluster-node-timeout", str(self.node_timeout_ms),
+                # A replica's first sync starts at once (the default waits 5 s for others).
+                "--repl-diskless-sync-delay", "0",
             ]  # fmt: skip
         return args
 
@@ -195,10 +207,25 @@ class _ServerExited(Exception):
 
 
 class RedisClusterServers:
-    """Three master ``redis-server`` processes joined into one Redis Cluster (no replicas)."""
+    """Three masters joined into one Redis Cluster, with ``replicas`` replicas each.
 
-    def __init__(self, masters: int = 3) -> None:
-        self.nodes = [RedisServer(cluster=True) for _ in range(masters)]
+    Without replicas (the session's shared cluster) a dead master stays dead. With them,
+    a replica takes over when its master fails: a manual ``CLUSTER FAILOVER``, or the
+    automatic one after ``node_timeout_ms`` without an answer (lower it to fail over
+    quickly). :meth:`start` returns once every node agrees on the topology and every
+    replica is in sync with its master; :meth:`settled` says the same later (after a
+    failover, a slot migration...).
+    """
+
+    def __init__(
+        self, masters: int = 3, *, replicas: int = 0, node_timeout_ms: int = NODE_TIMEOUT_MS
+    ) -> None:
+        self.masters = masters
+        self.replicas = replicas
+        count = masters * (1 + replicas)
+        self.nodes = [
+            RedisServer(cluster=True, node_timeout_ms=node_timeout_ms) for _ in range(count)
+        ]
 
     @property
     def url(self) -> str:
@@ -211,45 +238,100 @@ class RedisClusterServers:
             node.start()
         addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
         result = subprocess.run(
-            [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            [cli, "--cluster", "create", *addresses,
+             "--cluster-replicas", str(self.replicas), "--cluster-yes"],
             capture_output=True,
             timeout=CLUSTER_TIMEOUT,
             check=False,
-        )
+        )  # fmt: skip
         if result.returncode != 0:
             raise RuntimeError(
                 f"redis-cli --cluster create failed: {result.stdout!r} {result.stderr!r}"
             )
-        wait_until(self._ready, CLUSTER_TIMEOUT, "cluster_state:ok with every slot covered")
+        wait_until(self.settled, CLUSTER_TIMEOUT, "every node agreeing, every replica in sync")
 
-    def _ready(self) -> bool:
-        """Every node reports state ok, knows every node and sees all slots assigned."""
-        for node in self.nodes:
-            client = redis.Redis(host="127.0.0.1", port=node.port, socket_timeout=1)
+    def running(self) -> list[RedisServer]:
+        """The nodes whose process runs (a test may have killed some)."""
+        return [node for node in self.nodes if node.process is not None
+                and node.process.poll() is None]  # fmt: skip
+
+    def settled(self) -> bool:
+        """Every running node says ``cluster_state:ok`` with all slots served, knows every
+        running node, and sees the same masters, replicas and slots as the others (no
+        failed node left in a view, no slot migrating or importing); there are
+        ``masters`` masters, each with ``replicas`` replicas whose link is up."""
+        views: set[frozenset[Entry]] = set()
+        running = self.running()
+        for node in running:
             try:
-                info = client.execute_command("CLUSTER", "INFO")
-                slots = client.execute_command("CLUSTER", "SLOTS")
+                view = _view(node.port)
             except redis.RedisError:
                 return False
-            finally:
-                client.close()
-            text = info.decode() if isinstance(info, bytes) else str(info)
-            fields = dict(line.split(":", 1) for line in text.split("\r\n") if ":" in line)
-            if fields.get("cluster_state") != "ok":
+            if view is None:
                 return False
-            if fields.get("cluster_known_nodes") != str(len(self.nodes)):
-                return False
-            if fields.get("cluster_slots_ok") != str(CLUSTER_SLOTS):
-                return False
-            covered = sum(int(entry[1]) - int(entry[0]) + 1 for entry in slots)
-            if covered != CLUSTER_SLOTS:
-                return False
-        return True
+            views.add(view)
+        if len(views) != 1:
+            return False
+        (topology,) = views
+        live = {f"127.0.0.1:{node.port}" for node in running}
+        if {address for address, _, _, _ in topology} != live:
+            return False  # a node it knows is gone (its own entry is not forgotten yet)
+        masters = [entry for entry in topology if entry[1] == "master"]
+        replicas = [entry for entry in topology if entry[1] == "slave"]
+        if len(masters) != self.masters or len(replicas) != self.masters * self.replicas:
+            return False
+        return all(_link_up(int(address.rsplit(":", 1)[1])) for address, *_ in replicas)
 
     def stop(self) -> None:
         for node in self.nodes:
             with contextlib.suppress(Exception):
                 node.stop()
+
+
+Entry = tuple[str, str, str, tuple[str, ...]]  # address, role, master address, slot ranges
+
+
+def _view(port: int) -> frozenset[Entry] | None:
+    """What the node on ``port`` knows of the cluster, or None while it is not settled
+    (state not ok, a slot not served, a node flagged failing or in handshake, a slot
+    migrating or importing)."""
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
+    try:
+        info = client.execute_command("CLUSTER", "INFO")
+        nodes = client.execute_command("CLUSTER", "NODES")
+    finally:
+        client.close()
+    text = info.decode() if isinstance(info, bytes) else str(info)
+    fields = dict(line.split(":", 1) for line in text.split("\r\n") if ":" in line)
+    if fields.get("cluster_state") != "ok" or fields.get("cluster_slots_ok") != str(CLUSTER_SLOTS):
+        return None
+    table = nodes.decode() if isinstance(nodes, bytes) else str(nodes)
+    rows = [line.split() for line in table.splitlines() if line.strip()]
+    address_of = {row[0]: row[1].split("@", 1)[0] for row in rows}
+    view: set[Entry] = set()
+    for row in rows:  # id address flags master ping pong epoch link slot...
+        address, flags, master, link, slots = row[1], row[2], row[3], row[7], row[8:]
+        flag_set = set(flags.split(","))
+        if flag_set & {"fail", "fail?", "handshake", "noaddr"} or link != "connected":
+            return None
+        if any(slot.startswith("[") for slot in slots):
+            return None  # a slot migrating or importing
+        role = "master" if "master" in flag_set else "slave"
+        view.add((address.split("@", 1)[0], role, address_of.get(master, ""),
+                  tuple(sorted(slots))))  # fmt: skip
+    return frozenset(view)
+
+
+def _link_up(port: int) -> bool:
+    """True if the replica on ``port`` is connected to its master and in sync."""
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
+    try:
+        info = client.info("replication")
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+    return bool(info.get("master_link_status") == "up" and not info.get("master_sync_in_progress"))
 
 
 @contextlib.contextmanager

@@ -1,0 +1,57 @@
+"""Reading one key each of many entities (session owners, session descriptions, node
+figures): one pipeline on a standalone Redis, one command per key on a Redis Cluster.
+
+Why not a cluster pipeline: redis-py's (8.x) non-transactional ``ClusterPipeline``
+answers a connection error by closing the whole client, and the slot map it then reads
+again comes with a command table asked of its *default node*. While that node is a
+master that died (the first one the client met, say) and no replica has taken over
+yet, that read fails, and with it every command of every task sharing the client, for
+the whole ``cluster-node-timeout``: the node's heartbeats and publishes to the healthy
+masters included (redis/redis-py#3130). A plain command that meets a dead master moves
+it to the end of the client's node list instead, so the rest of the cluster stays
+usable. Reads go out :data:`CONCURRENCY` at a time.
+
+What each reply is, and the errors: as the command's (``RedisError`` for a key on a
+master that cannot be reached; the reads of the other keys still complete).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Final
+
+from redis.asyncio.cluster import RedisCluster
+from redis.typing import EncodableT
+
+from router.state.scripts import RedisClient
+
+CONCURRENCY: Final = 16
+"""Single-key reads in flight at once on a cluster (each takes a pooled connection)."""
+
+
+async def read_each(
+    redis: RedisClient, command: str, keys: Sequence[str], *args: EncodableT
+) -> list[Any]:
+    """The reply of ``command key *args`` for each of ``keys``, in order.
+
+    Raises the first error met (after every read has ended) when some key could not be
+    read."""
+    if not keys:
+        return []
+    if not isinstance(redis, RedisCluster):
+        pipe = redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.execute_command(command, key, *args)
+        return list(await pipe.execute())
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(key: str) -> Any:
+        async with gate:
+            return await redis.execute_command(command, key, *args)
+
+    results = await asyncio.gather(*(one(key) for key in keys), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
