@@ -56,6 +56,8 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final, Protocol
 
+from redis.exceptions import RedisError
+
 from router.cluster.local_sessions import ClientSession
 from router.cluster.node import RouterNode
 from router.core.messages import Outgoing, PublishResult
@@ -180,7 +182,7 @@ class MqttConnection:
         except MqttError as error:
             self.server.count_close(error.reason_code)
             self._send_disconnect(error.reason_code)
-        except StateError as error:  # (Redis refused or did not answer: nothing was acked)
+        except (StateError, RedisError) as error:  # (Redis refused or is gone: no ack)
             log.warning("closing MQTT client %s: %s", self.client_id, error)
             self._send_disconnect(RC.SERVER_BUSY)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -322,6 +324,9 @@ class MqttConnection:
         except NotAuthorizedError:
             bad_password = connect.password is not None
             return self._refuse(RC.BAD_USER_NAME_OR_PASSWORD if bad_password else RC.NOT_AUTHORIZED)
+        except (StateError, RedisError) as error:  # (Redis refused or is gone)
+            log.warning("refusing MQTT client %s: %s", client_id, error)
+            return self._refuse(RC.SERVER_UNAVAILABLE)
         self.client_id = client_id
         self.server.attach(self)
         self.keepalive = connect.keepalive

@@ -26,3 +26,19 @@ def test_a_qos1_publish_redis_does_not_take_gets_no_puback_and_disconnect_0x89(
             info = publisher.client.publish("news/now", b"unanswered", 1)
             assert publisher.disconnects.get(timeout=TIMEOUT) == 0x89
             assert not info.is_published()
+
+
+def test_a_client_that_connects_while_redis_is_gone_gets_connack_0x88(
+    redis_server_factory: Callable[[], RedisServer], keys: Keys, clients: list[Paho]
+) -> None:
+    """Redis is gone (its process ended: connections refused, not a timeout): the
+    session cannot be looked up, and a redis-py error, not a router one, reaches the
+    CONNECT; the client gets CONNACK 0x88 (Server unavailable), not a dropped socket
+    (found by the cluster fault tests)."""
+    server = redis_server_factory()
+    env = {"ROUTER_REDIS_URL": server.url, "ROUTER_PREFIX": keys.prefix}
+    with mqtt_node("a", env, "--redis-timeout", "0.5") as (_, port_a):
+        server.kill()
+        latecomer = Paho(port_a, "latecomer", V5, clean=False)
+        clients.append(latecomer)
+        assert latecomer.connected()[0] == 0x88
