@@ -26,7 +26,6 @@ slope of node 1's RSS after the warm-up (target <= 1.0).
 from __future__ import annotations
 
 import contextlib
-import math
 import random
 import tempfile
 import threading
@@ -36,9 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import redis as redis_py
-
-from router.bench.broker_runs import cut, delete_prefix, percentile
+from router.bench.broker_runs import check_positive, check_redis, cut, delete_prefix, percentile
 from router.bench.soak_clients import (
     ChurnClient,
     Link,
@@ -76,10 +73,10 @@ class SoakConfig:
     seed: int = 7
 
     def __post_init__(self) -> None:
-        for name in ("minutes", "fault_every", "qos1_rate", "qos0_rate", "sample_seconds"):
-            value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
-                raise BenchSetupError(f"--{name.replace('_', '-')} must be finite and > 0")
+        check_positive(
+            minutes=self.minutes, fault_every=self.fault_every, qos1_rate=self.qos1_rate,
+            qos0_rate=self.qos0_rate, sample_seconds=self.sample_seconds,
+        )  # fmt: skip
         if self.subscriptions < NODES * CHURN_CLIENTS_PER_NODE:
             raise BenchSetupError(
                 f"--subscriptions must be >= {NODES * CHURN_CLIENTS_PER_NODE} (one per client)"
@@ -355,24 +352,11 @@ def _rss_growth(series: list[dict[str, Any]], node_id: str, config: SoakConfig) 
     return cut(slope) if slope >= 0 else -cut(-slope)
 
 
-def _check_reachable(url: str) -> None:
-    try:
-        client = redis_py.Redis.from_url(url, socket_timeout=5)
-    except ValueError as exc:
-        raise BenchSetupError(f"bad Redis URL {url!r}: {exc}") from None
-    try:
-        client.ping()
-    except redis_py.RedisError as exc:
-        raise BenchSetupError(f"cannot reach Redis at {url}: {exc}") from None
-    finally:
-        client.close()
-
-
 def run(url: str | None, config: SoakConfig) -> dict[str, Any]:
     """One soak on ``url`` (or a redis-server the run starts and restarts); the object
     ``--json`` prints."""
     if url is not None:
-        _check_reachable(url)
+        check_redis(url)
     with tempfile.TemporaryDirectory(prefix="router-soak-") as name:
         directory = Path(name)
         redis = None if url is not None else RedisProcess(directory)
