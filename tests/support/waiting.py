@@ -35,6 +35,14 @@ def wait_until(
     return time.monotonic() - start
 
 
+def pace(start: float, seq: int, rate: float) -> None:
+    """Hold item ``seq`` of a load until its time at ``rate`` per second from ``start``
+    (the one sleep of a paced load: it waits for a time, not for a condition)."""
+    delay = start + seq / rate - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
 async def eventually(
     condition: Callable[[], bool | Awaitable[bool]],
     timeout: float,

@@ -58,7 +58,7 @@ from tests.support.topology import (
     replica_of,
     slot_of,
 )
-from tests.support.waiting import wait_until
+from tests.support.waiting import pace, wait_until
 
 pytestmark = pytest.mark.fault
 
@@ -95,9 +95,7 @@ class Load:
             for seq in range(MAX_MESSAGES):
                 if self.stop.is_set():
                     break
-                delay = start + seq / RATE - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)  # pacing the publisher
+                pace(start, seq, RATE)
                 while True:
                     info = publisher.client.publish(TOPIC, str(seq).encode(), 1)
                     if acknowledged(info):

@@ -38,7 +38,7 @@ from router.state.keys import Keys
 from tests.support.mqtt import V5, Paho, connect_properties, mqtt_node, routed_to
 from tests.support.proxy import proxy_to
 from tests.support.servers import RedisServer
-from tests.support.waiting import wait_until
+from tests.support.waiting import pace, wait_until
 
 pytestmark = pytest.mark.fault
 
@@ -47,18 +47,11 @@ RATE = 300.0  # msg/s offered by the publisher
 DEADLINE = 60.0  # seconds for the survivor to deliver everything
 
 
-def pace(start: float, seq: int, rate: float = RATE) -> None:
-    """Hold message ``seq`` until its time at ``rate`` msg/s from ``start``."""
-    delay = start + seq / rate - time.monotonic()
-    if delay > 0:
-        time.sleep(delay)
-
-
 def publish_all(publisher: Paho, acked: list[int], done: threading.Event) -> None:
     """QoS 1 publishes at RATE; a message counts once its PUBACK came."""
     start = time.monotonic()
     for seq in range(MESSAGES):
-        pace(start, seq)
+        pace(start, seq, RATE)
         info = publisher.client.publish("load/x", str(seq).encode(), 1)
         info.wait_for_publish(DEADLINE)
         if info.is_published():
@@ -159,7 +152,7 @@ def publish_until_acked(port: int, acked: list[int], done: threading.Event) -> N
     start = time.monotonic()
     try:
         for seq in range(MESSAGES):
-            pace(start, seq)
+            pace(start, seq, RATE)
             while True:
                 info = publisher.client.publish("load/x", str(seq).encode(), 1)
                 with contextlib.suppress(RuntimeError, ValueError):
