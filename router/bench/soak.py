@@ -267,7 +267,8 @@ class Soak:
                 for publisher in self.q1:
                     got = subscriber.received.get(publisher.number, [])
                     unique = set(got)
-                    missing = sorted(set(publisher.acked) - unique)
+                    acked_seqs = set(publisher.acked)
+                    missing = sorted(acked_seqs - unique)
                     if missing:
                         name = f"{subscriber.link.client_id} from q1-{publisher.number}"
                         where[name] = [
@@ -277,7 +278,7 @@ class Soak:
                         ]
                     lost += len(missing)
                     duplicates += len(got) - len(unique)
-                    delivered += len(unique)
+                    delivered += len(unique & acked_seqs)  # (not one whose PUBACK never came)
         acked = sum(len(p.acked) for p in self.q1)
         tally = self.tally
         return {
