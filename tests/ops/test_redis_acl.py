@@ -63,7 +63,11 @@ async def node_work(url: str, keys: Keys) -> None:
     ):
         await b.subscribe("phone", "news/#", qos=1)
         await b.subscribe("worker", "$share/g/jobs")
-        await waiting.eventually(lambda: "b" in a.mirror.match("news/x").nodes, 5.0, "routes")
+        await waiting.eventually(
+            lambda: all("b" in a.mirror.match(topic).nodes for topic in ("news/x", "jobs")),
+            5.0,
+            "both routes",
+        )
         await a.publish("news/x", b"1", qos=1, retain=True)
         await a.publish("jobs", b"job")
         await take(b, "phone", 1)
