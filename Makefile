@@ -5,13 +5,15 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The compiled filter index (router/core/_filter_index.c), rebuilt in place when it changes.
+EXT    := $(VENV)/.compiled
 
 .PHONY: demo test check lint typecheck system-deps clean
 
-demo: $(STAMP)
+demo: $(STAMP) $(EXT)
 	$(BIN)/router demo
 
-test: system-deps $(STAMP) check
+test: system-deps $(STAMP) $(EXT) check
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 check: lint typecheck
@@ -27,9 +29,12 @@ typecheck: $(STAMP)
 # redis-tools (redis-cli --cluster create), libmosquitto1 (the reference matcher),
 # mosquitto-clients (mosquitto_pub/_sub: real MQTT clients for the listener tests),
 # mosquitto (mosquitto_passwd writes the password files the tests read), openssl (test certificates),
-# a Java 17+ runtime for the Spark pipeline when `java` is missing or older.
+# a Java 17+ runtime for the Spark pipeline when `java` is missing or older,
+# a C compiler and the Python headers for the compiled filter index.
 system-deps:
 	@missing=""; \
+	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
+	$(PYTHON) -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' || missing="$$missing python3-dev"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
 	ldconfig -p | grep -q 'libmosquitto\.so\.1' || missing="$$missing libmosquitto1"; \
@@ -49,5 +54,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test,bench,spark]'
 	touch $(STAMP)
 
+$(EXT): $(STAMP) setup.py router/core/_filter_index.c
+	$(BIN)/python setup.py -q build_ext --inplace
+	touch $(EXT)
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -f router/core/_filter_index.*.so

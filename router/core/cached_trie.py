@@ -8,8 +8,8 @@ publish that admits a topic builds its answer from that one match and installs i
 
 An answer is what a match gives before any share-group choice:
 
-* ``match``: the sorted plain subscribers as a tuple (a hit copies it into the list it
-  returns), or :class:`_Grouped` with the trie's own live share-group objects;
+* ``match``: the plain subscribers as a frozenset (a hit returns it as it is), or
+  :class:`_Grouped` with the trie's own live share-group objects;
 * ``match_subscriptions``: the whole answer when no share group matches (a hit copies the
   dict; the lists inside are shared), or the matching terminals to assemble it from.
 
@@ -20,8 +20,7 @@ equal for the same random state).
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Collection
+from collections.abc import Collection, Set
 from typing import Any, final
 
 from router.core.hot_topics import HotTopics
@@ -33,12 +32,12 @@ from router.core.trie import MatchedSubscription, SubscriptionTrie
 
 @final
 class _Grouped:
-    """A ``match`` answer with share groups: ``clients`` (sorted plain subscribers) and
+    """A ``match`` answer with share groups: ``clients`` (plain subscribers) and
     ``groups`` (one member of each is chosen per publish, in this order)."""
 
     __slots__ = ("clients", "groups")
 
-    def __init__(self, clients: list[str], groups: tuple[ShareGroup, ...]) -> None:
+    def __init__(self, clients: frozenset[str], groups: tuple[ShareGroup, ...]) -> None:
         self.clients = clients
         self.groups = groups
 
@@ -53,14 +52,14 @@ class _Found:
         self.terminals = terminals
 
 
-_ClientsAnswer = tuple[str, ...] | _Grouped
+_ClientsAnswer = frozenset[str] | _Grouped
 _SubscriptionsAnswer = dict[str, list[MatchedSubscription]] | _Found
 
 
 class CachedMatcher(SubscriptionTrie):
     """A :class:`SubscriptionTrie` whose matches answer hot topics from a cache.
 
-    Answers equal the plain trie's. ``match`` returns a fresh list; the lists inside a
+    Answers equal the plain trie's. The lists inside a
     ``match_subscriptions`` answer are shared with the cache: read them, never change
     them. ``settings`` go to both :class:`HotTopics` caches: ``cache`` (for ``match``)
     and ``subscriptions_cache``.
@@ -100,7 +99,7 @@ class CachedMatcher(SubscriptionTrie):
 
     # -- matching --------------------------------------------------------------------
 
-    def match(self, topic: str, publisher: str | None = None) -> list[str]:
+    def match(self, topic: str, publisher: str | None = None) -> Set[str]:
         try:
             entry = self._entries_get(topic)
         except TypeError:  # unhashable: the full match rejects it
@@ -115,9 +114,9 @@ class CachedMatcher(SubscriptionTrie):
             assert answer is not None  # (the topic has an entry)
         if type(answer) is _Grouped:
             return self._choose(answer, topic, publisher)
-        return [*answer]
+        return answer
 
-    def _match_uncached(self, topic: str, publisher: str | None) -> list[str]:
+    def _match_uncached(self, topic: str, publisher: str | None) -> Set[str]:
         """``match`` of a topic the cache has no entry for: a full match, counted as a
         miss; a publish that admits the topic installs the answer built by its match."""
         validate_topic(topic)
@@ -128,24 +127,14 @@ class CachedMatcher(SubscriptionTrie):
         start = clock()
         answer = self._clients_answer_at(self._terminals(topic))
         cost = clock() - start
-        result = self._choose(answer, topic, publisher) if type(answer) is _Grouped else [*answer]
+        result = self._choose(answer, topic, publisher) if type(answer) is _Grouped else answer
         cache.install(topic, answer, version, cost)
         return result
 
-    def _choose(self, answer: _Grouped, topic: str, publisher: str | None) -> list[str]:
-        """The plain subscribers plus one chosen member of each group, sorted, no repeats."""
+    def _choose(self, answer: _Grouped, topic: str, publisher: str | None) -> frozenset[str]:
+        """The plain subscribers plus one chosen member of each group."""
         choose = self._strategy.choose
-        groups = answer.groups
-        if len(groups) > 1:
-            clients = set(answer.clients)
-            clients.update(choose(group, topic, publisher) for group in groups)
-            return sorted(clients)
-        member = choose(groups[0], topic, publisher)
-        result = answer.clients.copy()
-        position = bisect_left(result, member)
-        if position == len(result) or result[position] != member:
-            result.insert(position, member)
-        return result
+        return answer.clients.union([choose(group, topic, publisher) for group in answer.groups])
 
     def subscriptions_for(
         self,
@@ -187,7 +176,7 @@ class CachedMatcher(SubscriptionTrie):
     def _clients_answer_at(self, found: list[Any]) -> _ClientsAnswer:
         """The ``match`` answer of the terminals ``found``."""
         clients, groups = self._plain_and_groups(found)
-        return _Grouped(clients, tuple(groups)) if groups else tuple(clients)
+        return _Grouped(clients, tuple(groups)) if groups else clients
 
     def _subscriptions_answer(self, topic: str) -> _SubscriptionsAnswer:
         return self._subscriptions_answer_at(self._terminals(topic), topic)

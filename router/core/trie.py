@@ -4,51 +4,38 @@ Rules (MQTT 5.0, 4.7; see :mod:`router.core.topics`): ``+`` matches one level, `
 level and everything below, first-level wildcards never match ``$`` topics, and a shared
 filter ``$share/g/f`` sends each message matching ``f`` to exactly one member of ``g``.
 
-Layout. Filters without wildcards (most of them, in practice) are kept in a hash map from
-the whole filter to its entry: one lookup answers them all. Filters with a wildcard live in
-a trie with one node per level; each node keeps its literal children in a dict and its
-``+`` and ``#`` children in their own slots, so a level boundary is always a node boundary
-(``a/b`` and ``ab`` never collide)::
+Layout. Every plain filter with at least one subscriber has a *terminal*: its plain
+subscribers (client id -> options) and its share groups (shared filter -> group). A filter
+index (:mod:`router.core.filter_index`: compiled in C when it was built, else in Python)
+maps each plain filter to its terminal and finds the terminals that match a topic; this
+module keeps who subscribed to what. ``$share/g/sport/#`` and ``sport/#`` share the
+terminal of ``sport/#``.
 
-    filters: sport/+/score   sport/#   +/news   $SYS/#   sport/tennis (exact map)
-
-    (root) ── "sport" ── "+" ── "score" *
-      │          └── "#" *
-      ├── "+" ── "news" *
-      └── "$SYS" ── "#" *
-    (* = a terminal: subscribers by client id, and share groups by shared filter)
-
-Matching walks the topic's levels with an explicit stack; at each node it takes the
-``#`` child (a terminal), the ``+`` child and the literal child. At the root, ``+`` and
-``#`` are skipped for topics that start with ``$``. No recursion, no level limit.
-
-Each client's own subscriptions are kept beside the trie (client -> filter -> options), so
-removing a client costs time in proportion to its subscriptions. Removing the last
-subscription under a node removes every node that became empty: a trie whose
-subscriptions were all removed holds no nodes (:meth:`SubscriptionTrie.node_count`).
+Each client's own subscriptions are kept beside the index (client -> filter -> options), so
+removing a client costs time in proportion to its subscriptions. A terminal whose last
+subscription goes is removed from the index, which frees every node that became empty: a
+trie whose subscriptions were all removed holds no nodes (:meth:`SubscriptionTrie.node_count`).
 """
 
 from __future__ import annotations
 
 from bisect import insort
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Set
+from sys import intern
 from typing import Any, NamedTuple
 
+from router.core.filter_index import FilterIndex, PureTerminal, Terminal
 from router.core.options import SubscriptionOptions, make_options
-from router.core.shapes import ShapeIndex
 from router.core.sharing import RandomStrategy, ShareGroup, ShareStrategy
 from router.core.topics import (
-    MULTI_LEVEL,
     SEPARATOR,
-    SINGLE_LEVEL,
     TopicFilter,
     TopicName,
-    has_wildcard,
     parse_shared,
     validate_filter,
     validate_topic,
 )
-from router.errors import InvalidIdError, InvalidOptionsError
+from router.errors import InvalidIdError, InvalidOptionsError, InvalidTopicError
 
 
 class MatchedSubscription(NamedTuple):
@@ -84,29 +71,7 @@ class _Group(ShareGroup):
         self.members.remove(client_id)
 
 
-class _Node:
-    """One level of a filter, or an exact filter's entry.
-
-    ``children``: literal level -> node (None while empty); ``plus``/``hash``: the ``+`` and
-    ``#`` children; ``subs``: client id -> options of plain subscriptions ending here;
-    ``groups``: shared filter -> group for shared subscriptions ending here; ``filter``: the
-    plain filter that ends here (set on terminals only); ``level``: this node's level, the
-    one string object that the shape index shares for it.
-    """
-
-    __slots__ = ("children", "filter", "groups", "hash", "level", "plus", "subs")
-
-    def __init__(self, level: str = "") -> None:
-        self.level = level
-        self.children: dict[str, _Node] | None = None
-        self.plus: _Node | None = None
-        self.hash: _Node | None = None
-        self.subs: dict[str, SubscriptionOptions] | None = None
-        self.groups: dict[TopicFilter, _Group] | None = None
-        self.filter: str | None = None
-
-    def is_empty(self) -> bool:
-        return not (self.children or self.plus or self.hash or self.subs or self.groups)
+_NOBODY: frozenset[str] = frozenset()
 
 
 def _check_client_id(client_id: str) -> None:
@@ -118,17 +83,13 @@ class SubscriptionTrie:
     """Subscriptions of clients to topic filters, matched against published topics.
 
     ``strategy`` picks the member of each share group that gets a message (random by
-    default, see :mod:`router.core.sharing`).
+    default, see :mod:`router.core.sharing`). ``index``: an empty filter index to use
+    (default: a new :data:`~router.core.filter_index.FilterIndex`, compiled when built).
     """
 
-    #: Above this many wildcard shapes, matching walks the trie instead of the shape index.
-    max_shapes = 64
-
-    def __init__(self, strategy: ShareStrategy | None = None) -> None:
+    def __init__(self, strategy: ShareStrategy | None = None, *, index: Any = None) -> None:
         self._strategy: ShareStrategy = strategy if strategy is not None else RandomStrategy()
-        self._root = _Node()
-        self._exact: dict[str, _Node] = {}
-        self._shapes: ShapeIndex[_Node] = ShapeIndex()
+        self._index: Any = index if index is not None else FilterIndex()
         self._clients: dict[str, dict[TopicFilter, SubscriptionOptions]] = {}
         self._count = 0
 
@@ -153,13 +114,15 @@ class SubscriptionTrie:
         if shared is not None and options.no_local:
             raise InvalidOptionsError("a shared subscription cannot set no_local (MQTT-3.8.3-4)")
         plain = shared.filter if shared is not None else topic_filter
-        node = self._terminal(plain, create=True)
-        assert node is not None
-        if node.filter is None:
-            node.filter = plain
-            if has_wildcard(plain):
-                self._shapes.add([level for level, _ in self._path(plain)[1:]], node)
+        node: PureTerminal | None = self._index.get(plain)
+        if node is None:
+            node = Terminal(plain)
+            self._index.add(plain, node)
+        # One string object per client id and per filter, however many subscriptions
+        # name them (each arrives as a fresh copy, decoded from its packet).
+        client_id = intern(client_id)
         if shared is None:
+            topic_filter = TopicFilter(node.filter)
             if node.subs is None:
                 node.subs = {}
             node.subs[client_id] = options
@@ -169,6 +132,7 @@ class SubscriptionTrie:
             group = node.groups.get(topic_filter)
             if group is None:
                 group = node.groups[topic_filter] = _Group(topic_filter)
+            topic_filter = TopicFilter(group.filter)
             group.put(client_id, options)
         mine = self._clients.get(client_id)
         if mine is None:
@@ -209,11 +173,10 @@ class SubscriptionTrie:
         return len(mine)
 
     def _detach(self, client_id: str, topic_filter: TopicFilter) -> None:
-        """Remove the client from the filter's terminal and trim emptied nodes."""
+        """Remove the client from the filter's terminal; drop a terminal left empty."""
         shared = parse_shared(topic_filter)
         plain = shared.filter if shared is not None else topic_filter
-        path = self._path(plain)
-        node = path[-1][1]
+        node: PureTerminal = self._index.get(plain)
         if shared is None:
             assert node.subs is not None
             del node.subs[client_id]
@@ -228,178 +191,35 @@ class SubscriptionTrie:
                 if not node.groups:
                     node.groups = None
         self._count -= 1
-        ended = node.subs is None and node.groups is None
-        if ended:
-            node.filter = None
-        if not has_wildcard(plain):
-            if ended:
-                del self._exact[plain]
-                if not self._exact:
-                    self._exact = {}  # a dict never shrinks its table: start a new one
-            return
-        if ended:
-            self._shapes.remove(plain)
-        self._trim(path)
+        if node.subs is None and node.groups is None:
+            self._index.remove(plain)
 
-    def _trim(self, path: list[tuple[str, _Node]]) -> None:
-        # path[0] is ("", root); each later item is (level, node) under the one before.
-        for index in range(len(path) - 1, 0, -1):
-            level, node = path[index]
-            if not node.is_empty():
-                return
-            parent = path[index - 1][1]
-            if level == SINGLE_LEVEL:
-                parent.plus = None
-            elif level == MULTI_LEVEL:
-                parent.hash = None
-            else:
-                assert parent.children is not None
-                del parent.children[level]
-                if not parent.children:
-                    parent.children = None
-
-    # -- finding nodes ---------------------------------------------------------------
-
-    def _terminal(self, plain: str, *, create: bool) -> _Node | None:
-        """The node where ``plain`` ends (created on demand), or None if absent."""
-        if not has_wildcard(plain):
-            node = self._exact.get(plain)
-            if node is None and create:
-                node = self._exact[plain] = _Node()
-            return node
-        node = self._root
-        for level in plain.split(SEPARATOR):
-            if level == SINGLE_LEVEL:
-                child = node.plus
-                if child is None and create:
-                    child = node.plus = _Node(SINGLE_LEVEL)
-            elif level == MULTI_LEVEL:
-                child = node.hash
-                if child is None and create:
-                    child = node.hash = _Node(MULTI_LEVEL)
-            else:
-                child = node.children.get(level) if node.children is not None else None
-                if child is None and create:
-                    if node.children is None:
-                        node.children = {}
-                    child = node.children[level] = _Node(level)
-            if child is None:
-                return None
-            node = child
-        return node
-
-    def _path(self, plain: str) -> list[tuple[str, _Node]]:
-        """The nodes from the root to an existing terminal (wildcard filters only)."""
-        if not has_wildcard(plain):
-            return [("", self._exact[plain])]
-        node = self._root
-        path = [("", node)]
-        for level in plain.split(SEPARATOR):
-            if level == SINGLE_LEVEL:
-                child = node.plus
-            elif level == MULTI_LEVEL:
-                child = node.hash
-            else:
-                child = node.children[level] if node.children is not None else None
-            assert child is not None
-            path.append((child.level, child))
-            node = child
-        return path
-
-    def _terminals(self, topic: str) -> list[_Node]:
-        """Every terminal whose filter matches the (valid) topic name.
-
-        Exact filters take one lookup; wildcard filters one lookup per shape while there
-        are at most ``MAX_SHAPES`` shapes (see :mod:`router.core.shapes`), else a trie walk.
-        """
-        found: list[_Node] = []
-        exact = self._exact.get(topic)
-        if exact is not None:
-            found.append(exact)
-        if not self._shapes:
-            return found
-        levels = topic.split(SEPARATOR)
-        plan = self._shapes.plan(len(levels), topic[0] == "$")
-        if len(plan) > self.max_shapes:
-            self._walk(topic, found)
-            return found
-        for key, lookup in plan:
-            node = lookup(key(levels))
-            if node is not None:
-                found.append(node)
+    def _terminals(self, topic: str) -> list[PureTerminal]:
+        """Every terminal whose filter matches ``topic`` (:class:`InvalidTopicError` if
+        it is not a valid topic name)."""
+        found: list[PureTerminal] | None = self._index.terminals(topic)
+        if found is None:
+            validate_topic(topic)  # raises the error that names the broken rule
+            raise InvalidTopicError(repr(topic), "not a valid topic name")
         return found
-
-    def _walk(self, topic: str, found: list[_Node]) -> None:
-        """Append the terminals of matching wildcard filters, walking the trie.
-
-        Walks level by level, keeping the nodes whose path matches the levels so far.
-        A lone surviving node (the common case) is followed without building a list.
-        """
-        root = self._root
-        levels = topic.split(SEPARATOR)
-        # Level 0: first-level wildcards never match a topic that starts with '$'.
-        current: list[_Node] = []
-        if topic[0] != "$":
-            if root.hash is not None:
-                found.append(root.hash)
-            if root.plus is not None:
-                current.append(root.plus)
-        if root.children is not None:
-            child = root.children.get(levels[0])
-            if child is not None:
-                current.append(child)
-        for index in range(1, len(levels)):
-            if not current:
-                return
-            level = levels[index]
-            if len(current) == 1:
-                node = current[0]
-                if node.hash is not None:
-                    found.append(node.hash)
-                children = node.children
-                child = children.get(level) if children is not None else None
-                if node.plus is None:
-                    current = [child] if child is not None else []
-                else:
-                    current = [node.plus, child] if child is not None else [node.plus]
-                continue
-            following: list[_Node] = []
-            for node in current:
-                if node.hash is not None:
-                    found.append(node.hash)
-                if node.plus is not None:
-                    following.append(node.plus)
-                children = node.children
-                if children is not None:
-                    child = children.get(level)
-                    if child is not None:
-                        following.append(child)
-            current = following
-        for node in current:
-            if node.hash is not None:
-                found.append(node.hash)
-            if node.subs is not None or node.groups is not None:
-                found.append(node)
 
     # -- matching --------------------------------------------------------------------
 
-    def match(self, topic: str, publisher: str | None = None) -> list[str]:
-        """Client ids that should receive a publish to ``topic``, sorted, without repeats.
+    def match(self, topic: str, publisher: str | None = None) -> Set[str]:
+        """The client ids that should receive a publish to ``topic``, as a set (read it,
+        never change it: a cache may share it).
 
         Every plain subscriber of a matching filter is included, and exactly one member of
         each matching share group (chosen by the strategy; ``publisher`` is the publishing
         client, used by ``hash_client``). ``no_local`` is not applied here: the caller
         knows the publisher's session and uses :meth:`match_subscriptions` for it.
+        A set has no order to pay for: sort it where order matters (a display).
         Raises :class:`InvalidTopicError` for an invalid topic name.
         """
-        validate_topic(topic)
-        found = self._terminals(topic)
-        if not found:
-            return []
-        if len(found) == 1 and found[0].groups is None:
-            subs = found[0].subs
-            assert subs is not None
-            return sorted(subs)
+        plain: set[str] | None = self._index.clients(topic)
+        if plain is not None:
+            return plain
+        found = self._terminals(topic)  # raises for an invalid topic
         clients: set[str] = set()
         choose = self._strategy.choose
         for node in found:
@@ -408,7 +228,7 @@ class SubscriptionTrie:
             if node.groups is not None:
                 for group in node.groups.values():
                     clients.add(choose(group, topic, publisher))
-        return sorted(clients)
+        return clients
 
     def match_subscriptions(
         self,
@@ -418,8 +238,8 @@ class SubscriptionTrie:
     ) -> dict[str, list[MatchedSubscription]]:
         """Like :meth:`match`, with each client's matching subscriptions.
 
-        Returns client id -> its matching (filter, options), clients in sorted order. A
-        client with overlapping subscriptions appears once with all of them (MQTT 5
+        Returns client id -> its matching (filter, options), clients in no particular
+        order. A client with overlapping subscriptions appears once with all of them (MQTT 5
         delivers one copy with the highest QoS and every subscription identifier).
         ``only_groups``, when given, limits the share groups served to those shared
         filters (a node serves the groups the cluster chose it for).
@@ -437,7 +257,7 @@ class SubscriptionTrie:
 
     def _subscriptions_at(
         self,
-        found: list[_Node],
+        found: list[PureTerminal],
         topic: str,
         publisher: str | None,
         only_groups: Collection[str] | None,
@@ -447,7 +267,6 @@ class SubscriptionTrie:
         choose = self._strategy.choose
         for node in found:
             if node.subs is not None:
-                assert node.filter is not None
                 for client_id, opts in node.subs.items():
                     result.setdefault(client_id, []).append(MatchedSubscription(node.filter, opts))
             if node.groups is not None:
@@ -458,19 +277,18 @@ class SubscriptionTrie:
                     result.setdefault(member, []).append(
                         MatchedSubscription(share_filter, group.options[member])
                     )
-        return {client_id: result[client_id] for client_id in sorted(result)}
+        return result
 
-    def _plain_and_groups(self, found: list[_Node]) -> tuple[list[str], list[ShareGroup]]:
-        """The sorted plain subscribers of the terminals ``found``, and their live share
-        groups in match order (what :meth:`match` chooses from, in the order it does)."""
-        clients: set[str] = set()
-        groups: list[ShareGroup] = []
-        for node in found:
-            if node.subs is not None:
-                clients.update(node.subs)
-            if node.groups is not None:
-                groups.extend(node.groups.values())
-        return sorted(clients), groups
+    def _plain_and_groups(
+        self, found: list[PureTerminal]
+    ) -> tuple[frozenset[str], list[ShareGroup]]:
+        """The plain subscribers of the terminals ``found``, and their live share groups
+        in match order (what :meth:`match` chooses from, in the order it does)."""
+        clients = _NOBODY.union(*[node.subs for node in found if node.subs is not None])
+        groups: list[ShareGroup] = [
+            group for node in found if node.groups is not None for group in node.groups.values()
+        ]
+        return clients, groups
 
     def candidates(self, topic: str) -> Candidates:
         """Everything that matches ``topic``, without choosing share-group members.
@@ -487,7 +305,6 @@ class SubscriptionTrie:
         groups: dict[TopicFilter, list[str]] = {}
         for node in self._terminals(topic):
             if node.subs is not None:
-                assert node.filter is not None
                 for client_id in node.subs:
                     plain.setdefault(client_id, []).append(node.filter)
             if node.groups is not None:
@@ -506,7 +323,7 @@ class SubscriptionTrie:
         checked = validate_filter(topic_filter)
         shared = parse_shared(checked)
         plain = shared.filter if shared is not None else checked
-        node = self._terminal(plain, create=False)
+        node: PureTerminal | None = self._index.get(plain)
         if node is None:
             return {}
         if shared is None:
@@ -527,15 +344,8 @@ class SubscriptionTrie:
         return self._count
 
     def node_count(self) -> int:
-        """Nodes held besides the root: trie levels plus exact-filter entries."""
-        count = len(self._exact)
-        stack = [self._root]
-        while stack:
-            node = stack.pop()
-            for child in (node.plus, node.hash, *(node.children or {}).values()):
-                if child is not None:
-                    count += 1
-                    stack.append(child)
+        """Nodes the filter index holds: trie levels plus exact-filter entries."""
+        count: int = self._index.node_count()
         return count
 
     def dump(self) -> str:
@@ -545,7 +355,7 @@ class SubscriptionTrie:
         filter the way MQTT levels nest.
         """
         display: dict[str | None, Any] = {}
-        for plain, node in self._terminal_items():
+        for plain, node in self._index.items():
             place = display
             for level in plain.split(SEPARATOR):
                 place = place.setdefault(level, {})
@@ -554,19 +364,8 @@ class SubscriptionTrie:
         _draw(display, "", lines)
         return "\n".join(lines) + "\n"
 
-    def _terminal_items(self) -> Iterator[tuple[str, _Node]]:
-        yield from self._exact.items()
-        stack = [self._root]
-        while stack:
-            node = stack.pop()
-            if node.filter is not None and (node.subs or node.groups):
-                yield node.filter, node
-            for child in (node.plus, node.hash, *(node.children or {}).values()):
-                if child is not None:
-                    stack.append(child)
 
-
-def _describe(node: _Node) -> str:
+def _describe(node: PureTerminal) -> str:
     def one(client_id: str, opts: SubscriptionOptions) -> str:
         return client_id if opts.qos == 0 else f"{client_id} (qos {opts.qos})"
 

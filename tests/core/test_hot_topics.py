@@ -337,7 +337,7 @@ def test_remove_client_drops_the_topics_of_each_of_its_filters() -> None:
     assert answered(matcher) == ["$SYS/x", "a/2"]
     assert matcher.remove_client("gone") == 0
     for topic in ("a/1", "b/1", "b/1/c"):
-        assert matcher.match(topic) == ["base"]
+        assert matcher.match(topic) == {"base"}
 
 
 # -- versions -------------------------------------------------------------------------------

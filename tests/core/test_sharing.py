@@ -85,4 +85,4 @@ def test_hash_client_in_a_trie_uses_the_publisher() -> None:
     trie = SubscriptionTrie(strategy=HashClientStrategy())
     for member in MEMBERS:
         trie.subscribe(member, "$share/g/data/#")
-    assert len({trie.match(f"data/{i}", publisher="p-7")[0] for i in range(50)}) == 1
+    assert len(set().union(*(trie.match(f"data/{i}", publisher="p-7") for i in range(50)))) == 1

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from router import HashTopicStrategy, SubscriptionTrie
 from router.core.topics import parse_shared
 from tests.support.brute import BruteModel
+from tests.support.indexes import INDEXES
 
 LITERALS = ["a", "b", "", "$x", "$SYS", "ü", "a b", "日本"]
 CLIENTS = [f"c{i}" for i in range(6)]
@@ -52,8 +57,7 @@ def check_topic(trie: SubscriptionTrie, model: BruteModel, topic: str) -> None:
             if parse_shared(sub.filter) is None:
                 assert model.subs[client_id][sub.filter] == sub.options.qos
     # match() agrees with match_subscriptions() under a deterministic strategy.
-    assert trie.match(topic) == sorted(found)
-    assert list(found) == sorted(found)
+    assert trie.match(topic) == set(found)
 
 
 def topics_near(topic_filter: str) -> list[str]:
@@ -70,10 +74,9 @@ def topics_near(topic_filter: str) -> list[str]:
     return near
 
 
-def run_against_model(ops: list[tuple], probe: list[str], max_shapes: int) -> None:
+def run_against_model(ops: list[tuple], probe: list[str], make_index: Callable[[], Any]) -> None:
     probe = probe + [t for op in ops if op[0] == "sub" for t in topics_near(op[2])]
-    trie = SubscriptionTrie(strategy=HashTopicStrategy())
-    trie.max_shapes = max_shapes
+    trie = SubscriptionTrie(strategy=HashTopicStrategy(), index=make_index())
     model = BruteModel()
     for op in ops:
         if op[0] == "sub":
@@ -98,7 +101,7 @@ def run_against_model(ops: list[tuple], probe: list[str], max_shapes: int) -> No
         trie.remove_client(client_id)
     assert trie.node_count() == 0
     assert len(trie) == 0
-    assert trie.match(probe[0]) == []
+    assert trie.match(probe[0]) == set()
 
 
 PROPERTY_SETTINGS = settings(
@@ -106,13 +109,10 @@ PROPERTY_SETTINGS = settings(
 )
 
 
+@pytest.mark.parametrize("index", INDEXES)
 @PROPERTY_SETTINGS
 @given(st.lists(operation, max_size=40), st.lists(topics, min_size=1, max_size=12))
-def test_shape_index_agrees_with_brute_force(ops: list[tuple], probe: list[str]) -> None:
-    run_against_model(ops, probe, max_shapes=SubscriptionTrie.max_shapes)
-
-
-@PROPERTY_SETTINGS
-@given(st.lists(operation, max_size=40), st.lists(topics, min_size=1, max_size=12))
-def test_trie_walk_agrees_with_brute_force(ops: list[tuple], probe: list[str]) -> None:
-    run_against_model(ops, probe, max_shapes=0)
+def test_every_index_agrees_with_brute_force(
+    index: str, ops: list[tuple], probe: list[str]
+) -> None:
+    run_against_model(ops, probe, INDEXES[index])

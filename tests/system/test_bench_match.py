@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from typing import Any
 
 import pytest
@@ -31,13 +31,19 @@ def test_every_topic_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     workload = dataclasses.replace(workload, topics=[*workload.topics, odd])
 
     class WrongOnce(match.PahoPeer):
-        def match(self, topic: str) -> list[str]:
+        def match(self, topic: str) -> Set[str]:
             answer = super().match(topic)
-            return [*answer, "intruder"] if topic == odd else answer
+            return {*answer, "intruder"} if topic == odd else answer
 
     monkeypatch.setattr(match, "PahoPeer", WrongOnce)
     with pytest.raises(BenchDisagreementError, match="odd-one"):
         match.run_workload(workload, rounds=1)
+
+
+def test_the_report_names_the_core_that_ran() -> None:
+    report = match.run(subscriptions=300, topics=200, rounds=1, hot_publishes=3000)
+    assert report["core"] == "compiled"  # make test builds it: the figures are its
+    assert set(report["workloads"]) == {"devices", "dashboards", "hot"}
 
 
 def test_ratios_are_cut_never_rounded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,10 +84,10 @@ def test_hot_checks_every_paho_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = {"n": 0}
 
     class WrongOnce(peer):
-        def match(self, topic: str) -> list[str]:
+        def match(self, topic: str) -> Set[str]:
             calls["n"] += 1
             answer = super().match(topic)
-            return [*answer, "intruder"] if calls["n"] == 7000 else answer
+            return {*answer, "intruder"} if calls["n"] == 7000 else answer
 
     monkeypatch.setattr(hot, "SharingPahoPeer", WrongOnce)
     with pytest.raises(BenchDisagreementError, match="paho"):
