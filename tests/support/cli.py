@@ -193,8 +193,18 @@ class Process:
         self.process.send_signal(signum)
 
     def finish(self, timeout: float = TIMEOUT) -> tuple[int, list[str], list[str]]:
-        """Wait for the exit; return (status, stdout lines, remaining stderr lines)."""
-        status = self.process.wait(timeout)
+        """Wait for the exit; return (status, stdout lines, remaining stderr lines).
+
+        Fails after ``timeout`` seconds, with what the process wrote on stderr."""
+        try:
+            status = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout)
+            for reader in self._readers:
+                reader.join(timeout)
+            stderr = self.stderr_lines + _drain(self.stderr)
+            raise AssertionError(f"no exit within {timeout} s; stderr: {stderr}") from None
         for reader in self._readers:
             reader.join(timeout)
         return status, _drain(self.stdout), self.stderr_lines + _drain(self.stderr)
