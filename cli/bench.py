@@ -38,21 +38,38 @@ def _print_table(title: str, rows: dict[str, dict[str, Any]]) -> None:
 @click.option(
     "--hot-publishes", default=300_000, show_default=True, help="Timed publishes of `hot`."
 )
+@click.option(
+    "--workload",
+    "workloads",
+    multiple=True,
+    metavar="NAME",
+    help="devices, dashboards, fanout, deep, large or hot; repeat for several "
+    "(default: all but large).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_match(
-    subscriptions: int, topics: int, seed: int, rounds: int, hot_publishes: int, as_json: bool
+    subscriptions: int,
+    topics: int,
+    seed: int,
+    rounds: int,
+    hot_publishes: int,
+    workloads: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """The subscription trie beside paho-mqtt's MQTTMatcher, and its hot-topic cache."""
     from router.bench import match
 
-    result = match.run(subscriptions, topics, seed, rounds, hot_publishes)
+    chosen = workloads or match.DEFAULT_WORKLOADS
+    result = match.run(subscriptions, topics, seed, rounds, hot_publishes, chosen)
     if as_json:
         click.echo(json.dumps(result))
     else:
-        workloads = dict(result["workloads"])
-        hot = workloads.pop("hot")
-        _print_table("router bench match", workloads)
-        _print_table("router bench match: hot topics", {"hot": hot})
+        plain = dict(result["workloads"])
+        hot = plain.pop("hot", None)
+        if plain:
+            _print_table(f"router bench match ({result['core']} core)", plain)
+        if hot is not None:
+            _print_table("router bench match: hot topics", {"hot": hot})
 
 
 @bench.command("redis")

@@ -16,6 +16,17 @@ Workloads:
   ``+``/``#`` close to the device, so few clients want any one publish;
 * ``dashboards``: the same plus dashboards with broad wildcards, so a publish goes to
   more than 20 clients on average.
+
+Shapes written to check that the core is not tuned to those two (not in the default run's
+table of the README before issue 15; each also beside paho):
+
+* ``fanout``: 4-level topics over 96 values a level; 40% exact filters, 30% one ``+``,
+  15% two ``+``, 15% ``#`` after 1-3 levels: about 55 clients a topic at 100k
+  subscriptions, through exact, ``+`` and ``#`` filters alike;
+* ``deep``: 10-level topics over 6 values a level, filters with 0-3 ``+`` anywhere and a
+  fifth of them cut short by ``#``: a few hundred matching filters a topic;
+* ``large``: ten times the subscriptions (1M by default) of an ``org/S/dev/D/M`` fleet,
+  80% exact; asked for by name only (it takes a minute).
 """
 
 from __future__ import annotations
@@ -93,8 +104,53 @@ def _topics(rng: random.Random, count: int) -> list[str]:
     return topics
 
 
+def _levels(rng: random.Random, values: int, count: int) -> list[str]:
+    return [f"v{rng.randrange(values)}" for _ in range(count)]
+
+
+def _fanout_filter(rng: random.Random) -> str:
+    levels = _levels(rng, 96, 4)
+    roll = rng.random()
+    if roll < 0.30:
+        levels[rng.randrange(1, 4)] = "+"
+    elif roll < 0.45:
+        for position in rng.sample(range(4), 2):
+            levels[position] = "+"
+    elif roll < 0.60:
+        levels = [*levels[: rng.randrange(1, 4)], "#"]
+    return "/".join(levels)
+
+
+def _deep_filter(rng: random.Random) -> str:
+    levels = _levels(rng, 6, 10)
+    for position in rng.sample(range(10), rng.randrange(4)):
+        levels[position] = "+"
+    if rng.random() < 0.2:
+        levels = [*levels[: rng.randrange(2, 10)], "#"]
+    return "/".join(levels)
+
+
+def _fleet_filter(rng: random.Random) -> str:
+    site, device, metric = rng.randrange(1000), rng.randrange(1000), rng.choice(METRICS)
+    roll = rng.random()
+    if roll < 0.80:
+        return f"org/{site}/dev/{device}/{metric}"
+    if roll < 0.90:
+        return f"org/{site}/dev/{device}/+"
+    if roll < 0.97:
+        return f"org/{site}/dev/{device}/#"
+    return f"org/{site}/+/{device}/{metric}"
+
+
+#: Every workload by name; ``large`` only when asked for.
+WORKLOADS = ("devices", "dashboards", "fanout", "deep", "large")
+DEFAULT_WORKLOADS = ("devices", "dashboards", "fanout", "deep", "hot")
+
+
 def make_workload(name: str, subscriptions: int, topics: int, seed: int) -> MatchWorkload:
-    """Build the ``devices`` or ``dashboards`` workload, the same for the same seed."""
+    """Build the workload ``name`` (one of :data:`WORKLOADS`), the same for the same seed.
+
+    Raises BenchSetupError for an unknown name."""
     rng = random.Random(seed)
     if name == "devices":
         subs = [_device_subscription(rng, i) for i in range(subscriptions)]
@@ -102,8 +158,21 @@ def make_workload(name: str, subscriptions: int, topics: int, seed: int) -> Matc
         broad = subscriptions // 100
         subs = [_device_subscription(rng, i) for i in range(subscriptions - broad)]
         subs += [_dashboard_subscription(rng, i) for i in range(broad)]
+    elif name == "fanout":
+        subs = [(f"f-{i % 30_000}", _fanout_filter(rng)) for i in range(subscriptions)]
+        return MatchWorkload(name, subs, ["/".join(_levels(rng, 96, 4)) for _ in range(topics)])
+    elif name == "deep":
+        subs = [(f"d-{i}", _deep_filter(rng)) for i in range(subscriptions)]
+        return MatchWorkload(name, subs, ["/".join(_levels(rng, 6, 10)) for _ in range(topics)])
+    elif name == "large":
+        subs = [(f"u-{i % 200_000}", _fleet_filter(rng)) for i in range(10 * subscriptions)]
+        fleet = [
+            f"org/{rng.randrange(1000)}/dev/{rng.randrange(1000)}/{rng.choice(METRICS)}"
+            for _ in range(topics)
+        ]
+        return MatchWorkload(name, subs, fleet)
     else:
-        raise ValueError(f"unknown workload {name!r}")
+        raise BenchSetupError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
     return MatchWorkload(name, subs, _topics(rng, topics))
 
 
@@ -292,22 +361,37 @@ def run(
     seed: int = 7,
     rounds: int = 3,
     hot_publishes: int = 300_000,
+    workloads: tuple[str, ...] = DEFAULT_WORKLOADS,
 ) -> dict[str, Any]:
-    """Every workload; the object ``router bench match --json`` prints: ``devices`` and
-    ``dashboards`` beside paho, and ``hot`` (:func:`router.bench.hot.run_hot`: the trie
-    with and without its hot-topic match cache, and paho, on one stream of publishes and
-    subscription changes; ``hot_publishes`` timed publishes after a warmup of a third as
-    many); ``core``: the filter index that ran, ``compiled`` or ``pure``
-    (``ROUTER_PURE_CORE=1``). Raises :class:`BenchSetupError` for a size below 1 before
-    any work."""
+    """The ``workloads`` asked for (default :data:`DEFAULT_WORKLOADS`); the object
+    ``router bench match --json`` prints: each of :data:`WORKLOADS` beside paho, and
+    ``hot`` (:func:`router.bench.hot.run_hot`: the trie with and without its hot-topic
+    match cache, and paho, on one stream of publishes and subscription changes;
+    ``hot_publishes`` timed publishes after a warmup of a third as many); ``core``: the
+    filter index that ran, ``compiled`` or ``pure`` (``ROUTER_PURE_CORE=1``).
+
+    Raises :class:`BenchSetupError` for a size below 1 or an unknown workload before any
+    work."""
     check_sizes(subscriptions, topics, rounds, hot_publishes)
+    unknown = sorted(set(workloads) - {*WORKLOADS, "hot"})
+    if unknown or not workloads:
+        raise BenchSetupError(
+            f"unknown workload {', '.join(unknown) or '(none)'}; "
+            f"choose from {', '.join((*WORKLOADS, 'hot'))}"
+        )
     from router.bench.hot import run_hot  # hot builds on this module's workloads
 
-    workloads = {
-        name: run_workload(make_workload(name, subscriptions, topics, seed), rounds)
-        for name in ("devices", "dashboards")
-    }
-    workloads["hot"] = run_hot(
-        subscriptions, hot_publishes, seed, warmup=hot_publishes // 3, segment=hot_publishes // 12
-    )
-    return {"seed": seed, "core": "compiled" if COMPILED else "pure", "workloads": workloads}
+    results: dict[str, Any] = {}
+    for name in dict.fromkeys(workloads):
+        if name == "hot":
+            results[name] = run_hot(
+                subscriptions,
+                hot_publishes,
+                seed,
+                warmup=hot_publishes // 3,
+                segment=hot_publishes // 12,
+            )
+        else:
+            workload = make_workload(name, subscriptions, topics, seed)
+            results[name] = run_workload(workload, rounds)
+    return {"seed": seed, "core": "compiled" if COMPILED else "pure", "workloads": results}

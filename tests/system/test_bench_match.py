@@ -40,10 +40,13 @@ def test_every_topic_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
         match.run_workload(workload, rounds=1)
 
 
-def test_the_report_names_the_core_that_ran() -> None:
+def test_the_report_names_the_core_that_ran_and_the_workloads_asked_for() -> None:
     report = match.run(subscriptions=300, topics=200, rounds=1, hot_publishes=3000)
     assert report["core"] == "compiled"  # make test builds it: the figures are its
-    assert set(report["workloads"]) == {"devices", "dashboards", "hot"}
+    assert list(report["workloads"]) == ["devices", "dashboards", "fanout", "deep", "hot"]
+    chosen = match.run(300, 200, rounds=1, hot_publishes=3000, workloads=("large", "deep"))
+    assert list(chosen["workloads"]) == ["large", "deep"]
+    assert chosen["workloads"]["large"]["subscriptions"] == 3000
 
 
 def test_ratios_are_cut_never_rounded(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,7 +20,7 @@ BAD: dict[str, list[tuple[str, str]]] = {
     "match": [
         ("--subscriptions", "0"), ("--subscriptions", "-5"), ("--topics", "0"),
         ("--topics", "-1"), ("--rounds", "0"), ("--rounds", "-1"), ("--hot-publishes", "0"),
-        ("--hot-publishes", "-3"),
+        ("--hot-publishes", "-3"), ("--workload", "nosuch"),
     ],
     "redis": [
         ("--redis", MALFORMED), ("--redis", UNREACHABLE), ("--subscriptions", "0"),
