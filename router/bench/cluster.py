@@ -49,6 +49,7 @@ from redis.asyncio import Redis
 
 from router.bench.broker_runs import check_positive, check_redis, cut
 from router.bench.cluster_node import STAMP
+from router.bench.cpu_meter import cpu_seconds, cpu_us_per_message
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
 from router.core.messages import Outgoing
@@ -287,8 +288,10 @@ async def run_async(url: str, config: ClusterBenchConfig) -> dict[str, Any]:
             freeze_startup_heap()  # as `router node run` does
             while "bench-b" not in node.mirror.match(validate_topic("tp/0")).nodes:
                 await asyncio.sleep(0.01)
+            cpu_before = (cpu_seconds(os.getpid()), cpu_seconds(interested.process.pid))
             start = await throughput(node, messages, batch=BATCH, in_flight=4)
             await drain(interested, "tp", messages)
+            cpu_after = (cpu_seconds(os.getpid()), cpu_seconds(interested.process.pid))
             forwarded, published = node.stats()["forwarded"], node.stats()["published"]
             sent = await offered_load(node, config.rate, config.seconds)
             await drain(interested, "lat", sent)
@@ -309,6 +312,9 @@ async def run_async(url: str, config: ClusterBenchConfig) -> dict[str, Any]:
         "raw_publish_per_s": round(raw),
         "throughput_ratio": cut(cross / raw),
         "delivered": tp["count"],
+        # CPU per message of the throughput phase: A (this process, with the generator), B.
+        "cpu_us_per_msg_a": cpu_us_per_message(cpu_before[0], cpu_after[0], tp["count"]),
+        "cpu_us_per_msg_b": cpu_us_per_message(cpu_before[1], cpu_after[1], tp["count"]),
         "lost": tp["lost"] + lat["lost"],
         "duplicates": tp["duplicates"] + lat["duplicates"],
         "offered_rate": config.rate,
