@@ -51,13 +51,17 @@ class MessageProperties:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Message:
     """One publish: ``id`` (16 bytes, unique cluster-wide), ``topic``, ``payload`` bytes,
     ``qos`` 0..2, ``retain``, the publishing client (if any), the monotonic clock
     reading when it was published (for latency measurements on one machine), and when
     it expires (MQTT 5 Message Expiry Interval): wall-clock seconds since the epoch, so
-    every node of a cluster whose clocks agree drops it at the same time; None: never."""
+    every node of a cluster whose clocks agree drops it at the same time; None: never.
+
+    Treat it as immutable (:func:`dataclasses.replace` makes a changed one); it is not
+    frozen for the reason :class:`Delivery` is not: one is built per publish on the
+    publishing node and again per copy on each receiving node."""
 
     id: bytes
     topic: TopicName  # validated where the publish entered (see router.core.topics)

@@ -1,6 +1,9 @@
 """The MQTT control packets: one model for protocol levels 3 (3.1), 4 (3.1.1) and 5 (5.0).
 
-Each packet is a frozen value. Fields that only 5.0 has (properties, reason codes on
+Each packet is a value. PUBLISH and the acknowledgements are decoded once per message,
+so they are plain slotted dataclasses (a frozen dataclass's ``__init__`` costs several
+times as much); treat them as immutable too (:func:`dataclasses.replace` makes a changed
+one). The others are frozen. Fields that only 5.0 has (properties, reason codes on
 acknowledgements and DISCONNECT) keep their defaults for the older levels: the encoder
 leaves them out there, and the decoder fills the defaults in. :mod:`router.mqtt.codec`
 turns packets into bytes and back.
@@ -58,7 +61,7 @@ class ConnAck:
     type = PacketType.CONNACK
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Publish:
     """PUBLISH. ``packet_id`` is None at QoS 0; ``topic`` may be "" with a topic alias."""
 
@@ -73,7 +76,7 @@ class Publish:
     type = PacketType.PUBLISH
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Acknowledgement:
     """The shape of PUBACK, PUBREC, PUBREL and PUBCOMP: a packet identifier, a reason
     code (5.0) and properties (5.0). Packets of two kinds never compare equal."""
