@@ -135,7 +135,9 @@ class Dispatcher:
 
     async def _publish_many(self, items: Iterable[Outgoing]) -> list[PublishResult]:
         items = list(items)
-        messages = [self.message(o) for o in items]
+        ids = self._ids.new_bytes_many(len(items))
+        now = time.monotonic()
+        messages = [self.message(o, i, now) for o, i in zip(items, ids, strict=True)]
         admitted: Sequence[Message | None] = messages
         if self._policy.guards_publish:
             admitted = await self._policy.admit_publish(messages)
@@ -160,24 +162,31 @@ class Dispatcher:
             )
         return results
 
-    def message(self, outgoing: Outgoing) -> Message:
+    def message(
+        self, outgoing: Outgoing, message_id: bytes | None = None, now: float | None = None
+    ) -> Message:
         """The message ``outgoing`` describes, validated (the one validation of its topic,
-        see :mod:`router.core.topics`); raises as :meth:`publish` does."""
+        see :mod:`router.core.topics`); raises as :meth:`publish` does. ``message_id``
+        (a fresh one if None) and ``now`` (its ``sent_at``, the monotonic clock if None)
+        let a batch take its ids and its clock reading once."""
         checked = validate_topic(outgoing.topic)
         payload = outgoing.payload
-        if not isinstance(payload, bytes | bytearray | memoryview):
-            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
-        if outgoing.qos not in (0, 1, 2):
-            raise ValueError(f"qos must be 0, 1 or 2, not {outgoing.qos!r}")
+        if type(payload) is not bytes:
+            if not isinstance(payload, bytes | bytearray | memoryview):
+                raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+            payload = bytes(payload)
+        qos = outgoing.qos
+        if qos not in (0, 1, 2):
+            raise ValueError(f"qos must be 0, 1 or 2, not {qos!r}")
         expiry = outgoing.expiry_interval
         return Message(
-            self._ids.new_bytes(),
+            self._ids.new_bytes() if message_id is None else message_id,
             checked,
-            bytes(payload),
-            outgoing.qos,
+            payload,
+            qos,
             bool(outgoing.retain),
             outgoing.publisher,
-            time.monotonic(),
+            time.monotonic() if now is None else now,
             outgoing.properties,
             None if expiry is None else time.time() + expiry,
         )

@@ -32,7 +32,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from redis.exceptions import RedisError
 
@@ -196,13 +196,20 @@ class SeenIds:
 
     def add(self, message_id: bytes) -> None:
         """Remember ``message_id``; forget the oldest beyond the limit or the window."""
+        self.add_many((message_id,))
+
+    def add_many(self, message_ids: Iterable[bytes]) -> None:
+        """Remember every id of ``message_ids`` (one clock reading for all: a dispatched
+        batch); forget the oldest beyond the limit or the window."""
         ids = self._ids
         now = self._clock()
-        ids[message_id] = now
-        if len(ids) > self._limit:
+        for message_id in message_ids:
+            ids[message_id] = now
+            ids.move_to_end(message_id)  # (a repeat is as young as the batch)
+        while len(ids) > self._limit:
             ids.popitem(last=False)
         horizon = now - self._window
-        while ids[next(iter(ids))] < horizon:
+        while ids and ids[next(iter(ids))] < horizon:
             ids.popitem(last=False)
 
 
@@ -321,7 +328,6 @@ class InboxReader:
         self.duplicates += len(record) - len(fresh)
         if fresh:
             await self._dispatch(fresh)
-            for forward in fresh:
-                self._seen.add(forward.message.id)
+            self._seen.add_many([forward.message.id for forward in fresh])
         self.received += len(fresh)
         return len(fresh)

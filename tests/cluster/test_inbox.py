@@ -75,3 +75,18 @@ def test_the_ids_remembered_against_repeats_are_bounded_by_time_and_count() -> N
     for number in range(10, 20):
         seen.add(b"%d" % number)
     assert len(seen) == 5 and seen.known(b"19") and not seen.known(b"14")
+
+
+def test_a_batch_of_ids_is_remembered_at_once_within_the_same_bounds() -> None:
+    now = [0.0]
+    seen = SeenIds(limit=5, window=60.0, clock=lambda: now[0])
+    seen.add_many([b"a", b"b"])
+    now[0] = 30.0
+    seen.add_many([b"a", b"c"])  # a repeat is remembered as long as the batch
+    now[0] = 61.0
+    seen.add_many([b"d"])
+    assert seen.known(b"a") and seen.known(b"c") and not seen.known(b"b")
+    seen.add_many([b"%d" % number for number in range(7)])
+    assert len(seen) == 5 and seen.known(b"6") and not seen.known(b"1")
+    seen.add_many([])
+    assert len(seen) == 5
