@@ -717,6 +717,7 @@ fill_terminals(FilterIndex *self, const char *data, Py_ssize_t length, PyObject 
     if (self->nodes == 0) {
         return 0;
     }
+    int status = -1;
     Py_ssize_t levels = 1;
     for (Py_ssize_t i = 0; i < length; i++) {
         levels += data[i] == '/';
@@ -733,7 +734,7 @@ fill_terminals(FilterIndex *self, const char *data, Py_ssize_t length, PyObject 
         hashes = PyMem_Malloc((size_t)levels * sizeof(*hashes));
         if (starts == NULL || lengths == NULL || hashes == NULL) {
             PyErr_NoMemory();
-            goto fail;
+            goto cleanup;
         }
     }
     Py_ssize_t start = 0;
@@ -745,22 +746,14 @@ fill_terminals(FilterIndex *self, const char *data, Py_ssize_t length, PyObject 
         hashes[at] = hash_bytes(starts[at], lengths[at]);
         start = stop + 1;
     }
-    if (walk(self->root, starts, lengths, hashes, levels, data[0] == '$', found) < 0) {
-        goto fail;
-    }
+    status = walk(self->root, starts, lengths, hashes, levels, data[0] == '$', found);
+cleanup:
     if (starts != inline_starts) {
         PyMem_Free(starts);
         PyMem_Free(lengths);
         PyMem_Free(hashes);
     }
-    return 0;
-fail:
-    if (starts != inline_starts) {
-        PyMem_Free(starts);
-        PyMem_Free(lengths);
-        PyMem_Free(hashes);
-    }
-    return -1;
+    return status;
 }
 
 static PyObject *
@@ -838,21 +831,13 @@ add_keys(PyObject *union_, PyObject *subs)
 static PyObject *
 FilterIndex_clients(FilterIndex *self, PyObject *topic)
 {
-    Py_ssize_t length;
-    const char *data = topic_bytes(topic, &length);
-    if (data == NULL) {
-        Py_RETURN_NONE;
-    }
-    PyObject *found = PyList_New(0);
-    if (found == NULL) {
-        return NULL;
+    PyObject *found = FilterIndex_terminals(self, topic);
+    if (found == NULL || found == Py_None) {
+        return found;
     }
     PyObject *first = NULL;   /* the first subs dict met */
     PyObject *union_ = NULL;  /* a set, once a second subs dict is met */
     PyObject *result = NULL;
-    if (fill_terminals(self, data, length, found) < 0) {
-        goto done;
-    }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(found); i++) {
         int grouped = 0;
         PyObject *subs = subscribers_of(PyList_GET_ITEM(found, i), &grouped);

@@ -136,17 +136,14 @@ class PureFilterIndex:
         node = self._root
         levels = []
         for level in topic_filter.split(SEPARATOR):
-            if level == SINGLE_LEVEL:
-                if node.plus is None:
-                    node.plus = _Level(SINGLE_LEVEL)
-                node = node.plus
-                levels.append(SINGLE_LEVEL)
-                continue
-            if level == MULTI_LEVEL:
-                if node.hash is None:
-                    node.hash = _Level(MULTI_LEVEL)
-                node = node.hash
-                levels.append(MULTI_LEVEL)
+            if level in (SINGLE_LEVEL, MULTI_LEVEL):
+                slot = "plus" if level == SINGLE_LEVEL else "hash"
+                child = getattr(node, slot)
+                if child is None:
+                    child = _Level(level)
+                    setattr(node, slot, child)
+                node = child
+                levels.append(level)
                 continue
             if node.children is None:
                 node.children = {}
