@@ -31,7 +31,7 @@ from router.cluster.supervisor import Supervisor
 from router.cluster.tasks import stop_task
 from router.core.route_mirror import RouteMirror
 from router.errors import ResyncRequiredError, RouterError
-from router.state.connection import pubsub_client, refresh_slot_map
+from router.state.connection import pubsub_client, refresh_slot_map, subscriber
 from router.state.keys import Keys
 from router.state.node_registry import NodeRegistry
 from router.state.routes import RouteStore
@@ -95,7 +95,7 @@ class MirrorSync:
         """Subscribe to the hints on a connection of its own (on a cluster: to the node
         redis-py names as its default one now; any node hears every PUBLISH)."""
         self._hint_client = pubsub_client(self._redis)
-        self._pubsub = self._hint_client.pubsub(ignore_subscribe_messages=True)
+        self._pubsub = subscriber(self._hint_client, ignore_subscribe_messages=True)
         await self._pubsub.subscribe(self._keys.route_hints())
 
     async def _close_hints(self) -> None:

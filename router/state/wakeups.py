@@ -33,7 +33,7 @@ from redis.exceptions import (
     TimeoutError as RedisTimeoutError,
 )
 
-from router.state.connection import pubsub_client, refresh_slot_map
+from router.state.connection import pubsub_client, refresh_slot_map, subscriber
 from router.state.scripts import RedisClient
 
 ANNOUNCEMENT_BACKLOG: Final = 10_000
@@ -129,7 +129,7 @@ class WakeUps:
         if self._client is None:
             # The node serving the channel's slot.
             self._client = pubsub_client(self._redis, self._channel)
-        pubsub = self._client.pubsub()
+        pubsub = subscriber(self._client)
         confirmation = "ssubscribe" if self._sharded else "subscribe"
         try:
             if self._sharded:
