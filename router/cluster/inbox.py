@@ -84,8 +84,8 @@ def pack_batch(forwards: list[Forward]) -> bytes:
                 f.message.retain,
                 f.message.publisher,
                 f.message.sent_at,
-                list(f.groups),
-                list(f.tried),
+                f.groups,  # tuples, packed as arrays like lists
+                f.tried,
                 None if f.message.properties is None else f.message.properties.as_row(),
                 f.message.expires_at,
             ]
