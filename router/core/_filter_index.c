@@ -391,7 +391,10 @@ trie_terminal(FilterIndex *self, const char *data, Py_ssize_t length, int create
     }
 }
 
-/* Remove the emptied nodes on the path of a wildcard filter, deepest first. */
+/* Remove the emptied nodes on the path of a wildcard filter, deepest first (the path
+ * as far as it exists: after a failed add, its end was never made). Linear in the
+ * filter's levels. Without memory for a deep path, empty nodes stay: answers are still
+ * right, node_count() counts them. */
 static void
 trie_trim(FilterIndex *self, const char *data, Py_ssize_t length)
 {
@@ -399,72 +402,52 @@ trie_trim(FilterIndex *self, const char *data, Py_ssize_t length)
     for (Py_ssize_t i = 0; i < length; i++) {
         levels += data[i] == '/';
     }
-    /* Trim one level at a time from the deepest: walk down to the parent of the deepest
-     * remaining level each time (filters are short; this keeps no path array). */
-    for (Py_ssize_t depth = levels; depth >= 1; depth--) {
-        Node *parent = self->root;
-        Py_ssize_t start = 0;
-        const char *level = data;
-        Py_ssize_t level_length = 0;
-        for (Py_ssize_t at = 1; at <= depth; at++) {
-            const char *end = memchr(data + start, '/', (size_t)(length - start));
-            level = data + start;
-            level_length = (end ? end - data : length) - start;
-            if (at == depth) {
-                break;
-            }
-            if (level_length == 1 && level[0] == '+') {
-                parent = parent->plus;
-            }
-            else if (level_length == 1 && level[0] == '#') {
-                parent = parent->hash;
-            }
-            else {
-                parent = table_get(&parent->children, level, level_length,
-                                   hash_bytes(level, level_length));
-            }
-            if (parent == NULL) {
-                break;
-            }
-            start = end - data + 1;
-        }
-        if (parent == NULL) {
-            continue;  /* (after a failed add: this level was never created) */
-        }
-        Node *node;
+    Node *inline_path[STACK_LEVELS];
+    Node **path = inline_path;
+    if (levels > STACK_LEVELS && (path = PyMem_Malloc((size_t)levels * sizeof(Node *))) == NULL) {
+        return;
+    }
+    Node *node = self->root;
+    Py_ssize_t depth = 0;
+    for (Py_ssize_t start = 0; depth < levels; start += 1) {
+        const char *end = memchr(data + start, '/', (size_t)(length - start));
+        const char *level = data + start;
+        Py_ssize_t level_length = (end ? end - data : length) - start;
         if (level_length == 1 && level[0] == '+') {
-            node = parent->plus;
-            if (node == NULL) {
-                continue;
-            }
-            if (!node_is_empty(node)) {
-                return;
-            }
-            parent->plus = NULL;
+            node = node->plus;
         }
         else if (level_length == 1 && level[0] == '#') {
-            node = parent->hash;
-            if (node == NULL) {
-                continue;
-            }
-            if (!node_is_empty(node)) {
-                return;
-            }
+            node = node->hash;
+        }
+        else {
+            node = table_get(&node->children, level, level_length, hash_bytes(level, level_length));
+        }
+        if (node == NULL) {
+            break;
+        }
+        path[depth++] = node;
+        start += level_length;  /* then past the '/' (the loop's step) */
+    }
+    while (depth-- > 0) {
+        node = path[depth];
+        if (!node_is_empty(node)) {
+            break;
+        }
+        Node *parent = depth ? path[depth - 1] : self->root;
+        if (node == parent->plus) {
+            parent->plus = NULL;
+        }
+        else if (node == parent->hash) {
             parent->hash = NULL;
         }
         else {
-            Py_hash_t hash = hash_bytes(level, level_length);
-            node = table_get(&parent->children, level, level_length, hash);
-            if (node == NULL) {
-                continue;
-            }
-            if (!node_is_empty(node)) {
-                return;
-            }
-            table_remove(&parent->children, hash, node);
+            table_remove(&parent->children, hash_bytes(node->key, node->length), node);
         }
         PyMem_Free(node);
         self->nodes--;
+    }
+    if (path != inline_path) {
+        PyMem_Free(path);
     }
 }
 

@@ -112,6 +112,26 @@ def test_deep_topics_with_many_wildcards_match(index: str) -> None:
     assert found is not None
     assert len(found) == depth + 2
     assert names(filter_index.terminals("/".join(["l"] * (depth + 1)))) == ["hash"]
+    for name, _ in filter_index.items():
+        filter_index.remove(name)
+    assert filter_index.node_count() == 0
+
+
+@pytest.mark.parametrize("index", INDEXES)
+def test_the_deepest_filters_are_added_and_removed(index: str) -> None:
+    filter_index = INDEXES[index]()
+    deepest = "/".join(["+"] * 32767)  # 65,535 bytes: the longest filter there is
+    filter_index.add(deepest, PureTerminal("deepest"))
+    filter_index.add(deepest[:-2] + "/#", PureTerminal("hash"))
+    assert filter_index.node_count() == 32768
+    assert names(filter_index.terminals("/".join(["x"] * 32767))) == ["deepest", "hash"]
+    filter_index.remove(deepest)
+    assert filter_index.node_count() == 32767
+    filter_index.remove(deepest[:-2] + "/#")
+    assert filter_index.node_count() == 0
+    filter_index.add(deepest, PureTerminal("deepest"))
+    assert [name for name, _ in filter_index.items()] == [deepest]
+    del filter_index  # frees 32,767 levels
 
 
 def test_a_wide_level_grows_and_shrinks_its_table() -> None:
