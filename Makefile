@@ -14,7 +14,7 @@ demo: $(STAMP) $(EXT)
 	$(BIN)/router demo
 
 test: system-deps $(STAMP) $(EXT) check
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
 
 check: lint typecheck
 

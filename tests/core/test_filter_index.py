@@ -37,7 +37,7 @@ def names(found: list[Any] | None) -> list[str] | None:
     return None if found is None else sorted(terminal.filter for terminal in found)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(changes, st.lists(topics, min_size=1, max_size=10))
 def test_the_compiled_index_answers_as_the_pure_one(
     ops: list[tuple[bool, str]], probe: list[str]

@@ -105,7 +105,7 @@ def run_against_model(ops: list[tuple], probe: list[str], make_index: Callable[[
 
 
 PROPERTY_SETTINGS = settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 
