@@ -344,6 +344,17 @@ class Pacer:
             stop.wait(self.due - now)
 
 
+def _acknowledged(info: Any) -> bool:
+    """Whether the broker acknowledged a QoS 1 publish within ``ACK_TIMEOUT``. paho
+    raises from ``wait_for_publish`` and ``is_published`` when the publish could not go
+    out (the client was not connected): not acknowledged either."""
+    try:
+        info.wait_for_publish(ACK_TIMEOUT)
+        return bool(info.is_published())
+    except (RuntimeError, ValueError):
+        return False
+
+
 class QosOnePublisher:
     """Publishes sequence numbers at ``rate`` on its own topic at QoS 1; a message counts
     once acknowledged, and one without a PUBACK in ``ACK_TIMEOUT`` is sent again on a
@@ -370,9 +381,7 @@ class QosOnePublisher:
                 if not self.link.connected.wait(1.0) or client is None:
                     continue
                 info = client.publish(topic, payload_of(self.number, seq), 1)
-                with contextlib.suppress(RuntimeError, ValueError):
-                    info.wait_for_publish(ACK_TIMEOUT)
-                if info.is_published():
+                if _acknowledged(info):
                     self.acked.append(seq)
                     self.acked_at[seq] = time.monotonic()
                     break

@@ -9,11 +9,16 @@ its defaults, whose figures are in docs/RELIABILITY.md.
 from __future__ import annotations
 
 import json
+import threading
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from router.bench.soak_clients import QosOnePublisher
 from router.cli import app
+from tests.support.waiting import wait_until
 
 FIELDS = (
     "lost", "lost_where", "duplicates", "qos1", "qos0", "churn", "reconnects", "faults",
@@ -68,3 +73,52 @@ def test_a_bad_soak_option_is_one_error_line(option: str, value: str) -> None:
     assert result.exit_code != 0
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error:"), result.output
+
+
+class _Refused:
+    """paho's MQTTMessageInfo of a publish that could not go out (not connected)."""
+
+    def wait_for_publish(self, timeout: float) -> None:
+        raise RuntimeError("Message publish failed: The client is not currently connected.")
+
+    def is_published(self) -> bool:
+        raise RuntimeError("Message publish failed: The client is not currently connected.")
+
+
+class _Acked:
+    def wait_for_publish(self, timeout: float) -> None:
+        return None
+
+    def is_published(self) -> bool:
+        return True
+
+
+class _FlakyClient:
+    """Refuses every other publish, as a paho client whose connection just dropped."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def publish(self, topic: str, payload: bytes, qos: int) -> Any:
+        self.calls += 1
+        return _Refused() if self.calls % 2 else _Acked()
+
+
+def test_a_qos_1_publisher_sends_again_what_its_dropped_connection_refused() -> None:
+    # paho raises from is_published() for a publish made while disconnected; that killed
+    # the publisher's thread in a 10-minute soak (it stopped publishing for good).
+    client = _FlakyClient()
+    link = SimpleNamespace(client=client, connected=threading.Event(), resets=0)
+    link.connected.set()
+    link.reset = lambda: setattr(link, "resets", link.resets + 1)
+    stop = threading.Event()
+    publisher = QosOnePublisher(1, link, rate=1000.0, stop=stop)  # type: ignore[arg-type]
+    publisher.thread.start()
+    try:
+        wait_until(lambda: len(publisher.acked) >= 3, 10, "three acknowledged publishes")
+    finally:
+        stop.set()
+        publisher.thread.join(5)
+    assert publisher.acked[:3] == [0, 1, 2]  # each sent again until acknowledged
+    assert publisher.resends >= 3
+    assert link.resets >= 3
