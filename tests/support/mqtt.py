@@ -20,6 +20,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from tests.support.cli import Process, router_process
+from tests.support.waiting import wait_until
 
 TIMEOUT = 10.0
 V311 = mqtt.MQTTv311
@@ -128,6 +129,20 @@ class Paho:
         (a loopback TCP pair), which a later garbage collection reports as unclosed
         (a ResourceWarning, an error under the suite's filterwarnings)."""
         self.client._reset_sockets()
+
+
+def connected_publisher(port: int, deadline: float, client_id: str = "steady") -> Paho:
+    """A 5.0 publisher connection to ``port``, retried while the node cannot take one
+    (it is restarting, or cut off from Redis); fails after ``deadline`` seconds."""
+    made: list[Paho] = []
+
+    def attempt() -> bool:
+        with contextlib.suppress(OSError):
+            made.append(Paho(port, client_id, V5))
+        return bool(made)
+
+    wait_until(attempt, deadline, "a publisher connection")
+    return made[0]
 
 
 def routed_to(publisher: Paho, probe_topic: str, *watchers: Paho) -> None:

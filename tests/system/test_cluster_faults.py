@@ -33,7 +33,6 @@ import os
 import queue
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,12 +40,19 @@ from typing import Final, TypeVar
 
 import paho.mqtt.client as mqtt
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from router.ops.embedded_redis import free_port
 from router.state.keys import Keys
 from tests.support.cli import Process
-from tests.support.mqtt import V5, Paho, connect_properties, mqtt_node, routed_to
+from tests.support.metrics import scrape
+from tests.support.mqtt import (
+    V5,
+    Paho,
+    connect_properties,
+    connected_publisher,
+    mqtt_node,
+    routed_to,
+)
 from tests.support.servers import RedisClusterServers
 from tests.support.topology import (
     agreed_owner,
@@ -89,7 +95,7 @@ class Load:
         threading.Thread(target=self._run, name="publisher", daemon=True).start()
 
     def _run(self) -> None:
-        publisher = _connected(self.port)
+        publisher = connected_publisher(self.port, DEADLINE)
         start = time.monotonic()
         try:
             for seq in range(MAX_MESSAGES):
@@ -103,7 +109,7 @@ class Load:
                         break
                     self.resent += 1
                     publisher.close()
-                    publisher = _connected(self.port)
+                    publisher = connected_publisher(self.port, DEADLINE)
         finally:
             publisher.close()
             self.done.set()
@@ -126,19 +132,6 @@ def acknowledged(info: mqtt.MQTTMessageInfo) -> bool:
         return info.is_published()
     except (RuntimeError, ValueError):
         return False
-
-
-def _connected(port: int) -> Paho:
-    """A publisher connection, retried while the node cannot take one."""
-    made: list[Paho] = []
-
-    def attempt() -> bool:
-        with contextlib.suppress(OSError):
-            made.append(Paho(port, "steady", V5))
-        return bool(made)
-
-    wait_until(attempt, DEADLINE, "a publisher connection")
-    return made[0]
 
 
 @dataclass
@@ -188,17 +181,6 @@ def longest_gap(received: list[tuple[int, float]], start: float, end: float) -> 
     """The longest wait between two deliveries from ``start`` to ``end``."""
     times = sorted(at for _, at in received if start <= at <= end)
     return max((b - a for a, b in zip([start, *times], [*times, end], strict=True)), default=0.0)
-
-
-def scrape(address: str) -> dict[str, float]:
-    """The samples of a node's ``/metrics``."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 @dataclass

@@ -21,21 +21,27 @@ import json
 import socket
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 import redis
 from click.testing import CliRunner
-from prometheus_client.parser import text_string_to_metric_families
 
 from router.cli import app
 from router.mqtt.codec import PacketReader, encode
 from router.mqtt.packets import Connect, Publish, Subscribe, Subscription
 from router.ops.embedded_redis import free_port
 from router.state.keys import Keys
-from tests.support.mqtt import V5, Paho, connect_properties, mqtt_node, routed_to
+from tests.support.metrics import scrape
+from tests.support.mqtt import (
+    V5,
+    Paho,
+    connect_properties,
+    connected_publisher,
+    mqtt_node,
+    routed_to,
+)
 from tests.support.proxy import proxy_to
 from tests.support.servers import RedisServer
 from tests.support.waiting import pace, wait_until
@@ -94,17 +100,6 @@ def received(client: Paho, topic: str = "load/x") -> list[tuple[int, float]]:
     return out
 
 
-def scrape(address: str) -> dict[str, float]:
-    """The samples of a node's ``/metrics``."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
 @pytest.mark.parametrize("url_fixture", ["redis_standalone_url", "redis_cluster_url"])
 def test_kill_9_of_the_subscribers_node_under_qos1_load_loses_nothing(
     request: pytest.FixtureRequest, url_fixture: str, keys: Keys
@@ -161,23 +156,10 @@ def publish_until_acked(port: int, acked: list[int], done: threading.Event) -> N
                     acked.append(seq)
                     break
                 publisher.close()
-                publisher = reconnected(port)
+                publisher = connected_publisher(port, DEADLINE)
     finally:
         publisher.close()
         done.set()
-
-
-def reconnected(port: int) -> Paho:
-    """A new publisher connection, retried while the node cannot take one."""
-    made: list[Paho] = []
-
-    def attempt() -> bool:
-        with contextlib.suppress(OSError):
-            made.append(Paho(port, "steady", V5))
-        return bool(made)
-
-    wait_until(attempt, DEADLINE, "a publisher connection")
-    return made[0]
 
 
 def test_a_redis_restart_with_aof_under_qos1_load_loses_nothing(

@@ -26,12 +26,10 @@ import selectors
 import socket
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from router.mqtt.codec import PacketReader, encode
 from router.mqtt.packets import (
@@ -51,6 +49,7 @@ from router.mqtt.properties import Properties
 from router.ops.embedded_redis import free_port
 from router.state.keys import Keys
 from tests.support.cli import Process
+from tests.support.metrics import scrape
 from tests.support.mqtt import V5, Paho, mqtt_node
 from tests.support.waiting import wait_until
 
@@ -72,17 +71,6 @@ def rss(process: Process) -> float:
     raise AssertionError("no VmRSS")
 
 
-def scrape(address: str) -> dict[str, float]:
-    """The samples of the node's ``/metrics``, by name without labels."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=WAIT) as response:
-        text = response.read().decode()
-    return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
 @contextlib.contextmanager
 def hostile_node(keys: Keys, url: str, *args: str) -> Iterator[tuple[Process, int, str]]:
     """A node with a 1 s connect timeout and ``/metrics``: (process, MQTT port, metrics)."""
@@ -91,7 +79,7 @@ def hostile_node(keys: Keys, url: str, *args: str) -> Iterator[tuple[Process, in
     timeout = ("--mqtt-connect-timeout", str(CONNECT_TIMEOUT), "--mqtt-sys-interval", "0")
     with mqtt_node("hostile", env, *timeout, "--metrics", metrics, *args) as (process, port):
         yield process, port, metrics
-        ended = lambda: scrape(metrics)["router_mqtt_connections"] == 0  # noqa: E731
+        ended = lambda: scrape(metrics, WAIT)["router_mqtt_connections"] == 0  # noqa: E731
         wait_until(ended, WAIT, "every connection ended")  # (and logged whatever it did)
         while not process.stderr.empty():
             process.stderr_lines.append(process.stderr.get_nowait())
@@ -226,7 +214,7 @@ def test_a_connection_flood_is_refused_at_accept_and_silent_ones_time_out(
             for sock in opened:
                 sock.close()
         after_flood = works(port, "after")
-        figures = scrape(metrics)
+        figures = scrape(metrics, WAIT)
         after = rss(node)
     lived = [closed[sock] - at for sock, at in opened.items() if sock in closed]
     at_once = sum(1 for seconds in lived if seconds < CONNECT_TIMEOUT / 2)
@@ -291,7 +279,7 @@ def test_slow_connects_are_closed_at_the_connect_timeout(
             for sock in opened:
                 sock.close()
         after_them = works(port, "after")
-        timeouts = scrape(metrics)["router_mqtt_closed_connect_timeout_total"]
+        timeouts = scrape(metrics, WAIT)["router_mqtt_closed_connect_timeout_total"]
         after = rss(node)
     lived = [closed[sock] - at for sock, at in opened.items() if sock in closed]
     print(
@@ -359,7 +347,7 @@ def test_giant_remaining_lengths_are_refused_from_the_fixed_header(
         pushers = [connected(port, f"pusher-{n}") for n in range(PUSHERS)]
         pushed = [push(sock, b"\x30" + GIANT) for sock in pushers]
         peak = rss(node)
-        figures = scrape(metrics)
+        figures = scrape(metrics, WAIT)
         after = rss(node)
     too_large = figures["router_mqtt_closed_packet_too_large_total"]
     malformed_count = figures["router_mqtt_closed_malformed_packet_total"]
@@ -422,7 +410,7 @@ def test_unreleased_qos2_flows_beyond_the_receive_maximum_get_0x93(
         mixed.sendall(b"".join([*flows, publish("q/one", 1, 999)]))
         greedy_got, mixed_got = answer(greedy), answer(mixed)
         acks, seconds = acks_of_a_qos1_flood(port)
-        figures = scrape(metrics)
+        figures = scrape(metrics, WAIT)
         after = rss(node)
     exceeded = figures["router_mqtt_closed_receive_maximum_exceeded_total"]
     print(
@@ -487,7 +475,7 @@ def test_a_subscriber_that_never_acknowledges_gets_the_window_and_the_rest_queue
             published = time.monotonic() - started
             big_got, small_got = until_quiet(big), until_quiet(small)
             expected = 2 * DELIVERIES - MAX_INFLIGHT - 5 - 2 * QUEUE_LIMIT
-            dropped = lambda: scrape(metrics)["router_queue_drops_total"]  # noqa: E731
+            dropped = lambda: scrape(metrics, WAIT)["router_queue_drops_total"]  # noqa: E731
             with contextlib.suppress(TimeoutError):  # (read while they are connected)
                 wait_until(lambda: dropped() >= expected, WAIT, "the drops counted")
             drops = dropped()
@@ -553,7 +541,7 @@ def test_topic_alias_abuse_is_refused_and_remapping_holds_no_more(
         last = answer_one(remapper)
         remapped = time.monotonic() - started
         remapper.close()
-        figures = scrape(metrics)
+        figures = scrape(metrics, WAIT)
         after = rss(node)
     sent = REMAPS * HUGE / MiB
     counted = {
