@@ -33,6 +33,7 @@ class NodeConfig:
     match_cache: CacheSettings | None = DEFAULT_CACHE  # hot-topic match caches (None: off)
     max_queued: int = 1_000  # messages a persistent session's Redis queue keeps while away
     handoff_timeout: float = 5.0  # the longest a resume waits for the previous node's handoff
+    handoff_grace: float = 1.0  # how long a handed-on session's filters keep queueing late copies
     publish_timeout: float = 10.0  # a publish not done by then raises PublishTimeoutError
     allow_eviction: bool = False  # start on a Redis that may evict keys (logged as an error)
 

@@ -59,6 +59,7 @@ class ClientSession:
         self.inflight: dict[int, Delivery] = {}
         self.awaiting_release: set[int] = set()
         self._queue: deque[Delivery] = deque()
+        self._held: deque[Delivery] | None = None  # new copies kept aside (see hold)
         self._ready = asyncio.Event()
 
     def put(self, delivery: Delivery) -> bool:
@@ -69,15 +70,35 @@ class ClientSession:
         """Queue one delivery; returns what the overflow policy dropped (the oldest queued
         delivery, or ``delivery`` itself with drop_newest), None when nothing was."""
         lost = None
-        if len(self._queue) >= self.limit:
+        queue = self._queue if self._held is None else self._held
+        if len(queue) >= self.limit:
             self.dropped += 1
             if self.overflow == "drop_newest":
                 return delivery
-            lost = self._queue.popleft()
-        self._queue.append(delivery)
+            lost = queue.popleft()
+        queue.append(delivery)
         self.delivered += 1
-        self._ready.set()
+        if self._held is None:
+            self._ready.set()
         return lost
+
+    def hold(self) -> None:
+        """Keep new copies aside (bounded as the queue) until :meth:`release`: a resumed
+        session whose older copies are still on their way from its previous node."""
+        if self._held is None:
+            self._held = deque()
+
+    def release(self, tail: list[Delivery], seen: Collection[bytes] = ()) -> None:
+        """Queue ``tail`` (the older copies that came last), then the copies held since
+        :meth:`hold`, except those of a message in ``tail`` or ``seen`` (ids of messages
+        queued before): a copy that came both ways during a move goes once."""
+        held, self._held = self._held, None
+        self._queue.extend(tail)
+        if held:
+            skip = {d.message_id for d in tail}.union(seen)
+            self._queue.extend(d for d in held if d.message_id not in skip)
+        if self._queue:
+            self._ready.set()
 
     def put_first(self, deliveries: list[Delivery]) -> None:
         """Queue ``deliveries`` ahead of everything queued, in their order (what a
@@ -115,6 +136,9 @@ class ClientSession:
             for packet_id in sorted(self.inflight)
         ]
         held += self._queue
+        if self._held is not None:
+            held += self._held
+            self._held.clear()
         self.inflight.clear()
         self._queue.clear()
         return held
@@ -222,6 +246,20 @@ class LocalSessions:
             self._dropped_closed += session.dropped
             session.close(reason)
         return changes
+
+    def hand_on(self, session: ClientSession) -> ClientSession:
+        """The local ``session`` moves to another node: close it (its reader is told
+        ``takenover``) and put an away session in its place that keeps its subscriptions
+        and route counts, to gather the copies still routed here; returns that one
+        (:meth:`disconnect` ends it)."""
+        client_id = session.client_id
+        del self._sessions[client_id]
+        self._dropped_closed += session.dropped
+        session.close("takenover")
+        leaving = self.open(client_id)
+        leaving.expiry = session.expiry
+        leaving.away = True
+        return leaving
 
     def restore(
         self, client_id: str, subscriptions: dict[TopicFilter, SubscriptionOptions]

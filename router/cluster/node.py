@@ -19,7 +19,9 @@ Life of a node (one process, one *incarnation*):
    cluster-wide: the mirror picks the node.
 4. A client that connects to another node is taken over (MQTT-3.1.4-3): the new node
    claims the session and leaves a takeover notice in the old node's inbox, which drops
-   its local copy of the session (its routes with it) and reports reason ``takenover``.
+   its local copy of the session (its routes with it; a session that goes on there keeps
+   its routes for ``handoff_grace`` seconds more, for copies sent by mirrors that have
+   not caught up yet) and reports reason ``takenover``.
    Should a notice be lost, each heartbeat also audits the claims of local sessions
    (:mod:`router.cluster.claims`). A session with a Session Expiry Interval outlives
    its connection (:meth:`RouterNode.put_away`) and resumes on any node, what was
@@ -38,7 +40,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from types import TracebackType
 from typing import Any
 
-from router.cluster.adoption import Adoption, Recovery
+from router.cluster.adoption import Adoption
 from router.cluster.claims import SessionClaims
 from router.cluster.config import NodeConfig
 from router.cluster.dispatcher import Dispatcher
@@ -145,6 +147,8 @@ class RouterNode:
             max_queued=config.max_queued,
             overflow=config.overflow,
             handoff_timeout=config.handoff_timeout,
+            handoff_grace=config.handoff_grace,
+            adoption=self._adoption,
             publish_will=self._dispatcher.publish,
             end_session=self._end_session,
         )
@@ -279,6 +283,7 @@ class RouterNode:
         """
         check_id(client_id, "client id")
         client = await self._policy.authenticate(client_id, username, password)
+        await self._keeper.handing_off(client_id)  # (a session moving away from here)
         session = self.sessions.find(client_id)
         if session is not None and client_id in self._claims:
             if not session.away:
@@ -289,7 +294,7 @@ class RouterNode:
                 await self.disconnect(client_id)
             else:
                 await self._keeper.settle(client_id, publish_will=False)
-                await self._come_back(session, None, expiry)
+                await self._keeper.come_back(session, None, expiry)
                 await self._mark_open(client_id, expiry, protocol, keepalive, username)
                 await self._policy.attached(client, new=False)
                 return True
@@ -300,6 +305,8 @@ class RouterNode:
         else:
             info = await self.session_store.describe(client_id)
             session = self.sessions.open(client_id)
+            if info is not None and info.node_id != self.node_id:
+                session.hold()  # (until what its node sends ahead of them has come)
             if info is not None:
                 stored = await self.subscriptions.subscriptions(client_id)
                 changes = self.sessions.restore(
@@ -315,36 +322,13 @@ class RouterNode:
                 previous = claimed.previous
                 moved = previous is not None and previous.node_id != self.node_id
                 epoch = claimed.owner.epoch if moved else None
-                await self._come_back(session, epoch, expiry, info.awaiting_release, previous,
-                                      recovery)  # fmt: skip
+                await self._keeper.come_back(session, epoch, expiry, info.awaiting_release,
+                                             previous, recovery)  # fmt: skip
             elif expiry:
                 await self._keeper.reset_queue(client_id, expiry)
         await self._mark_open(client_id, expiry, protocol, keepalive, username)
         await self._policy.attached(client, new=claimed is not None)
         return info is not None
-
-    async def _come_back(
-        self,
-        session: ClientSession,
-        handoff: int | None,
-        expiry: int,
-        stored: tuple[int, ...] = (),
-        previous: Owner | None = None,
-        recovery: Recovery | None = None,
-    ) -> None:
-        """Give a resumed session what was queued for it, ahead of anything newer, and the
-        inbound QoS 2 ids awaiting PUBREL. No handoff from the ``previous`` node: it is
-        presumed dead; its inbox's copies for the client are recovered (adoption)."""
-        session.away = False
-        queued, handed_on, handed = await self._keeper.take_queued(session, handoff)
-        if not handed and previous is not None:
-            queued += await self._adoption.recover_for(previous.node_id, session.client_id,
-                                                       recovery)  # fmt: skip
-        else:
-            await self._adoption.release(recovery)
-        session.awaiting_release |= handed_on | set(stored)
-        session.put_first(queued)
-        session.expiry = expiry
 
     async def _mark_open(
         self, client_id: str, expiry: int, protocol: int, keepalive: int, username: str | None
@@ -399,16 +383,25 @@ class RouterNode:
             log.info("session of %s ended in Redis already", client_id)
 
     async def _on_taken_over(self, client_id: str, notice: Takeover | None) -> None:
-        """Another node claimed the session: hand on what this node holds for the client
-        when it resumes the session there, and close the local copy."""
+        """Another node claimed the session: close the local copy; when the session goes
+        on there, hand on what this node holds and gathers for it in the handoff's grace
+        (:meth:`SessionKeeper.hand_off <router.cluster.session_keeper.SessionKeeper.hand_off>`)."""
         session = self.sessions.find(client_id)
-        changes = self.sessions.disconnect(client_id, "takenover")
         if session is not None and notice is not None and notice.resume and session.expiry:
-            await self._keeper.hand_off(session, notice.epoch)
+            leaving = self.sessions.hand_on(session)
+            self._keeper.hand_off(session, leaving, notice.epoch, lambda: self._handed(leaving))
         else:
+            changes = self.sessions.disconnect(client_id, "takenover")
             await self._keeper.settle(client_id, publish_will=True)
-        await self._write_routes(changes)
+            await self._write_routes(changes)
         await self._policy.detached(client_id, "takenover")
+
+    async def _handed(self, leaving: ClientSession) -> None:
+        """A session handed on (its grace over): its filters and routes go from here."""
+        if self.sessions.find(leaving.client_id) is leaving:
+            changes = self.sessions.disconnect(leaving.client_id, "takenover")
+            if self._running:
+                await self._write_routes(changes)
 
     async def _on_notice(self, notice: Notice) -> None:
         if isinstance(notice, Kick):

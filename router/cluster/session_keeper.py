@@ -11,13 +11,18 @@ connection. The node that holds it:
   Mosquitto's default) and are counted (``offline_qos0_skipped``). The node keeps the
   session's subscriptions and routes, arms a timer for the session's end and, for a
   will with a delay, one for the will (whichever comes first publishes it).
-* **client back on this node** (:meth:`come_back`): the timers stop, the spiller
-  finishes, and what the queue holds goes first into the session.
-* **taken over by another node** (:meth:`hand_off`): what the node holds goes to the queue,
-  then the *handoff marker* of the new claim's epoch, carrying the inbound QoS 2 ids
-  still awaiting PUBREL. The new owner (:meth:`take_queued`) drains the queue until it
-  sees that marker (bounded by ``handoff_timeout``: the old node may be dead), so no copy
-  is lost or reordered by the move.
+* **client back** (:meth:`come_back`, on this node or another): the timers stop, the
+  spiller finishes, and what the queue holds goes first into the session.
+* **taken over by another node** (:meth:`hand_off`): what the node holds goes to the queue.
+  For ``handoff_grace`` seconds more the node keeps the session's filters (its routes)
+  and gathers the copies still sent here: a publishing node's route mirror may not have
+  caught up with the move yet (it may even have seen this node's routes go before the
+  new node's come). Those go to the queue too, then the *handoff marker* of the new
+  claim's epoch, carrying the inbound QoS 2 ids still awaiting PUBREL, and the routes go.
+  The new owner (:meth:`take_queued`) drains the queue until it sees that marker
+  (bounded by ``handoff_timeout``: the old node may be dead) and puts it all ahead of
+  what reached it directly meanwhile (a copy that came both ways once), so no copy is
+  lost or reordered by the move unless a mirror lags by more than the grace.
 * **session end** (the interval passed): the node's timer ends it here; if the node died,
   Redis expires its keys anyway and the routes went with the node.
 
@@ -34,23 +39,40 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 
+from router.cluster.adoption import Adoption, Recovery
 from router.cluster.local_sessions import ClientSession, Overflow
 from router.cluster.tasks import stop_task
 from router.core.messages import Delivery, Outgoing
 from router.errors import RouterError
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
-from router.state.session_store import NEVER, SessionQueue, SessionStore
+from router.state.session_store import (
+    NEVER,
+    READER,
+    Drained,
+    Handoff,
+    SessionQueue,
+    SessionStore,
+)
 from router.state.subscriptions import Owner
 
 log = logging.getLogger(__name__)
 
 #: Deliveries the spiller moves to Redis in one call, at most.
 SPILL_BATCH = 500
+
+
+@dataclass
+class Markers:
+    """The handoff markers one drain of a session queue read, and the epochs of the tail
+    end markers among them."""
+
+    handoffs: list[Handoff] = field(default_factory=list)
+    tail_ends: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -81,6 +103,8 @@ class SessionKeeper:
         max_queued: int,
         overflow: Overflow,
         handoff_timeout: float,
+        handoff_grace: float,
+        adoption: Adoption,
         publish_will: Callable[[Outgoing], Awaitable[object]],
         end_session: Callable[[str], Awaitable[None]],
     ) -> None:
@@ -90,16 +114,22 @@ class SessionKeeper:
         self.max_queued = max_queued
         self.overflow: Overflow = overflow
         self.handoff_timeout = handoff_timeout
+        self.handoff_grace = handoff_grace
+        self._adoption = adoption
         self._publish_will = publish_will
         self._end_session = end_session
         self._away: dict[str, _Away] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._handoffs: dict[str, asyncio.Task[None]] = {}  # sessions moving away
+        self._tails: dict[str, asyncio.Task[None]] = {}  # sessions moving here
+        self._stopping = asyncio.Event()  # (cuts the grace of handoffs short)
         self.queued = 0
         self.queue_drops = 0
         self.offline_qos0_skipped = 0
         self.expired_dropped = 0
         self.sessions_expired = 0
         self.sessions_resumed = 0
+        self.tails_lost = 0
 
     def queue(self, client_id: str, expiry: int) -> SessionQueue:
         return SessionQueue(self._redis, self._keys, client_id, expiry)
@@ -116,8 +146,10 @@ class SessionKeeper:
         will: Outgoing | None = None,
         will_delay: int = 0,
     ) -> None:
-        """The client left; keep its session (see the module docstring)."""
+        """The client left; keep its session (see the module docstring). The tail of a
+        move to this node comes first."""
         client_id = session.client_id
+        await self.tail_taken(client_id)
         session.away = True
         await self.store.mark_away(
             client_id, owner, expiry=session.expiry, awaiting_release=session.awaiting_release
@@ -197,7 +229,9 @@ class SessionKeeper:
     async def settle(self, client_id: str, *, publish_will: bool) -> None:
         """The session stops being away here (its client is back, or it moves or ends):
         stop its timers and spiller; the pending will is published with
-        ``publish_will`` (the session ended), else dropped (a connection came back)."""
+        ``publish_will`` (the session ended), else dropped (a connection came back).
+        The tail of a move to this node comes first."""
+        await self.tail_taken(client_id)
         away = self._away.pop(client_id, None)
         if away is None:
             return
@@ -211,27 +245,156 @@ class SessionKeeper:
         if publish_will and away.pending_will is not None:
             await self._publish(away.pending_will)
 
-    async def hand_off(self, session: ClientSession, epoch: int) -> None:
-        """Another node claimed the session with ``epoch`` (resuming it): queue what this
-        node holds for the client, then the handoff marker (see the module docstring)."""
-        await self.settle(session.client_id, publish_will=False)
-        queue = self.queue(session.client_id, session.expiry)
-        try:
-            await self._spill(queue, session.take_all())
-            await queue.mark_handoff(epoch, sorted(session.awaiting_release))
-        finally:
-            await queue.aclose()
+    def hand_off(
+        self,
+        session: ClientSession,
+        leaving: ClientSession,
+        epoch: int,
+        handed: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Another node claimed the session with ``epoch`` (resuming it): queue what the
+        closed ``session`` holds and the handoff marker; then for ``handoff_grace``
+        seconds what reaches ``leaving`` (the away session that keeps its filters here)
+        and the tail end marker; then ``handed()`` (the node ends ``leaving``). Runs in
+        the background: :meth:`handing_off` waits for it."""
+        client_id = session.client_id
+        task = asyncio.create_task(
+            self._hand_off(session, leaving, epoch, handed), name=f"handoff:{client_id}"
+        )
+        self._handoffs[client_id] = task
+        task.add_done_callback(lambda _: self._handoffs.pop(client_id, None))
 
-    async def take_queued(
-        self, session: ClientSession, handoff: int | None
-    ) -> tuple[list[Delivery], set[int], bool]:
+    async def _hand_off(
+        self,
+        session: ClientSession,
+        leaving: ClientSession,
+        epoch: int,
+        handed: Callable[[], Awaitable[None]],
+    ) -> None:
+        client_id = session.client_id
+        try:
+            await self.settle(client_id, publish_will=False)
+            queue = self.queue(client_id, session.expiry)
+            awaiting = sorted(session.awaiting_release)
+            try:
+                await self._spill(queue, session.take_all())
+                if self.handoff_grace > 0:
+                    await queue.mark_handoff(epoch, awaiting, tail=True)
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.handoff_grace):
+                            await self._stopping.wait()
+                    await self._spill(queue, leaving.take_all())
+                    await queue.mark_tail_end(epoch)
+                else:
+                    await self._spill(queue, leaving.take_all())
+                    await queue.mark_handoff(epoch, awaiting)
+            finally:
+                await queue.aclose()
+        except (RouterError, RedisError):
+            log.warning(
+                "handing on the session of %s failed; its new node recovers its copies "
+                "from this node's inbox once its handoff wait ends", client_id, exc_info=True
+            )  # fmt: skip
+        finally:
+            try:
+                await handed()
+            except (RouterError, RedisError):  # (a route writer keeps its changes)
+                log.warning("routes of %s not removed yet", client_id, exc_info=True)
+
+    async def handing_off(self, client_id: str) -> None:
+        """Return once a handoff of the client's session that is under way has ended."""
+        task = self._handoffs.get(client_id)
+        if task is not None:
+            await asyncio.wait([task])
+
+    async def come_back(
+        self,
+        session: ClientSession,
+        handoff: int | None,
+        expiry: int,
+        stored: tuple[int, ...] = (),
+        previous: Owner | None = None,
+        recovery: Recovery | None = None,
+    ) -> None:
+        """Give a resumed session what was queued for it, ahead of anything newer, and the
+        inbound QoS 2 ids awaiting PUBREL (``stored`` in Redis, or handed on).
+
+        With ``handoff`` (the epoch of this node's claim) the ``previous`` node hands the
+        session on: what it queued up to its handoff marker goes first; a tail that
+        follows goes next, read in the background (:meth:`_take_tail`), and until it
+        has come the copies that reach the session here are held back (``session.hold``,
+        by the caller, before this node's routes were written). No handoff from
+        ``previous``: it is presumed dead; its inbox's copies for the client are
+        recovered from the ``recovery`` mark (:mod:`router.cluster.adoption`)."""
+        session.away = False
+        taken, markers, handed = await self._drain(
+            session, None if handoff is None else lambda d: handoff in (m.epoch for m in d.handoffs)
+        )
+        marker = next((m for m in markers.handoffs if m.epoch == handoff), None)
+        tail = marker is not None and marker.tail and handoff not in markers.tail_ends
+        self.sessions_resumed += 1
+        if not handed and previous is not None:
+            taken += await self._adoption.recover_for(previous.node_id, session.client_id,
+                                                      recovery)  # fmt: skip
+        elif not tail:
+            await self._adoption.release(recovery)
+        for found in markers.handoffs:
+            session.awaiting_release.update(found.awaiting_release)
+        session.awaiting_release.update(stored)
+        session.put_first(taken)
+        session.expiry = expiry
+        seen = {d.message_id for d in taken}
+        if handoff is not None and tail:
+            self._tails[session.client_id] = asyncio.create_task(
+                self._take_tail(session, handoff, seen, previous, recovery)
+            )
+        else:
+            session.release([], seen)
+
+    async def _take_tail(
+        self,
+        session: ClientSession,
+        epoch: int,
+        seen: set[bytes],
+        previous: Owner | None,
+        recovery: Recovery | None,
+    ) -> None:
+        """Read the tail the previous node sends after its handoff marker, up to its tail
+        end marker (at most ``handoff_timeout``: else that node died in its grace, and
+        its inbox's copies are recovered), then release the session's held copies."""
+        tail: list[Delivery] = []
+        try:
+            tail, _, ended = await self._drain(session, lambda d: epoch in d.tail_ends)
+            if ended or previous is None:
+                await self._adoption.release(recovery)
+            else:
+                tail += await self._adoption.recover_for(previous.node_id, session.client_id,
+                                                         recovery)  # fmt: skip
+        except (RouterError, RedisError):
+            self.tails_lost += 1
+            log.warning("the tail of the move of %s was not read", session.client_id,
+                        exc_info=True)  # fmt: skip
+        finally:
+            self._tails.pop(session.client_id, None)
+            session.release(tail, seen)
+
+    async def tail_taken(self, client_id: str) -> None:
+        """Return once the tail of a move to this node that is under way has come."""
+        task = self._tails.get(client_id)
+        if task is not None:
+            await asyncio.wait([task])
+
+    async def _drain(
+        self, session: ClientSession, came: Callable[[Drained], bool] | None
+    ) -> tuple[list[Delivery], Markers, bool]:
         """Drain the session's queue for its client: every delivery in order (expired
-        ones dropped, counted), the inbound QoS 2 ids the previous node handed on, and
-        whether the handoff came. With ``handoff``, drain until that epoch's marker or
-        ``handoff_timeout`` (then False: the previous node is presumed dead)."""
+        ones dropped, counted) and the markers read, until ``came`` finds the marker
+        awaited in a read, at most ``handoff_timeout``; returns whether it came. With
+        ``came`` None: what the queue holds now."""
         queue = self.queue(session.client_id, session.expiry)
         deliveries: list[Delivery] = []
-        awaiting: set[int] = set()
+        markers = Markers()
+        found = came is None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.handoff_timeout
         try:
@@ -239,24 +402,22 @@ class SessionKeeper:
             while True:
                 drained = await queue.drain()
                 deliveries += drained.deliveries
-                for marker in drained.handoffs:
-                    awaiting.update(marker.awaiting_release)
-                    if marker.epoch == handoff:
-                        handoff = None
+                markers.handoffs += drained.handoffs
+                markers.tail_ends.update(drained.tail_ends)
+                found = found or (came is not None and came(drained))
                 if drained.more:
                     continue
                 remaining = deadline - loop.time()
-                if handoff is None or remaining <= 0:
+                if found or remaining <= 0:
                     break
                 with contextlib.suppress(RouterError):
-                    await queue.channel.fetch("session", max=1, wait=min(remaining, 0.5))
+                    await queue.channel.fetch(READER, max=1, wait=min(remaining, 0.5))
         finally:
             await queue.aclose()
         now = time.time()
         live = [d for d in deliveries if d.expires_at is None or d.expires_at > now]
         self.expired_dropped += len(deliveries) - len(live)
-        self.sessions_resumed += 1
-        return live, awaiting, handoff is None
+        return live, markers, found
 
     async def reset_queue(self, client_id: str, expiry: int) -> None:
         """Forget whatever a session's queue held (a new session under an old id); the
@@ -268,7 +429,13 @@ class SessionKeeper:
             await queue.aclose()
 
     async def stop(self) -> None:
-        """Stop every spiller and timer (the node is stopping; Redis keeps the sessions)."""
+        """End the handoffs under way without their grace and take the tails under way,
+        then stop every spiller and timer (the node is stopping; Redis keeps the
+        sessions)."""
+        self._stopping.set()
+        moves = [*self._handoffs.values(), *self._tails.values()]
+        if moves:
+            await asyncio.wait(moves)
         for client_id in list(self._away):
             await self.settle(client_id, publish_will=False)
         for task in list(self._tasks):
@@ -283,4 +450,5 @@ class SessionKeeper:
             "session_queue_drops": self.queue_drops,
             "offline_qos0_skipped": self.offline_qos0_skipped,
             "expired_dropped": self.expired_dropped,
+            "handoff_tails_lost": self.tails_lost,
         }

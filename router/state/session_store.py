@@ -19,7 +19,9 @@ client when it let the session go), bounded by ``limit`` with the node's overflo
 and a reader drains them (fetch, then ack and delete what was read). A *handoff marker*
 (a message with id ``handoff:EPOCH`` whose content lists the inbound QoS 2 packet
 ids still awaiting PUBREL) ends what the node that served the session
-before wrote for the claim of that epoch: the new owner drains until it sees it.
+before wrote for the claim of that epoch: the new owner drains until it sees it. A
+marker that says ``;tail`` after the ids is followed by the copies that node gathered
+in its grace after the move, up to the *tail end* marker ``handoff-end:EPOCH``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ NEVER: Final = 0xFFFFFFFF
 #: The one subscriber of a session queue.
 READER: Final = "session"
 HANDOFF: Final = "handoff:"
+HANDOFF_END: Final = "handoff-end:"
 #: Seconds a queue keeps its messages when the session never expires (ten years).
 NEVER_TTL: Final = 10 * 365 * 24 * 3600
 
@@ -251,21 +254,24 @@ def unpack_delivery(data: bytes) -> Delivery:
 
 @dataclass(frozen=True)
 class Handoff:
-    """A handoff marker: the claim's epoch, and the inbound QoS 2 packet ids whose PUBREL
-    had not come when the previous node let the session go."""
+    """A handoff marker: the claim's epoch, the inbound QoS 2 packet ids whose PUBREL
+    had not come when the previous node let the session go, and whether a tail follows
+    (up to the tail end marker of the epoch)."""
 
     epoch: int
     awaiting_release: tuple[int, ...]
+    tail: bool = False
 
 
 @dataclass(frozen=True)
 class Drained:
     """What one :meth:`SessionQueue.drain` read: the deliveries in order, the handoff
-    markers among them, and whether more wait."""
+    markers among them, the epochs of the tail end markers, and whether more wait."""
 
     deliveries: list[Delivery]
     handoffs: list[Handoff]
     more: bool
+    tail_ends: tuple[int, ...] = ()
 
 
 _serial = count()
@@ -327,10 +333,19 @@ class SessionQueue:
             await self._discard([m.clock for m in result.messages])
         return len(result.messages)
 
-    async def mark_handoff(self, epoch: int, awaiting_release: Sequence[int] = ()) -> None:
-        """Append the handoff marker for the claim of ``epoch`` (see the module docstring)."""
+    async def mark_handoff(
+        self, epoch: int, awaiting_release: Sequence[int] = (), *, tail: bool = False
+    ) -> None:
+        """Append the handoff marker for the claim of ``epoch`` (see the module docstring);
+        with ``tail``, it says that a tail follows, ended by :meth:`mark_tail_end`."""
         content = ",".join(str(packet_id) for packet_id in awaiting_release).encode()
+        if tail:
+            content += b";tail"
         await self.channel.publish([ChannelMessage(f"{HANDOFF}{epoch}", content)])
+
+    async def mark_tail_end(self, epoch: int) -> None:
+        """Append the tail end marker for the claim of ``epoch``."""
+        await self.channel.publish([ChannelMessage(f"{HANDOFF_END}{epoch}", b"")])
 
     async def drain(self, max: int = 1000) -> Drained:
         """Take up to ``max`` queued messages: they are acknowledged and deleted here, so
@@ -338,11 +353,18 @@ class SessionQueue:
         result = await self.channel.fetch(READER, max=max)
         deliveries: list[Delivery] = []
         handoffs: list[Handoff] = []
+        tail_ends: list[int] = []
         for message in result.messages:
             if message.id.startswith(HANDOFF):
                 with contextlib.suppress(ValueError):
-                    ids = tuple(int(part) for part in message.content.split(b",") if part)
-                    handoffs.append(Handoff(int(message.id.removeprefix(HANDOFF)), ids))
+                    listed, _, flag = message.content.partition(b";")
+                    ids = tuple(int(part) for part in listed.split(b",") if part)
+                    epoch = int(message.id.removeprefix(HANDOFF))
+                    handoffs.append(Handoff(epoch, ids, flag == b"tail"))
+                continue
+            if message.id.startswith(HANDOFF_END):
+                with contextlib.suppress(ValueError):
+                    tail_ends.append(int(message.id.removeprefix(HANDOFF_END)))
                 continue
             try:
                 deliveries.append(unpack_delivery(message.content))
@@ -351,7 +373,7 @@ class SessionQueue:
         if result.ack_handle is not None:
             await self.channel.ack(READER, result.ack_handle)
             await self._discard([m.clock for m in result.messages])
-        return Drained(deliveries, handoffs, result.more)
+        return Drained(deliveries, handoffs, result.more, tuple(tail_ends))
 
     async def _discard(self, clocks: list[int]) -> None:
         if clocks:

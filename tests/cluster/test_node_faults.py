@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from router.cluster.config import NodeConfig
-from router.cluster.inbox import Forward, Takeover, pack_batch, pack_notice
+from router.cluster.inbox import Forward, Kick, pack_batch, pack_notice
 from router.cluster.node import RouterNode
 from router.core.messages import Message
 from router.core.topics import TopicName
@@ -68,15 +68,14 @@ async def test_a_record_that_fails_is_retried_and_the_rest_of_its_batch_is_not_l
     """Silent losses 2 and 3: the inbox reader outlives a failure (supervised, restarted,
     counted) and reads again the records after the one that failed."""
     b = await start_node("b", inbox_poll=0.2)
-    await b.connect("roamer", clean_start=False, expiry=600)
+    await b.subscribe("roamer", "alerts")
     await b.subscribe("phone", "news")
-    [epoch] = [owner.epoch for owner in await b.subscriptions.owners(["roamer"])]
-    queue_clock = keys.channel_clock(keys.client_queue("roamer"))
-    await redis_client.set(queue_clock, b"not a clock")  # b's hand-off write will fail
+    subscriptions = keys.client_subscriptions("roamer")
+    await redis_client.set(subscriptions, b"not a hash")  # b's removal of roamer will fail
     inbox = Channel(redis_client, keys.inbox("b"), 300.0, keys)
-    notice = pack_notice(Takeover("roamer", epoch + 1, resume=True))
+    notice = pack_notice(Kick("roamer"))
     await inbox.publish(
-        [ChannelMessage("takeover:1", notice), ChannelMessage("r2", forward_record("news", b"x"))],
+        [ChannelMessage("kick:1", notice), ChannelMessage("r2", forward_record("news", b"x"))],
         push=True,
     )
     [delivery] = await take(b, "phone", 1)

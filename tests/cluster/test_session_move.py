@@ -1,0 +1,149 @@
+"""A persistent session that moves between two live nodes loses nothing in the move,
+even when a publishing node's route mirror has not caught up with the move yet.
+
+The window (found by a 10-minute ``router bench soak``): the new node writes its routes,
+claims the session and tells the old node; a publishing node whose mirror still routes
+the client's filters to the old node sends its copy there. The old node keeps the
+session's filters for ``handoff_grace`` seconds after it handed the session on and queues
+what matches behind everything else, ahead of its handoff marker; the new node delivers a
+copy that reached it both ways once. On real Redis and the 3-master cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from router.cluster.config import NodeConfig
+from router.cluster.node import RouterNode
+from router.state.keys import Keys
+from router.state.scripts import RedisClient
+from router.state.session_store import SessionQueue
+from tests.support import waiting
+from tests.support.nodes import StartNode, die, take
+
+pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
+
+GRACE = 2.0
+
+
+def hold_back(node: RouterNode, peer: str, monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Make ``node``'s mirror ignore ``peer``'s route changes (hints and refreshes) until
+    the returned function is called; that call has the mirror read them."""
+    request = node._sync.request
+    held = [True]
+
+    def held_request(node_id: str) -> None:
+        if node_id != peer or not held[0]:
+            request(node_id)
+
+    monkeypatch.setattr(node._sync, "request", held_request)
+
+    def release() -> None:
+        held[0] = False
+        request(peer)
+
+    return release
+
+
+async def move_started(start_node: StartNode) -> tuple[RouterNode, RouterNode, RouterNode]:
+    """Nodes a (the publisher's), b (the session's) and c, every mirror caught up; the
+    persistent session of ``roamer`` subscribes to ``news`` on b."""
+    a = await start_node("a")
+    b = await start_node("b", handoff_grace=GRACE)
+    c = await start_node("c")
+    await b.connect("roamer", clean_start=False, expiry=600)
+    await b.subscribe("roamer", "news", qos=1)
+    await waiting.eventually(lambda: "b" in a.mirror.match("news").nodes, 5, "a routes to b")
+    await waiting.eventually(lambda: "c" in a.mirror.nodes(), 5, "a knows c")
+    return a, b, c
+
+
+async def test_a_copy_sent_to_the_old_node_during_a_move_reaches_the_session(
+    start_node: StartNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b, c = await move_started(start_node)
+    release = hold_back(a, "c", monkeypatch)
+    resumed = asyncio.ensure_future(c.connect("roamer", clean_start=False, expiry=600))
+    await waiting.eventually(lambda: not b.serves("roamer"), 5, "b handed the session on")
+
+    late = await a.publish("news", b"late", qos=1)  # a still routes news to b alone
+
+    assert late.nodes == ["b"]
+    assert await resumed  # the session was present
+    release()
+    await waiting.eventually(
+        lambda: a.mirror.match("news").nodes.keys() == {"c"}, 5, "a routes news to c alone"
+    )
+    await a.publish("news", b"after", qos=1)
+    got = await take(c, "roamer", 2)
+    assert [d.payload for d in got] == [b"late", b"after"]
+    assert b.stats()["copies_unmatched"] == 0
+
+
+async def test_a_copy_that_reached_both_nodes_during_a_move_is_delivered_once(
+    start_node: StartNode,
+) -> None:
+    a, b, c = await move_started(start_node)
+    resumed = asyncio.ensure_future(c.connect("roamer", clean_start=False, expiry=600))
+    await waiting.eventually(
+        lambda: a.mirror.match("news").nodes.keys() == {"b", "c"}, 5, "a routes news to both"
+    )
+
+    both = await a.publish("news", b"both", qos=1)
+
+    assert sorted(both.nodes) == ["b", "c"]
+    assert await resumed
+    [delivery] = await take(c, "roamer", 1)
+    assert delivery.payload == b"both"
+    assert c.sessions.session("roamer").pending() == 0
+    assert b.stats()["session_queued"] == 1  # (its copy came through b's grace too)
+    await waiting.eventually(
+        lambda: a.mirror.match("news").nodes.keys() == {"c"}, 5, "b's route gone after its grace"
+    )
+
+
+async def test_copies_sent_to_an_old_node_that_died_in_its_grace_are_recovered_from_its_inbox(
+    start_node: StartNode,
+    redis_connect: Callable[..., Any],
+    redis_client: RedisClient,
+    keys: Keys,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """b hands the session on (its handoff marker says a tail follows) and dies before
+    its tail end: c waits ``handoff_timeout`` for it, then recovers from b's inbox the
+    copies that were routed there, ahead of those it held back meanwhile."""
+    config = NodeConfig("b", prefix=keys.prefix, heartbeat_interval=0.2, heartbeat_ttl=30.0)
+    b = RouterNode(await redis_connect(), config)
+    await b.start()
+    await b.connect("roamer", clean_start=False, expiry=600)
+    await b.subscribe("roamer", "news", qos=1)
+    a = await start_node("a", heartbeat_ttl=30.0)
+    c = await start_node("c", heartbeat_ttl=30.0, handoff_timeout=1.0)
+    await waiting.eventually(lambda: "b" in a.mirror.match("news").nodes, 5, "a routes to b")
+    await waiting.eventually(lambda: "c" in a.mirror.nodes(), 5, "a knows c")
+    release = hold_back(a, "c", monkeypatch)
+    await die(b)  # (no purge: a keeps routing news to b's inbox)
+    resumed = asyncio.ensure_future(c.connect("roamer", clean_start=False, expiry=600))
+
+    async def claim_of_c() -> int | None:
+        [owner] = await c.subscriptions.owners(["roamer"])
+        return owner.epoch if owner is not None and owner.node_id == "c" else None
+
+    await waiting.eventually(claim_of_c, 5, "c claimed the session")
+    epoch = await claim_of_c()
+    assert epoch is not None
+    queue = SessionQueue(redis_client, keys, "roamer", 600)
+    await queue.mark_handoff(epoch, tail=True)  # what b wrote before it died
+    await queue.aclose()
+    assert await resumed
+
+    await a.publish("news", b"late", qos=1)  # stored in dead b's inbox
+    release()
+    await waiting.eventually(lambda: "c" in a.mirror.match("news").nodes, 5, "a routes to c")
+    await a.publish("news", b"after", qos=1)
+    got = await take(c, "roamer", 2)
+    assert [d.payload for d in got] == [b"late", b"after"]

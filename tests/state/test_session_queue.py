@@ -1,0 +1,38 @@
+"""A session's queue in Redis keeps deliveries and the markers of a move in their order:
+the handoff marker (with the inbound QoS 2 ids, and whether a tail follows) and the tail
+end marker; on real Redis and the 3-master cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.core.messages import Delivery
+from router.state.keys import Keys
+from router.state.scripts import RedisClient
+from router.state.session_store import Handoff, SessionQueue
+
+pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
+
+
+def copy(n: int) -> Delivery:
+    return Delivery("news", str(n).encode(), 1, False, bytes([n]) * 16)
+
+
+async def test_a_move_reads_back_in_order_with_its_markers(
+    redis_client: RedisClient, keys: Keys
+) -> None:
+    queue = SessionQueue(redis_client, keys, "roamer", 600)
+    await queue.ensure()
+    await queue.append([copy(1)], 100, "drop_oldest")
+    await queue.mark_handoff(7, [3, 5], tail=True)
+    await queue.append([copy(2)], 100, "drop_oldest")
+    await queue.mark_tail_end(7)
+    await queue.mark_handoff(8)
+
+    drained = await queue.drain()
+    await queue.aclose()
+
+    assert [d.payload for d in drained.deliveries] == [b"1", b"2"]
+    assert drained.handoffs == [Handoff(7, (3, 5), tail=True), Handoff(8, ())]
+    assert drained.tail_ends == (7,)
+    assert not drained.more
