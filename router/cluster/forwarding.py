@@ -31,7 +31,6 @@ import hashlib
 import logging
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 
 from redis.exceptions import RedisError
@@ -176,41 +175,45 @@ class Forwarder:
 
 
 class SeenIds:
-    """The message ids dispatched in the last ``window`` seconds, at most ``limit`` of
-    them, to drop a copy stored twice (a retry lands within seconds of the first try).
+    """The message ids dispatched lately, to drop a copy stored twice (a retry lands
+    within seconds of the first try).
+
+    Two generations of ids, plain sets (the dispatch path checks every copy): new ids
+    join the young one, which becomes the old one (the old one is forgotten) once it is
+    ``window / 2`` seconds old or holds ``limit / 2`` ids. So an id is remembered for
+    ``window / 2`` seconds at least, unless ``limit / 2`` newer ids came since; at most
+    ``limit`` ids are held, none added more than ``window`` seconds before the last add.
     The time bound keeps memory flat at a low rate; the count bound at a high one."""
 
     def __init__(
         self, limit: int, window: float = 60.0, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self._ids: OrderedDict[bytes, float] = OrderedDict()
-        self._limit = limit
-        self._window = window
+        self._half_limit = max(limit // 2, 1)
+        self._half_window = window / 2
         self._clock = clock
+        self.young: set[bytes] = set()
+        self.old: set[bytes] = set()
+        self._young_since = clock()
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return len(self.young | self.old)
 
     def known(self, message_id: bytes) -> bool:
-        return message_id in self._ids
+        return message_id in self.young or message_id in self.old
 
     def add(self, message_id: bytes) -> None:
-        """Remember ``message_id``; forget the oldest beyond the limit or the window."""
+        """Remember ``message_id`` (see the class docstring)."""
         self.add_many((message_id,))
 
     def add_many(self, message_ids: Iterable[bytes]) -> None:
-        """Remember every id of ``message_ids`` (one clock reading for all: a dispatched
-        batch); forget the oldest beyond the limit or the window."""
-        ids = self._ids
+        """Remember every id of ``message_ids`` (a dispatched batch)."""
         now = self._clock()
-        for message_id in message_ids:
-            ids[message_id] = now
-            ids.move_to_end(message_id)  # (a repeat is as young as the batch)
-        while len(ids) > self._limit:
-            ids.popitem(last=False)
-        horizon = now - self._window
-        while ids and ids[next(iter(ids))] < horizon:
-            ids.popitem(last=False)
+        age = now - self._young_since
+        if age >= self._half_window or len(self.young) >= self._half_limit:
+            self.old = self.young if age < 2 * self._half_window else set()
+            self.young = set()
+            self._young_since = now
+        self.young.update(message_ids)
 
 
 Dispatch = Callable[[list[Forward]], Awaitable[None]]
@@ -324,7 +327,8 @@ class InboxReader:
         if not isinstance(record, list):
             await self._on_notice(record)
             return 0
-        fresh = [forward for forward in record if not self._seen.known(forward.message.id)]
+        young, old = self._seen.young, self._seen.old
+        fresh = [f for f in record if f.message.id not in young and f.message.id not in old]
         self.duplicates += len(record) - len(fresh)
         if fresh:
             await self._dispatch(fresh)

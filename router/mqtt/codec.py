@@ -30,7 +30,14 @@ from router.errors import (
     PacketTooLargeError,
     UnsupportedProtocolVersionError,
 )
-from router.mqtt.encoder import encode, encode_puback, encode_publish, encoded_size
+from router.mqtt.encoder import (
+    encode,
+    encode_puback,
+    encode_publish,
+    encode_publish_field,
+    encoded_size,
+    topic_field,
+)
 from router.mqtt.packets import (
     MQTT_3_1,
     MQTT_3_1_1,
@@ -419,6 +426,8 @@ __all__ = [
     "encode",
     "encode_puback",
     "encode_publish",
+    "encode_publish_field",
     "encoded_size",
+    "topic_field",
     "varint_size",
 ]

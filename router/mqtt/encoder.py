@@ -2,8 +2,9 @@
 :mod:`router.mqtt.codec`, which is where callers import it from).
 
 :func:`encode` writes any packet; the delivery path writes PUBLISH and PUBACK packets
-through :func:`encode_publish` and :func:`encode_puback`, which make the same bytes
-without a packet object to build first. Fields that only 5.0 has are left out below 5.
+through :func:`encode_publish` (or :func:`encode_publish_field`, with the topic's
+field made once) and :func:`encode_puback`, which make the same bytes without a packet
+object to build first. Fields that only 5.0 has are left out below 5.
 """
 
 from __future__ import annotations
@@ -69,27 +70,51 @@ def encode_publish(
     v5: bool,
 ) -> bytes:
     """The bytes of one PUBLISH, as :func:`encode` makes them, without a :class:`Publish`
-    to build first (the delivery path encodes one per copy); raises as :func:`encode`."""
+    to build first; raises as :func:`encode`."""
+    return encode_publish_field(
+        topic_field(topic), payload, qos, retain, dup, packet_id, properties, v5
+    )
+
+
+def topic_field(topic: str) -> bytes:
+    """A topic name as a PUBLISH carries it: its UTF-8 bytes after their length (two
+    bytes); raises ``ValueError`` over 65535 bytes."""
     name = topic.encode("utf-8")
     if len(name) > 0xFFFF:
         raise ValueError(f"binary data or a string is at most 65535 bytes, not {len(name)}")
-    head = bytearray(len(name).to_bytes(2, "big"))
-    head += name
+    return len(name).to_bytes(2, "big") + name
+
+
+def encode_publish_field(
+    field: bytes,
+    payload: bytes,
+    qos: int,
+    retain: bool,
+    dup: bool,
+    packet_id: int | None,
+    properties: Properties,
+    v5: bool,
+) -> bytes:
+    """:func:`encode_publish` with the topic's :func:`topic_field` made already (the
+    delivery path encodes one PUBLISH per copy, and keeps the fields of its topics)."""
+    rest: tuple[bytes, ...] = (payload,)
+    if v5:
+        props = bytearray()
+        write_properties(props, properties)
+        rest = (bytes(props), payload)
     if qos:
         if not packet_id:
             raise ValueError("a QoS 1 or 2 PUBLISH needs a packet identifier 1..65535")
-        head += packet_id.to_bytes(2, "big")
-    if v5:
-        write_properties(head, properties)
-    size = len(head) + len(payload)
+        rest = (packet_id.to_bytes(2, "big"), *rest)
+    size = len(field) + sum(map(len, rest))
+    first = 0x30 | (dup << 3) | (qos << 1) | retain
     if size < 0x80:
-        fixed = bytearray((0x30 | (dup << 3) | (qos << 1) | retain, size))
-    else:
-        if size > MAX_VARINT:
-            raise ValueError(f"a packet body is at most {MAX_VARINT} bytes, not {size}")
-        fixed = bytearray((0x30 | (dup << 3) | (qos << 1) | retain,))
-        write_varint(fixed, size)
-    return b"".join((fixed, head, payload))
+        return b"".join((bytes((first, size)), field, *rest))
+    if size > MAX_VARINT:
+        raise ValueError(f"a packet body is at most {MAX_VARINT} bytes, not {size}")
+    fixed = bytearray((first,))
+    write_varint(fixed, size)
+    return b"".join((fixed, field, *rest))
 
 
 def encode_puback(packet_id: int, reason_code: int, v5: bool) -> bytes:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 from router.cluster.local_sessions import ClientSession
 from router.core.messages import Delivery, MessageProperties
 from router.errors import MqttProtocolError
-from router.mqtt.codec import encode, encode_publish
+from router.mqtt.codec import encode, encode_publish_field, topic_field
 from router.mqtt.packets import MQTT_5, PubRel
 from router.mqtt.properties import NO_PROPERTIES, Properties
 
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 #: Packets to a client gathered into one write, at most.
 OUT_BATCH: Final = 256
+#: Topics whose PUBLISH field a server keeps, at most (then it starts again).
+TOPIC_FIELDS: Final = 4096
 
 
 class DeliveryCounters(Protocol):
@@ -51,14 +53,34 @@ class DeliveryCounters(Protocol):
 _NOTHING_CARRIED: Final = MessageProperties()
 
 
+class TopicFields(dict[str, bytes]):
+    """Topic name -> its field in a PUBLISH (:func:`~router.mqtt.encoder.topic_field`),
+    made on first use: the fields of the last topics sent, shared by the connections of
+    a server (the same topics go to many clients, again and again); at most ``size``,
+    then it starts again."""
+
+    def __init__(self, size: int = TOPIC_FIELDS) -> None:
+        super().__init__()
+        self.size = size
+
+    def __missing__(self, topic: str) -> bytes:
+        field = topic_field(topic)
+        if len(self) >= self.size:
+            self.clear()
+        self[topic] = field
+        return field
+
+
 class PublishEncoder:
     """Encodes the PUBLISH packets of one connection (protocol ``level``), with outbound
-    topic aliases up to the client's ``alias_maximum`` (0: none)."""
+    topic aliases up to the client's ``alias_maximum`` (0: none); topic fields come from
+    ``fields`` (a server's, shared)."""
 
-    def __init__(self, level: int, alias_maximum: int) -> None:
+    def __init__(self, level: int, alias_maximum: int, fields: TopicFields | None = None) -> None:
         self.level = level
         self.alias_maximum = alias_maximum if level >= MQTT_5 else 0
         self._aliases: dict[str, int] = {}
+        self._fields = TopicFields() if fields is None else fields
 
     def encode(self, delivery: Delivery, packet_id: int | None, dup: bool) -> bytes:
         topic = delivery.topic
@@ -71,8 +93,15 @@ class PublishEncoder:
                 properties = replace(properties, topic_alias=alias[0])
                 if alias[1]:
                     topic = ""
-        return encode_publish(
-            topic, delivery.payload, delivery.qos, delivery.retain, dup, packet_id, properties, v5
+        return encode_publish_field(
+            self._fields[topic],
+            delivery.payload,
+            delivery.qos,
+            delivery.retain,
+            dup,
+            packet_id,
+            properties,
+            v5,
         )
 
     def _alias(self, topic: str) -> tuple[int, bool] | None:

@@ -335,7 +335,7 @@ class MqttConnection:
         window = min(self.settings.max_inflight, asked.receive_maximum or 0xFFFF)
         self._outbox = Outbox(
             self._session, self.transport, self.server,
-            PublishEncoder(self.level, asked.topic_alias_maximum or 0),
+            PublishEncoder(self.level, asked.topic_alias_maximum or 0, self.server.topic_fields),
             window, asked.maximum_packet_size or 0,
         )  # fmt: skip
         properties = NO_PROPERTIES

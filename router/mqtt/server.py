@@ -29,6 +29,7 @@ from typing import Final
 
 from router.cluster.node import RouterNode
 from router.errors import InvalidSettingError, ListenerError
+from router.mqtt.outgoing import TopicFields
 from router.mqtt.protocol import MqttConnection
 from router.mqtt.reason_codes import ReasonCode
 from router.mqtt.settings import BACKLOG, DEFAULT_SETTINGS, MqttSettings
@@ -140,6 +141,7 @@ class MqttServer:
         self.messages_sent = 0  # PUBLISH packets to clients
         self.oversized_dropped = 0  # deliveries above a client's Maximum Packet Size
         self.expired_dropped = 0  # deliveries whose Message Expiry Interval passed
+        self.topic_fields = TopicFields()  # (the PUBLISH fields of topics, for every client)
         self.closed = dict.fromkeys(CLOSE_REASONS, 0)  # connections ended, by reason
         self.sys_topics = SysTopics(self)  # $SYS/broker/...: started by serve()
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from router.core.messages import Delivery
 from router.errors import (
     MalformedPacketError,
     MqttError,
@@ -19,6 +20,7 @@ from router.errors import (
     UnsupportedProtocolVersionError,
 )
 from router.mqtt.codec import PacketReader, encode
+from router.mqtt.outgoing import PublishEncoder, TopicFields
 from router.mqtt.packets import (
     MQTT_3_1,
     MQTT_3_1_1,
@@ -400,3 +402,22 @@ def test_a_packet_trickling_in_is_not_copied_again_for_every_piece() -> None:
     spent = time.process_time() - started
     assert got == [packet]
     assert spent < 0.5, f"{spent:.2f} s of CPU for one 4 MiB packet"
+
+
+@pytest.mark.parametrize("level", [MQTT_3_1_1, MQTT_5])
+def test_the_delivery_path_encodes_what_the_codec_reads_with_its_topic_fields_bounded(
+    level: int,
+) -> None:
+    fields = TopicFields(size=8)
+    encoder = PublishEncoder(level, 0, fields)
+    topics = [f"t/{n % 20}" for n in range(60)]  # more topics than the fields kept
+    data = b"".join(
+        encoder.encode(Delivery(topic, topic.encode(), 0, False, b"i" * 16), None, dup=False)
+        for topic in topics
+    )
+    reader = PacketReader()
+    reader.level = level  # (as a CONNECT of that level sets it)
+    packets = reader.feed(data)
+    got = [(p.topic, p.payload) for p in packets if isinstance(p, Publish)]
+    assert got == [(topic, topic.encode()) for topic in topics]
+    assert len(fields) <= 8
