@@ -75,6 +75,10 @@ class SessionClaims:
         """This node's claim on the client's session, None if it holds none."""
         return self._held.get(client_id)
 
+    def items(self) -> list[tuple[str, Owner]]:
+        """Every claim held: (client id, claim)."""
+        return list(self._held.items())
+
     def release(self, client_id: str) -> Owner | None:
         """Forget the claim (the session ends here); returns it, None if none was held."""
         return self._held.pop(client_id, None)

@@ -43,7 +43,8 @@ class ClientSession:
     whose PUBREL has not come. The MQTT connection keeps them here, so that whoever ends
     the session (the connection, a takeover, the node) can hand them on with the queue
     (:meth:`take_all`). ``expiry`` is the Session Expiry Interval in seconds (0: the
-    session ends with its connection); ``away`` is True while no client is connected.
+    session ends with its connection); ``away`` is True while no client is connected;
+    ``profile`` is what its connection said of itself (MQTT level, keepalive, user name).
     """
 
     def __init__(self, client_id: str, limit: int, overflow: Overflow) -> None:
@@ -56,6 +57,7 @@ class ClientSession:
         self.expiry = 0
         self.away = False
         self.close_reason = "normal"
+        self.profile: tuple[int, int, str | None] = (0, 0, None)  # protocol, keepalive, user
         self.inflight: dict[int, Delivery] = {}
         self.awaiting_release: set[int] = set()
         self._queue: deque[Delivery] = deque()

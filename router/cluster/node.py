@@ -50,6 +50,7 @@ from router.cluster.liveness import Liveness
 from router.cluster.local_sessions import ClientSession, LocalSessions
 from router.cluster.mirror_sync import MirrorSync
 from router.cluster.policy import Policy
+from router.cluster.restoration import restore_sessions
 from router.cluster.retainer import Retainer
 from router.cluster.route_writer import Reconciliation, RouteWriter
 from router.cluster.session_keeper import SessionKeeper
@@ -161,6 +162,7 @@ class RouterNode:
         self._generation: str | None = None
         self._running = False
         self._taken_over = asyncio.Event()
+        self.sessions_restored = 0
         self._supervisor = Supervisor(self.node_id, grace=config.heartbeat_ttl)
         self.liveness = Liveness(
             self.node_id, self.registry, self._supervisor, config.heartbeat_interval,
@@ -236,13 +238,18 @@ class RouterNode:
         await self.stop()
 
     async def _rejoin(self) -> None:
-        """The others purged this node (it missed heartbeats): join again as a new incarnation."""
+        """The others purged this node (it missed heartbeats), or Redis lost its keys: join
+        again as a new incarnation, and write back what Redis lost of the sessions here
+        (:mod:`router.cluster.restoration`)."""
         log.warning("node %s was purged as dead; registering again", self.node_id)
         self.incarnation = uuid.uuid4().hex
         self._writer.incarnation = self.incarnation
         await self.registry.register(self.node_id, self.incarnation)
         await self._claim()
         await self._sync.announce()
+        self.sessions_restored += await restore_sessions(
+            self._claims, self.sessions, self.subscriptions, self.session_store, self._keeper
+        )
 
     def _on_routes_applied(self, changes: list[RouteChange]) -> None:
         if not self.mirror.apply(self.node_id, self._generation, changes):
@@ -333,16 +340,14 @@ class RouterNode:
     async def _mark_open(
         self, client_id: str, expiry: int, protocol: int, keepalive: int, username: str | None
     ) -> None:
-        owner = self._claims.held(client_id)
+        session, owner = self.sessions.find(client_id), self._claims.held(client_id)
+        if session is not None:
+            session.profile = (protocol, keepalive, username)
         if owner is not None:
             await self.session_store.mark_open(
-                client_id,
-                owner,
-                expiry=expiry,
-                protocol=protocol,
-                keepalive=keepalive,
+                client_id, owner, expiry=expiry, protocol=protocol, keepalive=keepalive,
                 username=username,
-            )
+            )  # fmt: skip
 
     async def put_away(
         self,
@@ -569,6 +574,7 @@ class RouterNode:
             **self._inbox.stats(),
             "queue_drops": self.sessions.dropped(),
             "sessions_taken_over": self._claims.taken_over,
+            "sessions_restored": self.sessions_restored,
             "mirror_resyncs": self._sync.resyncs,
             "nodes_purged": self._sync.purged,
             "sessions_adopted": self._adoption.sessions_adopted,

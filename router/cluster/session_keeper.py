@@ -199,6 +199,12 @@ class SessionKeeper:
             self.queued += stored
             self.queue_drops += dropped
 
+    async def restore_queue(self, client_id: str) -> None:
+        """Make the queue's reader of an away session again (Redis lost it)."""
+        away = self._away.get(client_id)
+        if away is not None:
+            await away.queue.ensure()
+
     # -- timers --------------------------------------------------------------------------
 
     def _spawn(self, work: Callable[[str], Awaitable[None]], client_id: str) -> None:

@@ -155,6 +155,13 @@ class SubscriptionStore:
         _previous, epoch = await self._scripts.run("client_claim", [key], [node_id])
         return Owner(node_id, int(epoch))
 
+    async def restore_owner(self, client_id: str, owner: Owner) -> bool:
+        """Write ``owner`` back as the client's session owner after Redis lost it; True
+        when written, False when some node owns the session now (nothing changes)."""
+        key = self.keys.client_owner(client_id)
+        restored = await self._scripts.run("client_restore", [key], [owner.node_id, owner.epoch])
+        return int(restored) == 1
+
     async def owner(self, client_id: str) -> Owner | None:
         """The client's session owner, or None if no node owns it."""
         node, epoch = await self.redis.hmget(self.keys.client_owner(client_id), ["node", "epoch"])

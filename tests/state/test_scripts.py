@@ -35,6 +35,7 @@ from tests.support.servers import RedisServer
 STATE_SCRIPTS = frozenset(
     {
         "client_claim",
+        "client_restore",
         "client_subscribe",
         "client_unsubscribe",
         "client_remove",
@@ -170,8 +171,12 @@ async def exercise_everything(
     await sessions.mark_away(client_id, owner, expiry=60, awaiting_release=[3, 1])
     info = await sessions.describe(client_id)
     assert info is not None and (info.connected, info.awaiting_release) == (False, (1, 3))
+    assert not await subs.restore_owner(client_id, owner)  # (owned: unchanged)
     removed = await subs.remove_client(client_id, owner=owner)
     assert tuple(removed) == (1, 1, True)
+    assert await subs.restore_owner(client_id, owner)
+    assert await subs.owner(client_id) == owner
+    await subs.remove_client(client_id, owner=owner)
 
     registration = await registry.register(node_id, "inc-1")
     assert registration.previous_incarnation is None
@@ -401,6 +406,7 @@ async def test_every_script_called_without_argv_refuses_and_changes_nothing(
     registry_keys = [keys.registry(), keys.registry_heartbeats()]
     keys_of = {
         "client_claim": [keys.client_owner("c")],
+        "client_restore": [keys.client_owner("c")],
         "client_subscribe": subs.client_keys("c")[:2],
         "client_unsubscribe": subs.client_keys("c")[:2],
         "client_remove": subs.client_keys("c"),
