@@ -39,7 +39,9 @@ WAIT = 5.0
 
 
 async def answers(port: int, *sends: bytes) -> list[Packet]:
-    """Send ``sends`` on a new connection; the packets the server sent until it closed."""
+    """Send ``sends`` on a new connection; the packets the server sent until it closed.
+    (What the server logs as its side of the connection ends is in the log once the
+    ``serve`` block is left: closing the server waits for every connection's task.)"""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         for data in sends:
@@ -50,7 +52,6 @@ async def answers(port: int, *sends: bytes) -> list[Packet]:
                 data += chunk
     finally:
         writer.close()
-    await asyncio.sleep(0.05)  # (what the server logs as its side ends)
     packets = PacketReader()
     packets.level = MQTT_5
     return packets.feed(data)
