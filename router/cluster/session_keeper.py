@@ -264,48 +264,48 @@ class SessionKeeper:
         and the tail end marker; then ``handed()`` (the node ends ``leaving``). Runs in
         the background: :meth:`handing_off` waits for it."""
         client_id = session.client_id
-        task = asyncio.create_task(
-            self._hand_off(session, leaving, epoch, handed), name=f"handoff:{client_id}"
-        )
+
+        async def move() -> None:
+            try:
+                await self.settle(client_id, publish_will=False)
+                await self._queue_handoff(session, leaving, epoch)
+            except (RouterError, RedisError):
+                log.warning(
+                    "handing on the session of %s failed; its new node recovers its copies "
+                    "from this node's inbox once its handoff wait ends", client_id,
+                    exc_info=True,
+                )  # fmt: skip
+            finally:
+                try:
+                    await handed()
+                except (RouterError, RedisError):  # (a route writer keeps its changes)
+                    log.warning("routes of %s not removed yet", client_id, exc_info=True)
+
+        task = asyncio.create_task(move(), name=f"handoff:{client_id}")
         self._handoffs[client_id] = task
         task.add_done_callback(lambda _: self._handoffs.pop(client_id, None))
 
-    async def _hand_off(
-        self,
-        session: ClientSession,
-        leaving: ClientSession,
-        epoch: int,
-        handed: Callable[[], Awaitable[None]],
+    async def _queue_handoff(
+        self, session: ClientSession, leaving: ClientSession, epoch: int
     ) -> None:
-        client_id = session.client_id
+        """What the closed ``session`` holds, the handoff marker, then (with a grace) what
+        reaches ``leaving`` meanwhile and the tail end marker."""
+        queue = self.queue(session.client_id, session.expiry)
+        awaiting = sorted(session.awaiting_release)
         try:
-            await self.settle(client_id, publish_will=False)
-            queue = self.queue(client_id, session.expiry)
-            awaiting = sorted(session.awaiting_release)
-            try:
-                await self._spill(queue, session.take_all())
-                if self.handoff_grace > 0:
-                    await queue.mark_handoff(epoch, awaiting, tail=True)
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(self.handoff_grace):
-                            await self._stopping.wait()
-                    await self._spill(queue, leaving.take_all())
-                    await queue.mark_tail_end(epoch)
-                else:
-                    await self._spill(queue, leaving.take_all())
-                    await queue.mark_handoff(epoch, awaiting)
-            finally:
-                await queue.aclose()
-        except (RouterError, RedisError):
-            log.warning(
-                "handing on the session of %s failed; its new node recovers its copies "
-                "from this node's inbox once its handoff wait ends", client_id, exc_info=True
-            )  # fmt: skip
+            await self._spill(queue, session.take_all())
+            if self.handoff_grace > 0:
+                await queue.mark_handoff(epoch, awaiting, tail=True)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.handoff_grace):
+                        await self._stopping.wait()
+                await self._spill(queue, leaving.take_all())
+                await queue.mark_tail_end(epoch)
+            else:
+                await self._spill(queue, leaving.take_all())
+                await queue.mark_handoff(epoch, awaiting)
         finally:
-            try:
-                await handed()
-            except (RouterError, RedisError):  # (a route writer keeps its changes)
-                log.warning("routes of %s not removed yet", client_id, exc_info=True)
+            await queue.aclose()
 
     async def handing_off(self, client_id: str) -> None:
         """Return once a handoff of the client's session that is under way has ended."""

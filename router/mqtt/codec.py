@@ -34,7 +34,6 @@ from router.mqtt.encoder import (
     encode,
     encode_puback,
     encode_publish,
-    encode_publish_field,
     encoded_size,
     topic_field,
 )
@@ -426,7 +425,6 @@ __all__ = [
     "encode",
     "encode_puback",
     "encode_publish",
-    "encode_publish_field",
     "encoded_size",
     "topic_field",
     "varint_size",

@@ -2,9 +2,9 @@
 :mod:`router.mqtt.codec`, which is where callers import it from).
 
 :func:`encode` writes any packet; the delivery path writes PUBLISH and PUBACK packets
-through :func:`encode_publish` (or :func:`encode_publish_field`, with the topic's
-field made once) and :func:`encode_puback`, which make the same bytes without a packet
-object to build first. Fields that only 5.0 has are left out below 5.
+through :func:`encode_publish` (with the topic's field made once: :func:`topic_field`)
+and :func:`encode_puback`, which make the same bytes without a packet object to build
+first. Fields that only 5.0 has are left out below 5.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def encode(packet: Packet, level: int = MQTT_5) -> bytes:
     65535 bytes, a packet over the protocol's size) and ``TypeError`` for a non-packet."""
     if type(packet) is Publish:
         return encode_publish(
-            packet.topic, packet.payload, packet.qos, packet.retain, packet.dup,
+            topic_field(packet.topic), packet.payload, packet.qos, packet.retain, packet.dup,
             packet.packet_id, packet.properties, level >= MQTT_5,
         )  # fmt: skip
     writer = _WRITERS.get(type(packet))
@@ -59,23 +59,6 @@ def encode(packet: Packet, level: int = MQTT_5) -> bytes:
     return bytes(out)
 
 
-def encode_publish(
-    topic: str,
-    payload: bytes,
-    qos: int,
-    retain: bool,
-    dup: bool,
-    packet_id: int | None,
-    properties: Properties,
-    v5: bool,
-) -> bytes:
-    """The bytes of one PUBLISH, as :func:`encode` makes them, without a :class:`Publish`
-    to build first; raises as :func:`encode`."""
-    return encode_publish_field(
-        topic_field(topic), payload, qos, retain, dup, packet_id, properties, v5
-    )
-
-
 def topic_field(topic: str) -> bytes:
     """A topic name as a PUBLISH carries it: its UTF-8 bytes after their length (two
     bytes); raises ``ValueError`` over 65535 bytes."""
@@ -85,7 +68,7 @@ def topic_field(topic: str) -> bytes:
     return len(name).to_bytes(2, "big") + name
 
 
-def encode_publish_field(
+def encode_publish(
     field: bytes,
     payload: bytes,
     qos: int,
@@ -95,8 +78,10 @@ def encode_publish_field(
     properties: Properties,
     v5: bool,
 ) -> bytes:
-    """:func:`encode_publish` with the topic's :func:`topic_field` made already (the
-    delivery path encodes one PUBLISH per copy, and keeps the fields of its topics)."""
+    """The bytes of one PUBLISH whose topic name is ``field`` (its :func:`topic_field`:
+    the delivery path encodes one PUBLISH per copy, and keeps the fields of its topics),
+    as :func:`encode` makes them, without a :class:`Publish` to build first; raises as
+    :func:`encode`."""
     rest: tuple[bytes, ...] = (payload,)
     if v5:
         props = bytearray()

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 from router.cluster.local_sessions import ClientSession
 from router.core.messages import Delivery, MessageProperties
 from router.errors import MqttProtocolError
-from router.mqtt.codec import encode, encode_publish_field, topic_field
+from router.mqtt.codec import encode, encode_publish, topic_field
 from router.mqtt.packets import MQTT_5, PubRel
 from router.mqtt.properties import NO_PROPERTIES, Properties
 
@@ -93,7 +93,7 @@ class PublishEncoder:
                 properties = replace(properties, topic_alias=alias[0])
                 if alias[1]:
                     topic = ""
-        return encode_publish_field(
+        return encode_publish(
             self._fields[topic],
             delivery.payload,
             delivery.qos,

@@ -25,7 +25,7 @@ from router.state.channels import Channel, ChannelMessage
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
 from tests.support import waiting
-from tests.support.nodes import StartNode, die, take
+from tests.support.nodes import StartNode, die, roamer_node, take
 
 pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
 
@@ -132,11 +132,7 @@ async def test_a_persistent_session_outlives_its_node(
     """Node a dies holding a persistent session: the node that purges it adopts the
     session, recovers the copies stored in a's inbox meanwhile, queues what comes next,
     and the client resumes on a third node with all of it, in order."""
-    config = NodeConfig("a", prefix=keys.prefix, heartbeat_interval=0.2, heartbeat_ttl=1.0)
-    a = RouterNode(await redis_connect(), config)
-    await a.start()
-    await a.connect("roamer", clean_start=False, expiry=600)
-    await a.subscribe("roamer", "news", qos=1)
+    a = await roamer_node(redis_connect, keys, "a", 1.0)
     b = await start_node("b", handoff_timeout=0.5)
     await eventually(lambda: "a" in b.mirror.match("news").nodes, "b routes news to a")
     await die(a)  # a dies without goodbye: no purge, its inbox stays
@@ -155,11 +151,7 @@ async def test_a_client_back_before_its_dead_node_is_purged_gets_what_waited_the
 ) -> None:
     """The client resumes on c before anyone purged a (a long TTL): no handoff comes
     from a, so c recovers the client's copies from a's inbox itself."""
-    config = NodeConfig("a", prefix=keys.prefix, heartbeat_interval=0.2, heartbeat_ttl=30.0)
-    a = RouterNode(await redis_connect(), config)
-    await a.start()
-    await a.connect("roamer", clean_start=False, expiry=600)
-    await a.subscribe("roamer", "news", qos=1)
+    a = await roamer_node(redis_connect, keys, "a", 30.0)
     b = await start_node("b", heartbeat_ttl=30.0)
     await eventually(lambda: "a" in b.mirror.match("news").nodes, "b routes news to a")
     await die(a)  # a dies without goodbye
@@ -178,11 +170,7 @@ async def test_a_client_that_resumed_elsewhere_before_its_node_restarted_gets_th
     """Found by `router bench soak`: a dies; the client resumes on c, which waits for a
     handoff; a restarts under its id meanwhile and reads its inbox's backlog (no client
     for it). c must still recover the copies stored in a's inbox before its claim."""
-    config = NodeConfig("a", prefix=keys.prefix, heartbeat_interval=0.2, heartbeat_ttl=30.0)
-    old = RouterNode(await redis_connect(), config)
-    await old.start()
-    await old.connect("roamer", clean_start=False, expiry=600)
-    await old.subscribe("roamer", "news", qos=1)
+    old = await roamer_node(redis_connect, keys, "a", 30.0)
     b = await start_node("b", heartbeat_ttl=30.0)
     await eventually(lambda: "a" in b.mirror.match("news").nodes, "b routes news to a")
     await die(old)
@@ -209,11 +197,7 @@ async def test_a_node_restarted_under_its_id_keeps_its_persistent_sessions(
     its persistent client is back adopts that session again: the copies stored while it
     was down and those routed to it after the restart wait for the client, which gets
     them on any node."""
-    config = NodeConfig("a", prefix=keys.prefix, heartbeat_interval=0.2, heartbeat_ttl=30.0)
-    old = RouterNode(await redis_connect(), config)
-    await old.start()
-    await old.connect("roamer", clean_start=False, expiry=600)
-    await old.subscribe("roamer", "news", qos=1)
+    old = await roamer_node(redis_connect, keys, "a", 30.0)
     b = await start_node("b", heartbeat_ttl=30.0)
     await eventually(lambda: "a" in b.mirror.match("news").nodes, "b routes news to a")
     await die(old)

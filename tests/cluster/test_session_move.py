@@ -17,13 +17,12 @@ from typing import Any
 
 import pytest
 
-from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
 from router.state.session_store import SessionQueue
 from tests.support import waiting
-from tests.support.nodes import StartNode, die, take
+from tests.support.nodes import StartNode, die, roamer_node, take
 
 pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
 
@@ -116,11 +115,7 @@ async def test_copies_sent_to_an_old_node_that_died_in_its_grace_are_recovered_f
     """b hands the session on (its handoff marker says a tail follows) and dies before
     its tail end: c waits ``handoff_timeout`` for it, then recovers from b's inbox the
     copies that were routed there, ahead of those it held back meanwhile."""
-    config = NodeConfig("b", prefix=keys.prefix, heartbeat_interval=0.2, heartbeat_ttl=30.0)
-    b = RouterNode(await redis_connect(), config)
-    await b.start()
-    await b.connect("roamer", clean_start=False, expiry=600)
-    await b.subscribe("roamer", "news", qos=1)
+    b = await roamer_node(redis_connect, keys, "b", 30.0)
     a = await start_node("a", heartbeat_ttl=30.0)
     c = await start_node("c", heartbeat_ttl=30.0, handoff_timeout=1.0)
     await waiting.eventually(lambda: "b" in a.mirror.match("news").nodes, 5, "a routes to b")

@@ -56,6 +56,21 @@ async def take(
     return got
 
 
+async def roamer_node(
+    redis_connect: Any, keys: Keys, node_id: str, heartbeat_ttl: float
+) -> RouterNode:
+    """A node the test will kill (:func:`die`; ``start_node`` would stop it) serving the
+    persistent session of ``roamer`` (expiry 600 s), subscribed to ``news`` at QoS 1."""
+    config = NodeConfig(
+        node_id, prefix=keys.prefix, heartbeat_interval=0.2, heartbeat_ttl=heartbeat_ttl
+    )
+    node = RouterNode(await redis_connect(), config)
+    await node.start()
+    await node.connect("roamer", clean_start=False, expiry=600)
+    await node.subscribe("roamer", "news", qos=1)
+    return node
+
+
 async def die(node: RouterNode) -> None:
     """Stop ``node`` as ``kill -9`` would, within one process: its background work ends
     without a goodbye (no purge, its routes and inbox stay in Redis, its heartbeat stops)."""
