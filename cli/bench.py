@@ -188,8 +188,9 @@ def bench_pipeline(url: str | None, as_json: bool, **sizes: Any) -> None:
 @click.option("--churn", default=50, show_default=True, help="Subscriptions changed per second.")
 @click.option("--sample-seconds", default=5.0, show_default=True, help="Time series interval.")
 @click.option("--seed", default=7, show_default=True, help="Workload seed.")
+@click.option("--logs", default=None, help="Keep the nodes' and Redis' logs in this directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def bench_soak(url: str | None, as_json: bool, **sizes: Any) -> None:
+def bench_soak(url: str | None, logs: str | None, as_json: bool, **sizes: Any) -> None:
     """Three nodes under QoS 0/1 MQTT traffic, subscription churn and a fault every
     --fault-every seconds (kill -9 of a node, Redis restart): lost, duplicates, latency
     and memory over time."""
@@ -200,7 +201,7 @@ def bench_soak(url: str | None, as_json: bool, **sizes: Any) -> None:
             raise BenchSetupError(f"--{name.replace('_', '-')} must be finite, not {value}")
     from router.bench import soak
 
-    result = soak.run(url, soak.SoakConfig(**sizes))
+    result = soak.run(url, soak.SoakConfig(**sizes), logs)
     if as_json:
         click.echo(json.dumps(result))
     else:

@@ -353,13 +353,20 @@ def _rss_growth(series: list[dict[str, Any]], node_id: str, config: SoakConfig) 
     return cut(slope) if slope >= 0 else -cut(-slope)
 
 
-def run(url: str | None, config: SoakConfig) -> dict[str, Any]:
+def run(url: str | None, config: SoakConfig, logs: str | None = None) -> dict[str, Any]:
     """One soak on ``url`` (or a redis-server the run starts and restarts); the object
-    ``--json`` prints."""
+    ``--json`` prints. The processes' logs are kept in the directory ``logs`` (None: a
+    temporary one, removed after the run)."""
     if url is not None:
         check_redis(url)
-    with tempfile.TemporaryDirectory(prefix="router-soak-") as name:
-        directory = Path(name)
+    with contextlib.ExitStack() as stack:
+        if logs is None:
+            directory = Path(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="router-soak-"))
+            )
+        else:
+            directory = Path(logs)
+            directory.mkdir(parents=True, exist_ok=True)
         redis = None if url is not None else RedisProcess(directory)
         soak = Soak(config, directory, redis)
         try:

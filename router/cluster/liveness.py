@@ -17,10 +17,13 @@ heartbeat reaches Redis again.
 
 A stall of Redis itself (paused, swapping, a slow disk under ``appendfsync always``)
 stops every node's heartbeat at once, and expiry is judged on Redis server time: when
-Redis answers again, every node looks dead to every other. So a node purges others only
-while it is :meth:`~Liveness.steady`: its own heartbeats have landed without a gap longer
-than the TTL for a TTL and an interval, which gives the others time to beat again after
-a stall. A node that really died is still purged: the live ones stay steady.
+Redis answers again, every node looks dead to every other. An outage shorter than the
+TTL does it too: another node's last beat may have landed up to an interval before it
+began, and its next one lands up to an interval after it ended. So a node purges others
+(and drops them from its route mirror) only while it is :meth:`~Liveness.steady`: its own
+heartbeats have landed for a TTL and an interval without missing one (none failed, none
+came more than two intervals after the one before), which gives the others time to beat
+again after a stall. A node that really died is still purged: the live ones stay steady.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class Liveness:
         self._ttl = ttl
         self._last_beat: float | None = None
         self._steady_since: float | None = None
+        self._missed = False  # a heartbeat failed since the last one that landed
         self._incarnation = incarnation
         self._rejoin = rejoin
         self._audit = audit
@@ -91,6 +95,7 @@ class Liveness:
                     return
                 except Exception:  # (Redis unreachable: the next beat tries again)
                     self.beats_failed += 1
+                    self._missed = True
                     log.warning("heartbeat of node %s failed", self._node_id, exc_info=True)
                     self._check_cut_off()
                 if self._auditing is None or self._auditing.done():
@@ -134,8 +139,9 @@ class Liveness:
             self.cut_off = False
             log.warning("node %s reaches Redis again", self._node_id)
         now = time.monotonic()
-        if self._last_beat is None or now - self._last_beat > self._ttl:
+        if self._missed or self._last_beat is None or now - self._last_beat > 2 * self._interval:
             self._steady_since = now  # (the first beat, or after a gap: others may lag)
+        self._missed = False
         self._last_beat = now
 
     def steady(self) -> bool:
