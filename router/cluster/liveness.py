@@ -146,7 +146,7 @@ class Liveness:
 
     def steady(self) -> bool:
         """True when this node may judge others dead (see the module docstring)."""
-        if self._steady_since is None or self._last_beat is None:
+        if self._missed or self._steady_since is None or self._last_beat is None:
             return False
         now = time.monotonic()
         return (

@@ -3,8 +3,9 @@
 Life of a node (one process, one *incarnation*):
 
 1. ``start``: register in the node registry, claim its route set (which drops the routes
-   of its own previous incarnation), open its inbox, load every live node's routes into
-   the mirror, announce itself, then heartbeat every ``heartbeat_interval``. Its
+   of its own previous incarnation), heartbeat every ``heartbeat_interval`` from then on
+   (the rest of a start may outlast the TTL), open its inbox, load every live node's
+   routes into the mirror, announce itself. Its
    background tasks run supervised (:mod:`router.cluster.supervisor`): one that fails
    restarts with backoff, and a node whose task keeps failing stops its heartbeat
    (:mod:`router.cluster.liveness`).
@@ -177,6 +178,7 @@ class RouterNode:
         await check_eviction(self._redis, self.config.allow_eviction)
         await self.registry.register(self.node_id, self.incarnation)
         await self._claim()
+        self._supervisor.start("heartbeat", self.liveness.run)  # (a start may outlast the TTL)
         await self._inbox.open()
         await self._sync.start(self._supervisor)
         self._writer.start()
@@ -184,7 +186,6 @@ class RouterNode:
         await self._adoption.adopt_own()  # (before its inbox's backlog is read)
         self._supervisor.start("inbox", self._inbox.run)
         await self._sync.announce()
-        self._supervisor.start("heartbeat", self.liveness.run)
         if self._traffic is not None:
             self._traffic.start()
         self._running = True

@@ -92,6 +92,8 @@ async def test_a_node_whose_heartbeats_missed_a_beat_does_not_judge_others_at_on
         await eventually(liveness.steady, 5.0, "steady after a TTL and an interval")
         registry.down = True
         failed = liveness.beats_failed
+        await eventually(lambda: liveness.beats_failed > failed, 5.0, "a missed beat")
+        assert not liveness.steady()  # (at once: the others' beats are failing too)
         await eventually(lambda: liveness.beats_failed >= failed + 3, 5.0, "missed beats")
         landed = registry.landed
         registry.down = False  # back well within the TTL

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from router.cluster.adoption import Adoption
 from router.cluster.config import NodeConfig
 from router.cluster.inbox import Forward, Kick, pack_batch, pack_notice
 from router.cluster.node import RouterNode
@@ -210,3 +211,24 @@ async def test_a_node_restarted_under_its_id_keeps_its_persistent_sessions(
     assert await c.connect("roamer", clean_start=False, expiry=600)
     got = await take(c, "roamer", 2)
     assert [d.payload for d in got] == [b"while a was down", b"after the restart"]
+
+
+async def test_a_node_whose_start_outlasts_the_ttl_is_not_purged_while_it_starts(
+    start_node: StartNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by `router bench soak`: a node restarted under a load of reconnecting
+    clients took longer than its heartbeat TTL to start; its first heartbeat came only
+    after, so a peer purged it while it started (and adopted its sessions, while their
+    clients came back to it). It beats from its registration on."""
+    a = await start_node("a")
+    await waiting.eventually(a.liveness.steady, 5, "a may judge others")
+    slow = 2.5 * a.config.heartbeat_ttl
+
+    async def slow_adoption(self: Any) -> None:
+        await asyncio.sleep(slow)  # (a long adoption of its previous incarnation's sessions)
+
+    monkeypatch.setattr(Adoption, "adopt_own", slow_adoption)
+    b = await start_node("b")
+    assert a.stats()["nodes_purged"] == 0
+    assert b.stats()["nodes_purged"] == 0 and b.running
+    assert {node.node_id for node in await a.registry.live_nodes()} == {"a", "b"}
