@@ -446,6 +446,18 @@ def check_redis(url: str) -> None:
         client.close()
 
 
+def check_directory(path: Path, option: str) -> None:
+    """Raise :class:`BenchSetupError` (naming ``option``) unless ``path`` is, or can be
+    made, a writable directory."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise BenchSetupError(f"{option}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BenchSetupError(f"{option}: {existing} is not writable")
+
+
 def check_positive(**values: float) -> None:
     """Raise :class:`BenchSetupError` unless every value is a finite number > 0 (the
     message names the option: ``drain_seconds`` is ``--drain-seconds``)."""

@@ -47,7 +47,7 @@ from typing import Any, Final
 
 from redis.asyncio import Redis
 
-from router.bench.broker_runs import check_positive, check_redis, cut
+from router.bench.broker_runs import check_directory, check_positive, check_redis, cut
 from router.bench.cluster_node import STAMP
 from router.bench.cpu_meter import cpu_seconds, cpu_us_per_message
 from router.cluster.config import NodeConfig
@@ -88,23 +88,11 @@ class ClusterBenchConfig:
                 f"--rate x --seconds must be 1 to {MAX_LATENCY_MESSAGES:,} messages"
             )
         if self.traffic_dir is not None:
-            _check_directory(Path(self.traffic_dir))
+            check_directory(Path(self.traffic_dir), "--traffic-dir")
 
     @property
     def latency_messages(self) -> int:
         return int(self.rate * self.seconds)
-
-
-def _check_directory(path: Path) -> None:
-    """Raise :class:`BenchSetupError` unless ``path`` is, or can be made, a writable
-    directory."""
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise BenchSetupError(f"--traffic-dir: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise BenchSetupError(f"--traffic-dir: {existing} is not writable")
 
 
 class Worker:

@@ -35,7 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from router.bench.broker_runs import check_positive, check_redis, cut, delete_prefix, percentile
+from router.bench.broker_runs import (
+    check_directory,
+    check_positive,
+    check_redis,
+    cut,
+    delete_prefix,
+    percentile,
+)
 from router.bench.soak_clients import (
     ChurnClient,
     Link,
@@ -357,6 +364,8 @@ def run(url: str | None, config: SoakConfig, logs: str | None = None) -> dict[st
     """One soak on ``url`` (or a redis-server the run starts and restarts); the object
     ``--json`` prints. The processes' logs are kept in the directory ``logs`` (None: a
     temporary one, removed after the run)."""
+    if logs is not None:
+        check_directory(Path(logs), "--logs")
     if url is not None:
         check_redis(url)
     with contextlib.ExitStack() as stack:

@@ -50,7 +50,7 @@ BAD: dict[str, list[tuple[str, str]]] = {
         ("--minutes", "inf"), ("--fault-every", "nan"), ("--fault-every", "inf"),
         ("--subscriptions", "5"), ("--qos1-rate", "-1"), ("--qos0-rate", "nan"),
         ("--qos0-rate", "inf"), ("--churn", "-3"), ("--sample-seconds", "0"),
-        ("--sample-seconds", "inf"),
+        ("--sample-seconds", "inf"), ("--logs", A_FILE),
     ],
 }  # fmt: skip
 ANY_VALUE_IS_GOOD = {"--seed"}  # every int seeds the workload
