@@ -54,6 +54,7 @@ from router.errors import BenchSetupError
 from router.ops.embedded_redis import embedded_redis, free_port
 from router.state.keys import Keys
 
+from .checks import check_positive, check_redis
 from .cpu_meter import cpu_seconds, cpu_us_per_message
 from .mqtt_load import (
     DISCONNECT,
@@ -429,41 +430,6 @@ def cut(value: float, digits: int = 2) -> float:
     product that could round up first): how every ratio of the benches is printed."""
     scale: int = 10**digits
     return math.floor(Fraction(value) * scale) / scale
-
-
-def check_redis(url: str) -> None:
-    """Raise :class:`BenchSetupError` unless ``url`` is a Redis URL that answers PING
-    (checked before a bench starts any process)."""
-    try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
-    except ValueError as exc:
-        raise BenchSetupError(f"bad Redis URL {url!r}: {exc}") from None
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        raise BenchSetupError(f"cannot reach Redis at {url}: {exc}") from None
-    finally:
-        client.close()
-
-
-def check_directory(path: Path, option: str) -> None:
-    """Raise :class:`BenchSetupError` (naming ``option``) unless ``path`` is, or can be
-    made, a writable directory."""
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise BenchSetupError(f"{option}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise BenchSetupError(f"{option}: {existing} is not writable")
-
-
-def check_positive(**values: float) -> None:
-    """Raise :class:`BenchSetupError` unless every value is a finite number > 0 (the
-    message names the option: ``drain_seconds`` is ``--drain-seconds``)."""
-    for name, value in values.items():
-        if not (math.isfinite(value) and value > 0):
-            raise BenchSetupError(f"--{name.replace('_', '-')} must be a number > 0, not {value}")
 
 
 def percentile(values: list[int], fraction: float) -> float:

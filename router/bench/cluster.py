@@ -47,7 +47,8 @@ from typing import Any, Final
 
 from redis.asyncio import Redis
 
-from router.bench.broker_runs import check_directory, check_positive, check_redis, cut
+from router.bench.broker_runs import cut
+from router.bench.checks import check_directory, check_positive, check_redis
 from router.bench.cluster_node import STAMP
 from router.bench.cpu_meter import cpu_seconds, cpu_us_per_message
 from router.cluster.config import NodeConfig

@@ -46,7 +46,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from router.bench.broker_runs import check_redis, cut
+from router.bench.broker_runs import cut
+from router.bench.checks import check_redis
 from router.cluster.traffic_log import format_record
 from router.errors import BenchSetupError, PipelineBenchError
 from router.ops.embedded_redis import embedded_redis

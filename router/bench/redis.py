@@ -55,7 +55,8 @@ from typing import Any, Final
 
 from redis.asyncio import Redis
 
-from router.bench.broker_runs import check_redis, cut
+from router.bench.broker_runs import cut
+from router.bench.checks import check_redis
 from router.core.guid import GuidGenerator, node_part_for
 from router.core.options import SubscriptionOptions, make_options
 from router.errors import BenchSetupError
