@@ -32,7 +32,7 @@ from router.core.sharing import STRATEGY_NAMES
 from router.errors import StaleIncarnationError
 from router.mqtt.server import parse_address, serve, tls_context
 from router.ops.metrics import serve_metrics
-from router.ops.node_process import freeze_startup_heap
+from router.ops.node_process import settle_collector
 from router.state.retained_store import RetainedConfig
 
 from .common import Target, log_to_stderr, run, stop_on_signals, target_options as target
@@ -268,7 +268,7 @@ def node_run(
                             serve_metrics(running, metrics, front)
                         )
                         log.info("metrics on http://%s:%d/metrics", *bound)
-                    freeze_startup_heap()
+                    settle_collector()
                     log.info("node %s ready", running.node_id)
                     signalled = asyncio.create_task(stop.wait())
                     taken_over = asyncio.create_task(running.wait_taken_over())

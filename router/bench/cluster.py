@@ -57,7 +57,7 @@ from router.core.messages import Outgoing
 from router.core.topics import validate_topic
 from router.errors import BenchSetupError
 from router.ops.embedded_redis import embedded_redis
-from router.ops.node_process import freeze_startup_heap
+from router.ops.node_process import settle_collector
 
 PAYLOAD = b"x" * 256
 BATCH = 256  # commands per pipeline round trip, and messages per publish_many call
@@ -274,7 +274,7 @@ async def run_async(url: str, config: ClusterBenchConfig) -> dict[str, Any]:
             await asyncio.to_thread(interested.ask, "ready")
             await asyncio.to_thread(idle.ask, "ready")
             await node.start()
-            freeze_startup_heap()  # as `router node run` does
+            settle_collector()  # as `router node run` does
             while "bench-b" not in node.mirror.match(validate_topic("tp/0")).nodes:
                 await asyncio.sleep(0.01)
             cpu_before = (cpu_seconds(os.getpid()), cpu_seconds(interested.process.pid))

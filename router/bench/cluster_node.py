@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
 from router.core.messages import Delivery
-from router.ops.node_process import freeze_startup_heap
+from router.ops.node_process import settle_collector
 
 STAMP: Final = struct.Struct("!dQ")
 """Payload head: intended send time (``time.monotonic()``) and sequence number."""
@@ -134,7 +134,7 @@ async def serve(args: argparse.Namespace) -> None:
     config = NodeConfig(args.node_id, prefix=args.prefix, queue_limit=1_000_000)
     node = RouterNode(redis, config)
     await node.start()
-    freeze_startup_heap()  # as `router node run` does
+    settle_collector()  # as `router node run` does
     recorder = Recorder()
     consumer = None
     if args.subscribe:
