@@ -82,24 +82,28 @@ def encode_publish(
     the delivery path encodes one PUBLISH per copy, and keeps the fields of its topics),
     as :func:`encode` makes them, without a :class:`Publish` to build first; raises as
     :func:`encode`."""
-    rest: tuple[bytes, ...] = (payload,)
-    if v5:
-        props = bytearray()
-        write_properties(props, properties)
-        rest = (bytes(props), payload)
+    head = b""
     if qos:
         if not packet_id:
             raise ValueError("a QoS 1 or 2 PUBLISH needs a packet identifier 1..65535")
-        rest = (packet_id.to_bytes(2, "big"), *rest)
-    size = len(field) + sum(map(len, rest))
+        head = packet_id.to_bytes(2, "big")
+    if v5:
+        props = bytearray(head)
+        write_properties(props, properties)
+        head = bytes(props)
+    size = len(field) + len(head) + len(payload)
     first = 0x30 | (dup << 3) | (qos << 1) | retain
+    fixed: bytes | bytearray
     if size < 0x80:
-        return b"".join((bytes((first, size)), field, *rest))
-    if size > MAX_VARINT:
-        raise ValueError(f"a packet body is at most {MAX_VARINT} bytes, not {size}")
-    fixed = bytearray((first,))
-    write_varint(fixed, size)
-    return b"".join((fixed, field, *rest))
+        fixed = bytes((first, size))
+    elif size < 0x4000:  # (two bytes of remaining length: payloads under 16 KiB)
+        fixed = bytes((first, (size & 0x7F) | 0x80, size >> 7))
+    else:
+        if size > MAX_VARINT:
+            raise ValueError(f"a packet body is at most {MAX_VARINT} bytes, not {size}")
+        fixed = bytearray((first,))
+        write_varint(fixed, size)
+    return b"".join((fixed, field, head, payload))
 
 
 def encode_puback(packet_id: int, reason_code: int, v5: bool) -> bytes:
