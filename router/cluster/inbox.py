@@ -25,7 +25,7 @@ from typing import Any
 import msgpack
 
 from router.core.messages import Message, MessageProperties
-from router.core.topics import TopicFilter, TopicName
+from router.core.topics import TopicFilter
 from router.errors import MalformedMessageError
 
 
@@ -103,26 +103,40 @@ def unpack_record(data: bytes) -> list[Forward] | Notice:
         record: Any = msgpack.unpackb(data, raw=False)
         if type(record) is dict:
             return _unpack_notice(record)
-        return [
-            Forward(
-                Message(
-                    bytes(row[0]),
-                    TopicName(str(row[1])),  # validated where the publish entered
-                    bytes(row[2]),
-                    int(row[3]),
-                    bool(row[4]),
-                    row[5],
-                    float(row[6]),
-                    None if row[9] is None else MessageProperties.from_row(row[9]),
-                    None if len(row) < 11 or row[10] is None else float(row[10]),
-                ),
-                tuple(row[7]),  # share filters: validated where they entered the cluster
-                tuple(row[8]),
-            )
-            for row in record
-        ]
+        return [_forward(row) for row in record]
     except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as exc:
         raise MalformedMessageError(f"not a router inbox record: {exc}") from None
+
+
+def _forward(row: list[Any]) -> Forward:
+    """One row of a batch (see the module docstring); raises ``TypeError`` or
+    ``ValueError`` for a row this router did not write."""
+    message_id, topic, payload, qos, retain, publisher, sent_at, groups, tried, props, *rest = row
+    if (
+        type(message_id) is not bytes
+        or type(topic) is not str
+        or type(payload) is not bytes
+        or qos not in (0, 1, 2)
+        or type(retain) is not bool
+        or (publisher is not None and type(publisher) is not str)
+    ):
+        raise TypeError("a row's id, topic, payload, qos, retain or publisher")
+    expires_at = rest[0] if rest else None
+    return Forward(
+        Message(
+            message_id,
+            row[1],  # the topic (a TopicName: validated where the publish entered)
+            payload,
+            qos,
+            retain,
+            publisher,
+            float(sent_at),
+            None if props is None else MessageProperties.from_row(props),
+            None if expires_at is None else float(expires_at),
+        ),
+        tuple(groups) if groups else (),  # share filters: validated where they entered
+        tuple(tried) if tried else (),
+    )
 
 
 def _unpack_notice(record: dict[Any, Any]) -> Notice:

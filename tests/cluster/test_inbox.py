@@ -51,6 +51,12 @@ def test_a_takeover_notice_of_the_version_before_does_not_resume() -> None:
         {"other": ["phone", 12]},
         [["short row"]],
         [[b"\x01" * 16, "t", b"", 0, False, None, 0.0, [], [], ["not", "properties"]]],
+        [[5, "t", b"", 0, False, None, 0.0, [], [], None]],  # an id that is not bytes
+        [[b"\x01" * 16, b"t", b"", 0, False, None, 0.0, [], [], None]],  # a topic not text
+        [[b"\x01" * 16, "t", "text", 0, False, None, 0.0, [], [], None]],  # a payload not bytes
+        [[b"\x01" * 16, "t", b"", 3, False, None, 0.0, [], [], None]],  # QoS 3
+        [[b"\x01" * 16, "t", b"", 0, 1, None, 0.0, [], [], None]],  # retain not a flag
+        [[b"\x01" * 16, "t", b"", 0, False, 7, 0.0, [], [], None]],  # a publisher not text
         "text",
     ],
 )
