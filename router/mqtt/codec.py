@@ -111,7 +111,7 @@ def decode(first: int, body: memoryview, level: int | None) -> Packet:
         raise MqttProtocolError("the first packet of a connection must be CONNECT")
     v5 = level >= MQTT_5
     if kind == PacketType.PUBLISH:
-        return _decode_publish(flags, body, v5)
+        return _decode_publish(flags, bytes(body), 0, len(body), v5)
     if kind == 0:
         raise MalformedPacketError("packet type 0 is reserved")
     expected = 2 if kind in _FLAGS_TWO else 0
@@ -215,30 +215,38 @@ def _decode_connack(body: memoryview, v5: bool) -> ConnAck:
     return ConnAck(bool(ack_flags), code, properties)
 
 
-def _decode_publish(flags: int, body: memoryview, v5: bool) -> Publish:
-    """A PUBLISH, its topic read in line (the one packet decoded per message)."""
+def _decode_publish(flags: int, data: bytes, at: int, end: int, v5: bool) -> Publish:
+    """The PUBLISH in ``data[at:end]``, read in place (the one packet decoded per
+    message: no view or slice of the body is made but the topic's and the payload's)."""
     qos = (flags >> 1) & 0x03
     if qos == 3:
         raise MalformedPacketError("a PUBLISH has QoS 3")
-    if len(body) < 2:
+    if end - at < 2:
         raise MalformedPacketError("the packet ends inside a two byte integer")
-    at = 2 + ((body[0] << 8) | body[1])
-    if at > len(body):
+    topic_end = at + 2 + ((data[at] << 8) | data[at + 1])
+    if topic_end > end:
         raise MalformedPacketError("the packet ends inside binary data or a string")
     try:
-        topic = str(body[2:at], "utf-8")
+        topic = data[at + 2 : topic_end].decode()
     except UnicodeDecodeError:
         raise MalformedPacketError("a string is not well-formed UTF-8") from None
     if "\x00" in topic:
         raise MalformedPacketError("a string contains U+0000")
+    at = topic_end
     packet_id = None
     if qos:
-        packet_id, at = _packet_id(body, at)
+        if end - at < 2:
+            raise MalformedPacketError("the packet ends inside a two byte integer")
+        packet_id = (data[at] << 8) | data[at + 1]
+        if not packet_id:
+            raise MalformedPacketError("packet identifier 0 is not allowed")
+        at += 2
     properties = NO_PROPERTIES
     if v5:
+        body = memoryview(data)[:end]
         properties, at = read_properties(body, at, PacketType.PUBLISH)
     return Publish(
-        topic, bytes(body[at:]), qos, bool(flags & 0x01), bool(flags & 0x08), packet_id, properties
+        topic, data[at:end], qos, bool(flags & 0x01), bool(flags & 0x08), packet_id, properties
     )
 
 
@@ -327,6 +335,23 @@ def _empty(v5: bool, message: str) -> Exception:
 # -- framing -----------------------------------------------------------------------------------
 
 
+def _remaining_length(data: bytes, at: int, size: int) -> tuple[int, int]:
+    """The remaining length whose first byte is ``data[at]``, and where the body starts;
+    (-1, at) while its bytes are still arriving (``data`` ends at ``size``)."""
+    remaining = 0
+    for shift in (0, 7, 14, 21):
+        if at >= size:
+            return -1, at
+        byte = data[at]
+        at += 1
+        remaining |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            if not byte and shift:  # MQTT-1.5.5-1: the fewest bytes
+                raise MalformedPacketError("the remaining length is overlong")
+            return remaining, at
+    raise MalformedPacketError("the remaining length is longer than 4 bytes")
+
+
 class PacketReader:
     """Frames a byte stream into packets.
 
@@ -370,23 +395,12 @@ class PacketReader:
         view = memoryview(snapshot)
         try:
             while size - start >= 2:
-                remaining = 0
-                at = start + 1
-                for shift in (0, 7, 14, 21):
-                    if at >= size:
-                        remaining = -1  # the length is still arriving
-                        break
-                    byte = snapshot[at]
-                    at += 1
-                    remaining |= (byte & 0x7F) << shift
-                    if not byte & 0x80:
-                        if not byte and shift:  # MQTT-1.5.5-1: the fewest bytes
-                            raise MalformedPacketError("the remaining length is overlong")
-                        break
-                else:
-                    raise MalformedPacketError("the remaining length is longer than 4 bytes")
-                if remaining < 0:
-                    break
+                at = start + 2
+                remaining = snapshot[start + 1]
+                if remaining & 0x80:  # (a remaining length of 128 bytes or more)
+                    remaining, at = _remaining_length(snapshot, start + 1, size)
+                    if remaining < 0:
+                        break  # the length is still arriving
                 total = at - start + remaining
                 if total > self.max_packet_size:
                     raise PacketTooLargeError(
@@ -398,8 +412,8 @@ class PacketReader:
                 first = snapshot[start]
                 packet: Packet
                 if first >> 4 == PacketType.PUBLISH and self.level is not None:
-                    body = view[at : at + remaining]
-                    packet = _decode_publish(first & 0x0F, body, self.level >= MQTT_5)
+                    v5 = self.level >= MQTT_5
+                    packet = _decode_publish(first & 0x0F, snapshot, at, at + remaining, v5)
                 else:
                     packet = decode(first, view[at : at + remaining], self.level)
                 if self.level is None and type(packet) is Connect:
