@@ -111,7 +111,9 @@ def unpack_record(data: bytes) -> list[Forward] | Notice:
 def _forward(row: list[Any]) -> Forward:
     """One row of a batch (see the module docstring); raises ``TypeError`` or
     ``ValueError`` for a row this router did not write."""
-    message_id, topic, payload, qos, retain, publisher, sent_at, groups, tried, props, *rest = row
+    if len(row) == 10:  # (a row of the version before: no expiry)
+        row = [*row, None]
+    message_id, topic, payload, qos, retain, publisher, sent_at, groups, tried, props, expires = row
     if (
         type(message_id) is not bytes
         or type(topic) is not str
@@ -121,7 +123,6 @@ def _forward(row: list[Any]) -> Forward:
         or (publisher is not None and type(publisher) is not str)
     ):
         raise TypeError("a row's id, topic, payload, qos, retain or publisher")
-    expires_at = rest[0] if rest else None
     return Forward(
         Message(
             message_id,
@@ -132,7 +133,7 @@ def _forward(row: list[Any]) -> Forward:
             publisher,
             float(sent_at),
             None if props is None else MessageProperties.from_row(props),
-            None if expires_at is None else float(expires_at),
+            None if expires is None else float(expires),
         ),
         tuple(groups) if groups else (),  # share filters: validated where they entered
         tuple(tried) if tried else (),

@@ -398,9 +398,14 @@ class PacketReader:
                 at = start + 2
                 remaining = snapshot[start + 1]
                 if remaining & 0x80:  # (a remaining length of 128 bytes or more)
-                    remaining, at = _remaining_length(snapshot, start + 1, size)
-                    if remaining < 0:
-                        break  # the length is still arriving
+                    second = snapshot[at] if at < size else 0
+                    if 0 < second < 0x80:  # (two bytes: packets under 16 KiB)
+                        remaining = (remaining & 0x7F) | (second << 7)
+                        at += 1
+                    else:
+                        remaining, at = _remaining_length(snapshot, start + 1, size)
+                        if remaining < 0:
+                            break  # the length is still arriving
                 total = at - start + remaining
                 if total > self.max_packet_size:
                     raise PacketTooLargeError(

@@ -37,6 +37,13 @@ def test_a_takeover_notice_of_the_version_before_does_not_resume() -> None:
     assert unpack_record(old) == Takeover("phone", 12, resume=False)
 
 
+def test_a_row_of_the_version_before_is_a_message_without_expiry() -> None:
+    row = [b"\x01" * 16, "a/b", b"x", 1, True, "pub", 2.5, ["$share/g/a/#"], ["n1"], None]
+    [forward] = unpack_record(msgpack.packb([row], use_bin_type=True))
+    message = Message(b"\x01" * 16, "a/b", b"x", 1, True, "pub", 2.5, None, None)
+    assert forward == Forward(message, ("$share/g/a/#",), ("n1",))
+
+
 @pytest.mark.parametrize(
     "record",
     [

@@ -421,3 +421,32 @@ def test_the_delivery_path_encodes_what_the_codec_reads_with_its_topic_fields_bo
     got = [(p.topic, p.payload) for p in packets if isinstance(p, Publish)]
     assert got == [(topic, topic.encode()) for topic in topics]
     assert len(fields) <= 8
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(
+        st.sampled_from([0, 1, 120, 125, 126, 300, 16_000, 16_379, 16_380, 20_000]),
+        min_size=1,
+        max_size=6,
+    ),
+    cuts=st.lists(st.integers(min_value=0, max_value=60_000), max_size=12),
+    level=st.sampled_from([MQTT_3_1_1, MQTT_5]),
+    qos=st.sampled_from([0, 1]),
+)
+def test_publish_packets_split_anywhere_read_back_whole(
+    sizes: list[int], cuts: list[int], level: int, qos: int
+) -> None:
+    """Remaining lengths of one, two and three bytes (payloads around 127 and 16,383
+    bytes of body), the stream cut at any points, a cut inside a length among them."""
+    packets = [
+        Publish(f"t/{n}", bytes([n]) * size, qos, packet_id=n + 1 if qos else None)
+        for n, size in enumerate(sizes)
+    ]
+    data = b"".join(encode(packet, level) for packet in packets)
+    reader = PacketReader()
+    reader.level = level
+    bounds = [0, *sorted(cut % (len(data) + 1) for cut in cuts), len(data)]
+    got = [p for a, b in zip(bounds, bounds[1:], strict=False) for p in reader.feed(data[a:b])]
+    assert got == packets
+    assert reader.buffered == 0
