@@ -5,6 +5,7 @@ error (and so the reason code) the specification names."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from typing import Any
 
@@ -447,6 +448,6 @@ def test_publish_packets_split_anywhere_read_back_whole(
     reader = PacketReader()
     reader.level = level
     bounds = [0, *sorted(cut % (len(data) + 1) for cut in cuts), len(data)]
-    got = [p for a, b in zip(bounds, bounds[1:], strict=False) for p in reader.feed(data[a:b])]
+    got = [p for a, b in itertools.pairwise(bounds) for p in reader.feed(data[a:b])]
     assert got == packets
     assert reader.buffered == 0
