@@ -454,21 +454,26 @@ class MqttConnection:
             return
         items: list[Outgoing] = []
         error: MqttError | None = None
+        client_id = self.client_id
         for packet in packets:
+            properties = packet.properties
+            if properties is NO_PROPERTIES and packet.topic and not packet.qos:
+                # (the common case in line: no alias, no quota, nothing carried)
+                items.append(Outgoing(packet.topic, packet.payload, 0, packet.retain, client_id))
+                continue
             try:
                 self._limits.check_quota(packet, self._session.awaiting_release)
                 topic = self._limits.topic(packet)
             except MqttError as refused:
                 error = refused  # (the packets before it still go)
                 break
-            properties = packet.properties
             items.append(
                 Outgoing(
                     topic,
                     packet.payload,
                     packet.qos,
                     packet.retain,
-                    self.client_id,
+                    client_id,
                     properties.message_expiry_interval,
                     carried_properties(properties),
                 )
