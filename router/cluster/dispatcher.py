@@ -123,14 +123,8 @@ class Dispatcher:
             message = admitted
         if message.retain:
             await self._retainer.retain([(message, outgoing.expiry_interval)])
-        result, sends = self.route(message)
-        if len(sends) == 1:
-            [(node_id, forward)] = sends.items()
-            await self._forwarder.send(node_id, [forward])
-        elif sends:
-            await asyncio.gather(
-                *(self._forwarder.send(node_id, [f]) for node_id, f in sends.items())
-            )
+        [result], per_node = self.route([message])
+        await self._forward(per_node)
         return result
 
     async def _publish_many(self, items: Iterable[Outgoing]) -> list[PublishResult]:
@@ -146,21 +140,26 @@ class Dispatcher:
         ]
         if retains:
             await self._retainer.retain(retains)
-        results = []
-        per_node: dict[str, list[Forward]] = {}
-        for original, message in zip(messages, admitted, strict=True):
-            if message is None:
-                results.append(PublishResult(original.id, [], 0, 0))
-                continue
-            result, sends = self.route(message)
-            results.append(result)
-            for node_id, forward in sends.items():
-                per_node.setdefault(node_id, []).append(forward)
-        if per_node:
+        routed = [m for m in admitted if m is not None]
+        results, per_node = self.route(routed)
+        if len(routed) < len(messages):  # (the policy stopped some: they went nowhere)
+            done = iter(results)
+            results = [
+                PublishResult(o.id, [], 0, 0) if m is None else next(done)
+                for o, m in zip(messages, admitted, strict=True)
+            ]
+        await self._forward(per_node)
+        return results
+
+    async def _forward(self, per_node: dict[str, list[Forward]]) -> None:
+        """Send each node its copies; return once every node's are in its inbox."""
+        if len(per_node) == 1:
+            [(node_id, forwards)] = per_node.items()
+            await self._forwarder.send(node_id, forwards)
+        elif per_node:
             await asyncio.gather(
                 *(self._forwarder.send(node_id, forwards) for node_id, forwards in per_node.items())
             )
-        return results
 
     def message(
         self, outgoing: Outgoing, message_id: bytes | None = None, now: float | None = None
@@ -191,35 +190,46 @@ class Dispatcher:
             None if expiry is None else time.time() + expiry,
         )
 
-    def route(self, message: Message) -> tuple[PublishResult, dict[str, Forward]]:
-        """Deliver locally and say which nodes get a copy (and for which share groups)."""
-        self.published += 1
-        route = self.mirror.match(message.topic, message.publisher)
-        if not route.nodes:
-            self.unrouted += 1
-            if self._policy.reports_drops:
-                self._policy.unrouted(message)
-        sends: dict[str, Forward] = {}
-        queued = dropped = 0
-        for node_id, groups in route.nodes.items():
-            if node_id == self.node_id:
-                queued, dropped = self.sessions.deliver(
-                    message, groups, self._policy.delivery_observer
-                )
-                self.local_deliveries += queued
-            else:
-                sends[node_id] = Forward(message, tuple(groups))
-        if self._traffic is not None:
-            self._traffic.record(message, sends, queued)
-        return PublishResult(message.id, list(route.nodes), queued, dropped), sends
+    def route(
+        self, messages: Sequence[Message]
+    ) -> tuple[list[PublishResult], dict[str, list[Forward]]]:
+        """Deliver each message locally and gather, for each other interested node, the
+        copies it gets (with the share groups it serves there); one result per message."""
+        here = self.node_id
+        match = self.mirror.match
+        deliver = self.sessions.deliver
+        observer = self._policy.delivery_observer
+        traffic = self._traffic
+        results: list[PublishResult] = []
+        per_node: dict[str, list[Forward]] = {}
+        for message in messages:
+            nodes = match(message.topic, message.publisher).nodes
+            queued = dropped = 0
+            if not nodes:
+                self.unrouted += 1
+                if self._policy.reports_drops:
+                    self._policy.unrouted(message)
+            for node_id, groups in nodes.items():
+                if node_id == here:
+                    queued, dropped = deliver(message, groups, observer)
+                    self.local_deliveries += queued
+                elif node_id in per_node:
+                    per_node[node_id].append(Forward(message, tuple(groups)))
+                else:
+                    per_node[node_id] = [Forward(message, tuple(groups))]
+            if traffic is not None:
+                traffic.record(message, [n for n in nodes if n != here], queued)
+            results.append(PublishResult(message.id, list(nodes), queued, dropped))
+        self.published += len(messages)
+        return results, per_node
 
     async def dispatch(self, forwards: list[Forward]) -> None:
         """Deliver copies that arrived in the inbox; re-dispatch groups with no member here."""
         waiters = []
+        deliver = self.sessions.deliver
+        observer = self._policy.delivery_observer
         for forward in forwards:
-            queued, dropped = self.sessions.deliver(
-                forward.message, forward.groups, self._policy.delivery_observer
-            )
+            queued, dropped = deliver(forward.message, forward.groups, observer)
             self.local_deliveries += queued
             if not queued and not dropped and not forward.groups:
                 self.unmatched += 1  # (its subscribers left, or the node restarted since)

@@ -25,8 +25,11 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from router.core.aliases import AliasTable
+from router.core.messages import Outgoing
 from router.errors import InvalidTopicError, MqttProtocolError
+from router.mqtt.outgoing import carried_properties
 from router.mqtt.packets import Publish
+from router.mqtt.properties import NO_PROPERTIES
 from router.mqtt.reason_codes import ReasonCode
 
 _OWN = ""  # (the table serves one connection: one client, whatever its id)
@@ -41,6 +44,22 @@ class InboundLimits:
         self.receive_maximum = receive_maximum
         self._aliases = AliasTable()
         self._aliases.set_maximum(_OWN, "client", topic_alias_maximum)
+
+    def outgoing(
+        self, packet: Publish, publisher: str | None, awaiting: Collection[int]
+    ) -> Outgoing:
+        """The message a QoS 0/1 ``packet`` of ``publisher`` asks for, its alias resolved
+        and its quota checked (``awaiting``: as :meth:`check_quota` takes it); raises as
+        :meth:`check_quota` and :meth:`topic` do."""
+        properties = packet.properties
+        if properties is NO_PROPERTIES and packet.topic and not packet.qos:
+            # (the common case in line: no alias, no quota, nothing carried)
+            return Outgoing(packet.topic, packet.payload, 0, packet.retain, publisher)
+        self.check_quota(packet, awaiting)
+        return Outgoing(
+            self.topic(packet), packet.payload, packet.qos, packet.retain, publisher,
+            properties.message_expiry_interval, carried_properties(properties),
+        )  # fmt: skip
 
     def topic(self, packet: Publish) -> str:
         """The topic of ``packet``, its alias resolved (or bound, when it has both)."""

@@ -84,25 +84,21 @@ class PublishEncoder:
 
     def encode(self, delivery: Delivery, packet_id: int | None, dup: bool) -> bytes:
         topic = delivery.topic
-        properties = NO_PROPERTIES
-        v5 = self.level >= MQTT_5
-        if v5:
-            properties = publish_properties(delivery, time.time())
-            alias = self._alias(topic)
-            if alias is not None:
-                properties = replace(properties, topic_alias=alias[0])
-                if alias[1]:
-                    topic = ""
+        if self.level < MQTT_5:
+            return encode_publish(
+                self._fields[topic], delivery.payload, delivery.qos, delivery.retain, dup,
+                packet_id, NO_PROPERTIES, False,
+            )  # fmt: skip
+        properties = publish_properties(delivery, time.time())
+        alias = self._alias(topic)
+        if alias is not None:
+            properties = replace(properties, topic_alias=alias[0])
+            if alias[1]:
+                topic = ""
         return encode_publish(
-            self._fields[topic],
-            delivery.payload,
-            delivery.qos,
-            delivery.retain,
-            dup,
-            packet_id,
-            properties,
-            v5,
-        )
+            self._fields[topic], delivery.payload, delivery.qos, delivery.retain, dup,
+            packet_id, properties, True,
+        )  # fmt: skip
 
     def _alias(self, topic: str) -> tuple[int, bool] | None:
         """(alias, already known to the client) for ``topic``, None to send it plainly."""
@@ -208,7 +204,8 @@ class Outbox:
 
     def _give_back(self) -> None:
         self._free += 1
-        self._slot_freed.set()
+        if self._free == 1:  # (only a window with no free slot is waited on)
+            self._slot_freed.set()
 
     def release(self, packet_id: int) -> None:
         """The client acknowledged ``packet_id`` (PUBACK, PUBCOMP, a failed PUBREC)."""

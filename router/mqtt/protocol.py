@@ -454,30 +454,13 @@ class MqttConnection:
             return
         items: list[Outgoing] = []
         error: MqttError | None = None
-        client_id = self.client_id
+        awaiting = self._session.awaiting_release
         for packet in packets:
-            properties = packet.properties
-            if properties is NO_PROPERTIES and packet.topic and not packet.qos:
-                # (the common case in line: no alias, no quota, nothing carried)
-                items.append(Outgoing(packet.topic, packet.payload, 0, packet.retain, client_id))
-                continue
             try:
-                self._limits.check_quota(packet, self._session.awaiting_release)
-                topic = self._limits.topic(packet)
+                items.append(self._limits.outgoing(packet, self.client_id, awaiting))
             except MqttError as refused:
                 error = refused  # (the packets before it still go)
                 break
-            items.append(
-                Outgoing(
-                    topic,
-                    packet.payload,
-                    packet.qos,
-                    packet.retain,
-                    client_id,
-                    properties.message_expiry_interval,
-                    carried_properties(properties),
-                )
-            )
         try:
             if any(item.topic.startswith(SYSTEM_TOPICS) for item in items):
                 raise NotAuthorizedError(self.client_id or "", "publish", "$SYS", "the broker's")
