@@ -27,9 +27,11 @@ def check_redis(url: str) -> None:
         client.close()
 
 
-def check_directory(path: Path, option: str) -> None:
+def check_directory(path: Path, option: str, empty: bool = False) -> None:
     """Raise :class:`BenchSetupError` (naming ``option``) unless ``path`` is, or can be
-    made, a writable directory."""
+    made, a writable directory (with ``empty``: one that holds nothing yet)."""
+    if empty and path.is_dir() and any(path.iterdir()):
+        raise BenchSetupError(f"{option}: {path} is not empty (the logs of another run?)")
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

@@ -359,7 +359,7 @@ def run(url: str | None, config: SoakConfig, logs: str | None = None) -> dict[st
     ``--json`` prints. The processes' logs are kept in the directory ``logs`` (None: a
     temporary one, removed after the run)."""
     if logs is not None:
-        check_directory(Path(logs), "--logs")
+        check_directory(Path(logs), "--logs", empty=True)
     if url is not None:
         check_redis(url)
     with contextlib.ExitStack() as stack:

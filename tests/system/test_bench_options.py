@@ -15,6 +15,7 @@ from router.cli import app
 MALFORMED = "nowhere://x"
 UNREACHABLE = "redis://127.0.0.1:1/0"  # nothing listens on port 1
 A_FILE = "<a file>"  # replaced by the path of an existing regular file
+A_FULL_DIRECTORY = "<a directory with a file in it>"
 
 BAD: dict[str, list[tuple[str, str]]] = {
     "match": [
@@ -51,6 +52,7 @@ BAD: dict[str, list[tuple[str, str]]] = {
         ("--subscriptions", "5"), ("--qos1-rate", "-1"), ("--qos0-rate", "nan"),
         ("--qos0-rate", "inf"), ("--churn", "-3"), ("--sample-seconds", "0"),
         ("--sample-seconds", "inf"), ("--logs", A_FILE),
+        ("--logs", A_FULL_DIRECTORY),
     ],
 }  # fmt: skip
 ANY_VALUE_IS_GOOD = {"--seed"}  # every int seeds the workload
@@ -75,6 +77,9 @@ def test_a_bad_option_is_one_error_line(
     if value == A_FILE:
         (tmp_path / "file").write_text("")
         value = str(tmp_path / "file")
+    elif value == A_FULL_DIRECTORY:
+        (tmp_path / "redis").mkdir()
+        value = str(tmp_path)
     result = CliRunner().invoke(app, ["bench", command, option, value, "--json"])
     assert result.exit_code not in (0, None), result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(
