@@ -12,6 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 import router
+from router.errors import RouteWriteError
 from router.state.keys import Keys
 from tests.support import waiting
 from tests.support.nodes import take
@@ -44,6 +45,16 @@ def throwaway(
     return url, flush
 
 
+async def writes_routes(node: router.RouterNode) -> bool:
+    """Whether a route change of ``node`` lands in Redis now (a node that rejoins after a
+    FLUSHALL refuses them until it claimed its route set again, as a new incarnation)."""
+    try:
+        await node.subscribe("probe", "probe")
+    except RouteWriteError:
+        return False
+    return node.stats()["route_changes_unwritten"] == 0
+
+
 @pytest.mark.parametrize("kind", ["standalone", "cluster"])
 async def test_after_a_flushall_each_node_writes_its_sessions_state_again(
     kind: str,
@@ -66,6 +77,7 @@ async def test_after_a_flushall_each_node_writes_its_sessions_state_again(
         clients = ["phone", "tablet", "laptop"]
         stored = [await a.subscriptions.subscriptions(c) for c in clients]
         owners = await a.subscriptions.owners(clients)
+        incarnation_b = b.incarnation
 
         await flush()
 
@@ -79,6 +91,8 @@ async def test_after_a_flushall_each_node_writes_its_sessions_state_again(
         assert laptop is not None and not laptop.connected
         await a.subscribe("tablet", "more")  # its claim fences the write again
         await waiting.eventually(lambda: "a" in b.mirror.match("news").nodes, 10, "b routes")
+        await waiting.eventually(lambda: b.incarnation != incarnation_b, 10, "b rejoined")
+        await waiting.eventually(lambda: writes_routes(b), 10, "b writes routes again")
         await b.publish("news", b"while the laptop is away", qos=1)
         assert await b.connect("laptop", clean_start=False, expiry=600)  # session present
         [delivery] = await take(b, "laptop", 1)
