@@ -317,10 +317,15 @@ class LocalSessions:
         ``only_groups`` limits the share groups this node serves for this message (the
         publisher's route match chose the node for them). ``no_local`` subscriptions of
         the publisher itself are skipped. ``observer`` (the node's hooks) is told of
-        every copy and of what the overflow policy dropped for it.
+        every copy and of what the overflow policy dropped for it. Clients whose single
+        matching subscription makes the same copy (QoS, retain flag, subscription
+        identifier) share one :class:`Delivery`, built once.
         """
         matched = self.trie.subscriptions_for(message.topic, message.publisher, only_groups)
         queued = dropped = 0
+        shared: dict[tuple[int, bool, int | None], Delivery] | None = (
+            {} if len(matched) > 1 else None
+        )
         for client_id, found in matched.items():
             if clients is not None and client_id not in clients:
                 continue
@@ -332,7 +337,19 @@ class LocalSessions:
             session = self._sessions.get(client_id)
             if session is None:
                 continue
-            delivery = make_copy(message, subscriptions)
+            if shared is not None and len(subscriptions) == 1:
+                options = subscriptions[0].options
+                shape = (
+                    min(options.qos, message.qos),
+                    message.retain and options.retain_as_published,
+                    options.subscription_identifier,
+                )
+                copy = shared.get(shape)
+                if copy is None:
+                    copy = shared[shape] = make_copy(message, subscriptions)
+                delivery = copy
+            else:
+                delivery = make_copy(message, subscriptions)
             lost = session.offer(delivery)
             if lost is None:
                 queued += 1

@@ -9,7 +9,7 @@ what a publish did.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from router.core.topics import TopicName
@@ -91,6 +91,11 @@ class Delivery:
     A persistent session's copy that was sent but not acknowledged when its connection
     ended carries the MQTT ``packet_id`` it was sent with: it goes again with that id and
     DUP set [MQTT-4.4.0-1]; ``released`` says its PUBREC came, so only PUBREL is due.
+
+    Clients whose subscriptions ask for the same copy share one Delivery (see
+    :meth:`~router.cluster.local_sessions.LocalSessions.deliver`), and ``encoded`` is where
+    the MQTT layer keeps the QoS 0 PUBLISH it encoded for it, so that one encoding serves
+    them all: ``(5.0 or not, bytes)``, never compared, never copied by ``replace``.
     """
 
     topic: str
@@ -106,6 +111,7 @@ class Delivery:
     expires_at: float | None = None
     packet_id: int | None = None
     released: bool = False
+    encoded: tuple[bool, bytes] | None = field(default=None, init=False, repr=False, compare=False)
 
 
 @dataclass(slots=True)

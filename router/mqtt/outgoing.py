@@ -83,18 +83,39 @@ class PublishEncoder:
         self._fields = TopicFields() if fields is None else fields
 
     def encode(self, delivery: Delivery, packet_id: int | None, dup: bool) -> bytes:
+        """The PUBLISH of ``delivery`` for this connection. A QoS 0 one that carries
+        nothing of this connection's (no properties, no alias) is the same for every
+        client of its protocol family: it is encoded once and kept on the delivery,
+        which the clients it was copied for share (:attr:`Delivery.encoded`)."""
         topic = delivery.topic
         if self.level < MQTT_5:
-            return encode_publish(
+            if packet_id is None:
+                encoded = delivery.encoded
+                if encoded is not None and not encoded[0]:
+                    return encoded[1]
+            data = encode_publish(
                 self._fields[topic], delivery.payload, delivery.qos, delivery.retain, dup,
                 packet_id, NO_PROPERTIES, False,
             )  # fmt: skip
+            if packet_id is None:
+                delivery.encoded = (False, data)
+            return data
         properties = publish_properties(delivery, time.time())
         alias = self._alias(topic)
         if alias is not None:
             properties = replace(properties, topic_alias=alias[0])
             if alias[1]:
                 topic = ""
+        elif packet_id is None and properties is NO_PROPERTIES:
+            encoded = delivery.encoded
+            if encoded is not None and encoded[0]:
+                return encoded[1]
+            data = encode_publish(
+                self._fields[topic], delivery.payload, delivery.qos, delivery.retain, dup,
+                None, NO_PROPERTIES, True,
+            )  # fmt: skip
+            delivery.encoded = (True, data)
+            return data
         return encode_publish(
             self._fields[topic], delivery.payload, delivery.qos, delivery.retain, dup,
             packet_id, properties, True,

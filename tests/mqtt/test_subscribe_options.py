@@ -15,7 +15,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from tests.mqtt.conftest import Nodes
-from tests.support.mqtt import TIMEOUT, V5, Paho, connect_properties, routed_to
+from tests.support.mqtt import TIMEOUT, V5, V311, Paho, connect_properties, routed_to
 from tests.support.waiting import wait_until
 
 
@@ -228,3 +228,66 @@ def test_a_message_above_the_clients_maximum_packet_size_is_not_sent_to_it(
     assert (fits.topic, fits.payload) == ("mps/t", b"y" * 10)
     assert small.nothing_more(0.5)
     assert small.disconnects.empty()  # still connected: the big one was only skipped
+
+
+def test_one_message_to_clients_of_every_kind_on_a_node(nodes: Nodes, clients: list[Paho]) -> None:
+    """Clients on node b whose copies are shared or not (tests/cluster/test_shared_copies.py):
+    two 3.1.1 clients, two plain 5.0 clients, one with topic aliases, one with a
+    subscription identifier, one with retain-as-published, one at QoS 1: every one gets
+    the PUBLISH its own subscription asks for, twice."""
+    port_a, port_b = nodes
+    v311 = [Paho(port_b, f"kind-311-{n}", V311) for n in range(2)]
+    clients.extend(v311)
+    plain = [client(port_b, clients, f"kind-5-{n}") for n in range(2)]
+    aliased = client(
+        port_b, clients, "kind-alias", properties=connect_properties(TopicAliasMaximum=2)
+    )
+    identified = client(port_b, clients, "kind-sid")
+    keeping = client(port_b, clients, "kind-rap")
+    acknowledging = client(port_b, clients, "kind-qos1")
+    assert all(subscriber.connected()[0] == 0 for subscriber in v311)
+    for subscriber in (*v311, *plain, aliased):
+        assert subscriber.subscribe("kind/#", 0) == [0]
+    assert subscribe_with_identifier(identified, "kind/#", 0, 5) == [0]
+    assert keeping.subscribe("kind/#", 0, retainAsPublished=True) == [0]
+    assert acknowledging.subscribe("kind/#", 1) == [1]
+    everyone = (*v311, *plain, aliased, identified, keeping, acknowledging)
+    publisher = client(port_a, clients, "kind-publisher")
+    routed_to(publisher, "kind/probe", *everyone)
+    publisher.publish("kind/t", b"first", 1, retain=True)
+    publisher.publish("kind/t", b"second", 1)
+
+    def seen(subscriber: Paho) -> list[tuple[str, bytes, int, int, Any, Any]]:
+        return [
+            (
+                m.topic,
+                m.payload,
+                m.qos,
+                m.retain,
+                getattr(m.properties, "TopicAlias", None),
+                getattr(m.properties, "SubscriptionIdentifier", None),
+            )
+            for m in subscriber.take(2)
+        ]
+
+    plainly = [("kind/t", b"first", 0, 0, None, None), ("kind/t", b"second", 0, 0, None, None)]
+    for subscriber in (*v311, *plain):
+        assert seen(subscriber) == plainly
+    assert seen(aliased) == [  # (alias 1 went to the probes' topic)
+        ("kind/t", b"first", 0, 0, 2, None),
+        ("", b"second", 0, 0, 2, None),  # (paho hands on the empty topic it got)
+    ]
+    assert seen(identified) == [
+        ("kind/t", b"first", 0, 0, None, [5]),
+        ("kind/t", b"second", 0, 0, None, [5]),
+    ]
+    assert seen(keeping) == [
+        ("kind/t", b"first", 0, 1, None, None),
+        ("kind/t", b"second", 0, 0, None, None),
+    ]
+    assert seen(acknowledging) == [
+        ("kind/t", b"first", 1, 0, None, None),
+        ("kind/t", b"second", 1, 0, None, None),
+    ]
+    assert all(subscriber.nothing_more(0.2) for subscriber in everyone)
+    publisher.publish("kind/t", b"", 1, retain=True)  # (clears the retained message)
