@@ -130,6 +130,7 @@ def bench_cluster(
 @click.option("--messages", default=100_000, show_default=True, help="Messages per QoS and broker.")
 @click.option("--publishers", default=4, show_default=True, help="Publisher connections.")
 @click.option("--subscribers", default=4, show_default=True, help="Subscriber connections.")
+@click.option("--fanout", default=1, show_default=True, help="Subscribers of each message.")
 @click.option("--window", default=100, show_default=True, help="QoS 1 publishes in flight.")
 @click.option("--rate", default=2_000.0, show_default=True, help="Latency phase rate (msg/s).")
 @click.option("--seconds", default=5.0, show_default=True, help="Latency phase length.")

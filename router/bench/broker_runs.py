@@ -116,6 +116,7 @@ class MqttBenchConfig:
     messages: int = 100_000
     publishers: int = 4
     subscribers: int = 4
+    fanout: int = 1
     window: int = 100
     rate: float = 2_000.0
     seconds: float = 5.0
@@ -133,7 +134,7 @@ class MqttBenchConfig:
     def plan(self, qos: int, label: str) -> LoadPlan:
         return LoadPlan(
             self.messages, self.publishers, self.subscribers, qos, self.window,
-            self.drain_seconds, label=label,
+            self.drain_seconds, label=label, fanout=self.fanout,
         )  # fmt: skip
 
     def latency_plan(self, label: str) -> LoadPlan:
@@ -554,7 +555,7 @@ def report(
         "messages": config.messages,
         "publishers": config.publishers,
         "subscribers": config.subscribers,
-        "fan_out": 1,
+        "fan_out": config.fanout,
         "payload_bytes": PAYLOAD_BYTES,
         "topics_per_publisher": TOPICS_PER_PUBLISHER,
         "inflight_window": config.window,

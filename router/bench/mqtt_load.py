@@ -15,15 +15,17 @@ of one cluster)::
 
 Workload: publisher ``p`` sends its messages on ``TOPICS_PER_PUBLISHER`` topics
 ``bench/pPPP/tTTT`` (message ``seq`` on topic ``seq % TOPICS_PER_PUBLISHER``); subscriber
-``s`` subscribes ``bench/pPPP/+`` for every ``p`` with ``p % S == s``, so each message has
-exactly one receiver (fan-out 1). Every payload is ``PAYLOAD_BYTES`` long and starts with
-:data:`HEAD`: publisher, seq, the send time and the intended send time (``time.time_ns()``,
-one clock for every process of the machine); seq ``PROBE_SEQ`` marks a probe.
+``s`` subscribes ``bench/pPPP/+`` for every ``p`` with ``(p - s) % S < F``, so each message
+has ``F`` receivers (the fan-out, 1 by default: ``p % S == s``). Every payload is
+``PAYLOAD_BYTES`` long and starts with :data:`HEAD`: publisher, seq, the send time and the
+intended send time (``time.time_ns()``, one clock for every process of the machine); seq
+``PROBE_SEQ`` marks a probe.
 
-Throughput is unique messages received over (last receive - first send). Each subscriber
-returns one bitmap per publisher (which seqs arrived), so the parent counts ``lost`` and
-``duplicates`` and compares the delivered sets of brokers. A subscriber stops when it has
-everything, or ``drain_seconds`` after its last new message once the publishers are done.
+Throughput is unique deliveries (a message to each of its receivers) over (last receive -
+first send). Each subscriber returns one bitmap per publisher (which seqs arrived), so the
+parent counts ``lost`` and ``duplicates`` and compares the delivered sets of brokers. A
+subscriber stops when it has everything, or ``drain_seconds`` after its last new message
+once the publishers are done.
 """
 
 from __future__ import annotations
@@ -165,7 +167,8 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
 @dataclass(frozen=True)
 class LoadPlan:
     """One run: ``messages`` split over ``publishers`` (the first ones take the remainder),
-    ``subscribers`` <= ``publishers``; with ``rate`` (msg/s) one paced publisher (latency)."""
+    ``subscribers`` <= ``publishers``, each message to ``fanout`` of them; with ``rate``
+    (msg/s) one paced publisher (latency)."""
 
     messages: int
     publishers: int
@@ -175,6 +178,7 @@ class LoadPlan:
     drain_seconds: float = 3.0
     rate: float | None = None
     label: str = "bench"
+    fanout: int = 1
 
     def __post_init__(self) -> None:
         if self.qos not in (0, 1):
@@ -183,6 +187,8 @@ class LoadPlan:
             raise BenchSetupError("messages, publishers, subscribers and window must be >= 1")
         if self.subscribers > self.publishers or self.publishers > 999:
             raise BenchSetupError("subscribers <= publishers <= 999")
+        if not 1 <= self.fanout <= self.subscribers:
+            raise BenchSetupError("fanout is 1..subscribers")
         if self.messages < self.publishers:
             raise BenchSetupError("at least one message per publisher")
         if not 1 <= self.window < 0x8000:
@@ -195,12 +201,15 @@ class LoadPlan:
         return share + (1 if publisher < rest else 0)
 
     def publishers_of(self, subscriber: int) -> list[int]:
-        return list(range(subscriber, self.publishers, self.subscribers))
+        return [
+            p for p in range(self.publishers) if (p - subscriber) % self.subscribers < self.fanout
+        ]
 
 
 @dataclass
 class LoadResult:
-    """What one run measured; ``bitmaps[p][seq]`` is 1 if that message arrived."""
+    """What one run measured; ``bitmaps`` holds, subscriber after subscriber, one bitmap
+    per publisher it subscribed (byte ``seq`` is 1 if that message arrived there)."""
 
     plan: LoadPlan
     first_send_ns: int
@@ -218,7 +227,7 @@ class LoadResult:
 
     @property
     def lost(self) -> int:
-        return self.plan.messages - self.received
+        return self.plan.messages * self.plan.fanout - self.received
 
     @property
     def elapsed(self) -> float:
@@ -230,7 +239,7 @@ class LoadResult:
         return self.received / self.elapsed if self.received and self.elapsed else 0.0
 
     def digest(self) -> str:
-        """A fingerprint of the set of (publisher, seq) delivered."""
+        """A fingerprint of the set of (subscriber, publisher, seq) delivered."""
         return hashlib.sha256(b"|".join(self.bitmaps)).hexdigest()[:16]
 
 
@@ -544,10 +553,10 @@ def combine(
     plan: LoadPlan, published: list[dict[str, Any]], received: list[dict[str, Any]]
 ) -> LoadResult:
     """One run's result from what its publisher and subscriber processes answered."""
-    bitmaps: dict[int, bytes] = {}
+    bitmaps: list[bytes] = []
     latencies, scheduled = array("q"), array("q")
-    for answer in received:
-        bitmaps.update(answer["bitmaps"])
+    for subscriber, answer in enumerate(received):
+        bitmaps += [answer["bitmaps"][p] for p in plan.publishers_of(subscriber)]
         latencies.frombytes(answer["latencies"])
         scheduled.frombytes(answer["scheduled"])
     errors = [a["error"] for a in (*published, *received) if a["error"]]
@@ -562,7 +571,7 @@ def combine(
         duplicates=sum(a["duplicates"] for a in received),
         stray=stray,
         cpu_seconds=sum(a["cpu_s"] for a in (*published, *received)),
-        bitmaps=[bitmaps.get(p, bytes(plan.count(p))) for p in range(plan.publishers)],
+        bitmaps=bitmaps,
         latencies_ns=list(latencies),
         scheduled_latencies_ns=list(scheduled),
         errors=errors,

@@ -1,4 +1,5 @@
-"""``router bench mqtt --json`` on a tiny size: the shape, and every broker's answers agree.
+"""``router bench mqtt --json`` on a tiny size: the shape, and every broker's answers agree;
+the load's plan (which subscriber gets which publisher's messages).
 
 It starts two router nodes, then one, then mosquitto and amqtt (amqtt from the bench's own
 virtualenv under ~/.cache/router/, created by pip on first use).
@@ -8,8 +9,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
+from router.bench.mqtt_load import LoadPlan
 from router.cli import app
 
 BROKERS = ("router_two_nodes", "router_one_node", "mosquitto", "amqtt")
@@ -43,7 +46,8 @@ def test_bench_mqtt_reports_every_field(redis_standalone_url: str) -> None:
         app,
         [
             "bench", "mqtt", "--redis", redis_standalone_url, "--messages", "300",
-            "--publishers", "3", "--subscribers", "2", "--rate", "400", "--seconds", "0.5",
+            "--publishers", "3", "--subscribers", "2", "--fanout", "2", "--rate", "400",
+            "--seconds", "0.5",
             "--drain-seconds", "1", "--json",
         ],
     )  # fmt: skip
@@ -63,5 +67,18 @@ def test_bench_mqtt_reports_every_field(redis_standalone_url: str) -> None:
     assert report["qos1"]["duplicates_by_broker"] == dict.fromkeys(BROKERS, 0)
     assert report["qos1"]["answers_agree"] is True
     assert report["qos0"]["lost_by_broker"]["router_two_nodes"] == 0
+    assert report["fan_out"] == 2  # lost 0: each of the 300 messages reached both
     assert report["latency_messages"] == 200  # 400 msg/s for 0.5 s, every one through
     assert 0 < report["p50_latency_ms"] <= report["p99_latency_ms"]
+
+
+@pytest.mark.parametrize(("publishers", "subscribers", "fanout"), [(4, 4, 1), (5, 3, 1), (7, 4, 3)])
+def test_each_message_has_fanout_subscribers(
+    publishers: int, subscribers: int, fanout: int
+) -> None:
+    plan = LoadPlan(100, publishers, subscribers, 0, fanout=fanout)
+    receivers = {p: [s for s in range(subscribers) if p in plan.publishers_of(s)] for p in range(7)}
+    assert all(len(receivers[p]) == fanout for p in range(publishers))
+    assert all(not receivers[p] for p in range(publishers, 7))
+    if fanout == 1:  # the bench's first plan: p % S == s
+        assert all(receivers[p] == [p % subscribers] for p in range(publishers))

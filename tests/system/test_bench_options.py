@@ -37,6 +37,7 @@ BAD: dict[str, list[tuple[str, str]]] = {
     "mqtt": [
         ("--redis", MALFORMED), ("--redis", UNREACHABLE), ("--messages", "0"),
         ("--publishers", "0"), ("--subscribers", "0"), ("--subscribers", "9"),
+        ("--fanout", "0"), ("--fanout", "5"),
         ("--window", "0"), ("--rate", "0"), ("--rate", "nan"), ("--rate", "inf"),
         ("--seconds", "0"), ("--seconds", "nan"), ("--drain-seconds", "-1"),
         ("--drain-seconds", "nan"),
