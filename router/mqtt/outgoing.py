@@ -88,38 +88,29 @@ class PublishEncoder:
         client of its protocol family: it is encoded once and kept on the delivery,
         which the clients it was copied for share (:attr:`Delivery.encoded`)."""
         topic = delivery.topic
-        if self.level < MQTT_5:
-            if packet_id is None:
-                encoded = delivery.encoded
-                if encoded is not None and not encoded[0]:
-                    return encoded[1]
-            data = encode_publish(
+        v5 = self.level >= MQTT_5
+        properties = NO_PROPERTIES
+        if v5:
+            properties = publish_properties(delivery, time.time())
+            alias = self._alias(topic)
+            if alias is not None:
+                properties = replace(properties, topic_alias=alias[0])
+                if alias[1]:
+                    topic = ""
+        if packet_id is not None or properties is not NO_PROPERTIES:  # this connection's own
+            return encode_publish(
                 self._fields[topic], delivery.payload, delivery.qos, delivery.retain, dup,
-                packet_id, NO_PROPERTIES, False,
+                packet_id, properties, v5,
             )  # fmt: skip
-            if packet_id is None:
-                delivery.encoded = (False, data)
-            return data
-        properties = publish_properties(delivery, time.time())
-        alias = self._alias(topic)
-        if alias is not None:
-            properties = replace(properties, topic_alias=alias[0])
-            if alias[1]:
-                topic = ""
-        elif packet_id is None and properties is NO_PROPERTIES:
-            encoded = delivery.encoded
-            if encoded is not None and encoded[0]:
-                return encoded[1]
-            data = encode_publish(
-                self._fields[topic], delivery.payload, delivery.qos, delivery.retain, dup,
-                None, NO_PROPERTIES, True,
-            )  # fmt: skip
-            delivery.encoded = (True, data)
-            return data
-        return encode_publish(
-            self._fields[topic], delivery.payload, delivery.qos, delivery.retain, dup,
-            packet_id, properties, True,
+        encoded = delivery.encoded
+        if encoded is not None and encoded[0] == v5:
+            return encoded[1]
+        data = encode_publish(
+            self._fields[topic], delivery.payload, delivery.qos, delivery.retain, dup, None,
+            NO_PROPERTIES, v5,
         )  # fmt: skip
+        delivery.encoded = (v5, data)
+        return data
 
     def _alias(self, topic: str) -> tuple[int, bool] | None:
         """(alias, already known to the client) for ``topic``, None to send it plainly."""
