@@ -24,6 +24,7 @@ from router.cluster.local_sessions import LocalSessions
 from router.cluster.policy import Policy
 from router.cluster.retainer import Retainer
 from router.cluster.traffic_log import TrafficLog
+from router.cluster.visibility import ArrivalOrder
 from router.core.guid import GuidGenerator
 from router.core.messages import Message, Outgoing, PublishResult
 from router.core.route_mirror import RouteMirror
@@ -74,6 +75,7 @@ class Dispatcher:
         policy: Policy,
         retainer: Retainer,
         traffic: TrafficLog | None,
+        arrivals: ArrivalOrder | None = None,
         timeout: float = 10.0,
     ) -> None:
         self.node_id = node_id
@@ -85,6 +87,7 @@ class Dispatcher:
         self._policy = policy
         self._retainer = retainer
         self._traffic = traffic
+        self._arrivals = arrivals if arrivals is not None else ArrivalOrder()
         self.published = 0
         self.unrouted = 0  # publishes no node subscribed to (as the mirror knew)
         self.local_deliveries = 0
@@ -116,6 +119,8 @@ class Dispatcher:
 
     async def _publish(self, outgoing: Outgoing) -> PublishResult:
         message = self.message(outgoing)
+        if self._arrivals.pending:  # (subscription changes that arrived first apply)
+            await self._arrivals.settled()
         if self._policy.guards_publish:
             [admitted] = await self._policy.admit_publish([message])
             if admitted is None:
@@ -132,6 +137,8 @@ class Dispatcher:
         ids = self._ids.new_bytes_many(len(items))
         now = time.monotonic()
         messages = [self.message(o, i, now) for o, i in zip(items, ids, strict=True)]
+        if self._arrivals.pending:  # (subscription changes that arrived first apply)
+            await self._arrivals.settled()
         admitted: Sequence[Message | None] = messages
         if self._policy.guards_publish:
             admitted = await self._policy.admit_publish(messages)

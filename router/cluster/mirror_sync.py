@@ -14,6 +14,12 @@ How the mirror learns about changes:
   which carries its generation and version together.
 
 The node's own routes enter its mirror directly from its route writer, not from Redis.
+
+After it applied a node's changes (or loaded its snapshot) the mirror *acks* how far it
+holds that node's route set (:mod:`router.state.route_acks`): a node acknowledges a
+subscription only once every other live node acked its route change
+(:mod:`router.cluster.visibility`). This node's own acks channel is heard on the hints
+connection and handed to ``on_ack``.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from router.errors import ResyncRequiredError, RouterError
 from router.state.connection import pubsub_client, refresh_slot_map, subscriber
 from router.state.keys import Keys
 from router.state.node_registry import NodeRegistry
+from router.state.route_acks import RouteAck, RouteAcks, parse_ack
 from router.state.routes import RouteStore
 from router.state.scripts import RedisClient
 
@@ -55,6 +62,7 @@ class MirrorSync:
         on_dropped: Callable[[str], None] | None = None,
         may_purge: Callable[[], bool] = lambda: True,
         on_purged: Callable[[str], Awaitable[None]] | None = None,
+        on_ack: Callable[[RouteAck], None] | None = None,
     ) -> None:
         self._redis = redis
         self._keys = keys
@@ -66,6 +74,11 @@ class MirrorSync:
         self._on_dropped = on_dropped
         self._may_purge = may_purge
         self._on_purged = on_purged
+        self._on_ack = on_ack
+        self._acks = RouteAcks(redis, keys)
+        self._acked: dict[str, tuple[str, int]] = {}  # node -> the position last acked
+        self._hints_channel_text = keys.route_hints()
+        self._hints_channel = self._hints_channel_text.encode()
         self._adoptions: set[asyncio.Task[None]] = set()
         self._hint_client: Redis | None = None
         self._pubsub: PubSub | None = None
@@ -96,7 +109,7 @@ class MirrorSync:
         redis-py names as its default one now; any node hears every PUBLISH)."""
         self._hint_client = pubsub_client(self._redis)
         self._pubsub = subscriber(self._hint_client, ignore_subscribe_messages=True)
-        await self._pubsub.subscribe(self._keys.route_hints())
+        await self._pubsub.subscribe(self._keys.route_hints(), self._acks.channel(self._node_id))
 
     async def _close_hints(self) -> None:
         pubsub, self._pubsub = self._pubsub, None
@@ -137,7 +150,28 @@ class MirrorSync:
             self._running.pop(node_id, None)
 
     async def catch_up(self, node_id: str) -> None:
-        """Apply the node's changes after the mirrored version, or reload it."""
+        """Apply the node's changes after the mirrored version, or reload it; then ack
+        the position the mirror holds, if it moved since the last ack."""
+        await self._follow(node_id)
+        await self._ack(node_id)
+
+    async def _ack(self, node_id: str) -> None:
+        position = self._mirror.position(node_id)
+        if position is None:
+            return
+        generation, version = position
+        if generation is None:
+            return
+        if self._acked.get(node_id) == (generation, version):
+            return
+        try:
+            await self._acks.ack(node_id, self._node_id, generation, version)
+        except (RedisError, RouterError) as exc:  # (the writer's wait re-reads, then times out)
+            log.warning("route ack to node %s failed: %r", node_id, exc)
+            return
+        self._acked[node_id] = (generation, version)
+
+    async def _follow(self, node_id: str) -> None:
         position = self._mirror.position(node_id)
         if position is None:
             await self.reload(node_id)
@@ -167,6 +201,7 @@ class MirrorSync:
         self._mirror.load(node_id, snapshot.generation, snapshot.version, snapshot.routes)
 
     def _drop(self, node_id: str) -> None:
+        self._acked.pop(node_id, None)
         if self._mirror.drop(node_id) and self._on_dropped is not None:
             self._on_dropped(node_id)
 
@@ -244,5 +279,10 @@ class MirrorSync:
             if message is None or message.get("type") != "message":
                 continue
             data = message["data"]
+            if message.get("channel") not in (self._hints_channel, self._hints_channel_text):
+                ack = parse_ack(data)
+                if ack is not None and self._on_ack is not None:
+                    self._on_ack(ack)
+                continue
             node_id = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
             self.request(node_id)

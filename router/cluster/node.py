@@ -57,6 +57,7 @@ from router.cluster.route_writer import Reconciliation, RouteWriter
 from router.cluster.session_keeper import SessionKeeper
 from router.cluster.supervisor import Supervisor
 from router.cluster.traffic_log import TrafficLog
+from router.cluster.visibility import ArrivalOrder, RouteVisibility
 from router.core.guid import GuidGenerator, node_part_for
 from router.core.hooks import HookRegistry
 from router.core.hot_topics import cache_counters
@@ -69,6 +70,7 @@ from router.state.connection import check_eviction
 from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
 from router.state.retained_store import RetainedStore
+from router.state.route_acks import RouteAcks
 from router.state.routes import RouteChange, RouteStore
 from router.state.scripts import RedisClient, redis_errors
 from router.state.session_store import SessionInfo, SessionStore
@@ -98,6 +100,10 @@ class RouterNode:
         self.hooks = HookRegistry()  # see router.cluster.policy for what the node runs where
         self._policy = Policy(self.hooks, config.acl)
         self.mirror = RouteMirror(config.strategy(), cache=config.match_cache)
+        self._arrivals = ArrivalOrder()
+        self._visibility = RouteVisibility(
+            RouteAcks(redis, self.keys), self.node_id, self.mirror.nodes, config.heartbeat_ttl
+        )
         self._adoption = Adoption(self)
         self._sync = MirrorSync(
             redis,
@@ -109,6 +115,7 @@ class RouterNode:
             config.heartbeat_interval,
             may_purge=lambda: self.liveness.steady(),  # noqa: PLW0108 (made below)
             on_purged=self._adoption.adopt,
+            on_ack=self._visibility.on_ack,
         )
         self._writer = RouteWriter(
             self.routes,
@@ -140,6 +147,7 @@ class RouterNode:
             self._policy,
             self._retainer,
             self._traffic,
+            self._arrivals,
             config.publish_timeout,
         )
         self._keeper = SessionKeeper(
@@ -195,6 +203,7 @@ class RouterNode:
         claim = await self.routes.claim(self.node_id, self.incarnation, self.sessions.routes())
         self._generation = claim.generation
         self.mirror.load(self.node_id, claim.generation, 0, self.sessions.routes())
+        self._visibility.written(claim.generation, 0)
 
     async def stop(self) -> None:
         """Leave gracefully: remove this node's routes, deregister, announce, close."""
@@ -253,6 +262,8 @@ class RouterNode:
         )
 
     def _on_routes_applied(self, changes: list[RouteChange]) -> None:
+        if changes and self._generation is not None:
+            self._visibility.written(self._generation, changes[-1].version)
         if not self.mirror.apply(self.node_id, self._generation, changes):
             self.mirror.load(
                 self.node_id,
@@ -264,6 +275,7 @@ class RouterNode:
     async def _on_routes_claimed(self, generation: str) -> None:
         self._generation = generation
         self.mirror.load(self.node_id, generation, 0, self.sessions.routes())
+        self._visibility.written(generation, 0)
 
     # -- clients ---------------------------------------------------------------------
 
@@ -433,11 +445,18 @@ class RouterNode:
             return True
         return False
 
-    async def subscribe(self, client_id: str, topic_filter: str, **options: Any) -> bool:
+    async def subscribe(
+        self, client_id: str, topic_filter: str, *, confirm: bool = True, **options: Any
+    ) -> bool:
         """Subscribe a client (connecting it if needed); True if the subscription is new.
 
-        Returns once the subscription is in Redis and, if the node's routes changed, the
-        route is durable: from then on a publish on any caught-up node reaches the client.
+        Returns once the subscription is in Redis and in this node's trie and route
+        mirror: a publish this node receives after the subscribe was admitted reaches the
+        client (:class:`~router.cluster.visibility.ArrivalOrder`). With ``confirm`` (the
+        default) it also waits until every other live node's route mirror holds the
+        route, so that from then on a publish on any node reaches the client (bounded by
+        the heartbeat TTL; see :mod:`router.cluster.visibility`); a caller making several
+        subscriptions passes False and calls :meth:`confirm_routes` once.
         Raises :class:`InvalidTopicError` / :class:`InvalidOptionsError` and changes
         nothing on bad input, and :class:`NotAuthorizedError` (nothing changed either) if
         a ``client.subscribe`` hook or the ACL refuses it (see :mod:`router.cluster.policy`).
@@ -450,21 +469,31 @@ class RouterNode:
             checked, opts = await self._policy.admit_subscribe(client_id, checked, opts)
         if opts.no_local and parse_shared(checked) is not None:
             raise InvalidOptionsError("a shared subscription cannot set no_local (MQTT-3.8.3-4)")
-        owner = self._claims.held(client_id)
-        if owner is None:
-            await self.connect(client_id)
+        with self._arrivals.applying():
             owner = self._claims.held(client_id)
-        await self.subscriptions.write_subscriptions(client_id, [(checked, opts)], owner=owner)
-        is_new, change = self.sessions.subscribe(client_id, checked, opts)
-        if change is not None:
-            await self._write_routes([change])
+            if owner is None:
+                await self.connect(client_id)
+                owner = self._claims.held(client_id)
+            await self.subscriptions.write_subscriptions(client_id, [(checked, opts)], owner=owner)
+            is_new, change = self.sessions.subscribe(client_id, checked, opts)
+            if change is not None:
+                await self._write_routes([change])
+        if confirm:
+            await self._visibility.confirm()
         await self._retainer.on_subscribe(
             client_id, checked, opts, is_new, self._policy.delivery_observer
         )
         return is_new
 
+    async def confirm_routes(self) -> bool:
+        """Wait until every other live node's route mirror holds the routes this node
+        wrote so far (bounded by the heartbeat TTL); False when that bound passed first
+        (counted as ``subscribe_unconfirmed``)."""
+        return await self._visibility.confirm()
+
     async def unsubscribe(self, client_id: str, topic_filter: str) -> bool:
-        """Remove one subscription; True if the client had it."""
+        """Remove one subscription; True if the client had it. A publish this node
+        receives after the unsubscribe was admitted does not reach it."""
         checked = validate_filter(topic_filter)
         owner = self._claims.held(client_id)
         if owner is None:
@@ -472,10 +501,11 @@ class RouterNode:
         kept = await self._policy.admit_unsubscribe(client_id, checked)
         if kept is None:
             return False
-        await self.subscriptions.delete_subscriptions(client_id, [kept], owner=owner)
-        existed, change = self.sessions.unsubscribe(client_id, kept)
-        if change is not None:
-            await self._write_routes([change])
+        with self._arrivals.applying():
+            await self.subscriptions.delete_subscriptions(client_id, [kept], owner=owner)
+            existed, change = self.sessions.unsubscribe(client_id, kept)
+            if change is not None:
+                await self._write_routes([change])
         return existed
 
     async def disconnect(self, client_id: str) -> None:
@@ -588,6 +618,7 @@ class RouterNode:
             "route_changes_unwritten": self._writer.unwritten,
             **self._retainer.stats(),
             **self._keeper.stats(),
+            **self._visibility.stats(),
             **(self._traffic.stats() if self._traffic is not None else {}),
             **cache_counters("route_cache", self.mirror.cache_stats()),
             **cache_counters("local_cache", self.sessions.cache_stats()),

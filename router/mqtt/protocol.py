@@ -27,7 +27,9 @@ The life of a connection:
    :mod:`router.mqtt.inbound` (0x93, 0x94, 0x82). A topic with a wildcard is 0x90; the
    ACL refusing it: PUBACK/PUBREC 0x87 in 5.0, a silent drop in 3.1.1.
 4. SUBSCRIBE / UNSUBSCRIBE map to the node's, one reason code per filter (granted QoS,
-   0x8F invalid filter, 0x87 not authorized, 0x80 in 3.1.1 for any failure).
+   0x8F invalid filter, 0x87 not authorized, 0x80 in 3.1.1 for any failure). They apply
+   to every PUBLISH the node receives after them, and SUBACK goes once every live node's
+   route mirror holds the subscription (:mod:`router.cluster.visibility`).
 5. Deliveries: at most ``min(max_inflight, client's Receive Maximum)`` QoS 1/2 publishes
    are unacknowledged at once; the rest wait in the client's queue on the node. A
    packet above the client's Maximum Packet Size is not sent and is counted, as is a
@@ -526,8 +528,8 @@ class MqttConnection:
         for sub in packet.subscriptions:
             try:
                 await self.node.subscribe(
-                    self.client_id or "", sub.topic_filter, qos=sub.qos, no_local=sub.no_local,
-                    retain_as_published=sub.retain_as_published,
+                    self.client_id or "", sub.topic_filter, confirm=False, qos=sub.qos,
+                    no_local=sub.no_local, retain_as_published=sub.retain_as_published,
                     retain_handling=sub.retain_handling, subscription_identifier=identifier,
                 )  # fmt: skip
                 codes.append(sub.qos)
@@ -539,6 +541,8 @@ class MqttConnection:
                 codes.append(RC.NOT_AUTHORIZED if v5 else RC.UNSPECIFIED_ERROR)
             except RouteWriteError:  # (kept and written later: a repeat is harmless)
                 codes.append(RC.UNSPECIFIED_ERROR)
+        if any(code < 0x80 for code in codes):
+            await self.node.confirm_routes()  # (SUBACK: in effect on every node)
         self._write(SubAck(packet.packet_id, tuple(codes)))
 
     async def _on_unsubscribe(self, packet: Unsubscribe) -> None:

@@ -138,6 +138,11 @@ class Keys:
     def node_meta(self, node_id: str) -> str:
         return self.node(node_id) + ":meta"
 
+    def node_route_acks(self, node_id: str) -> str:
+        """The hash of how far each reader's route mirror holds the node's route set
+        (see :mod:`router.state.route_acks`)."""
+        return self.node(node_id) + ":route-acks"
+
     def registry(self) -> str:
         """The hash of registered nodes (one key, its own slot)."""
         return f"{self.prefix}:{{nodes}}:registry"
@@ -214,6 +219,11 @@ class Keys:
     def route_hints(self) -> str:
         """The pub/sub channel (not a key) where nodes announce route changes: a hint."""
         return f"{self.prefix}:route-hints"
+
+    def route_acks_channel(self, node_id: str) -> str:
+        """The pub/sub channel (not a key) where readers tell a node how far they hold
+        its route set."""
+        return self.node(node_id) + ":route-acks"
 
     def inbox(self, node_id: str) -> str:
         """The *channel name* of a node's inbox (a channel-clock channel)."""

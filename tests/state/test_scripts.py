@@ -25,6 +25,7 @@ from router.errors import (
 from router.state.alias_store import RedisAliasTable
 from router.state.keys import Keys
 from router.state.node_registry import NodeRegistry
+from router.state.route_acks import RouteAcks
 from router.state.routes import RouteStore
 from router.state.scripts import RedisClient, Scripts, script_source
 from router.state.session_store import SessionStore
@@ -48,6 +49,7 @@ STATE_SCRIPTS = frozenset(
         "route_snapshot",
         "route_changes",
         "route_purge",
+        "route_ack",
         "node_register",
         "node_heartbeat",
         "node_list",
@@ -153,8 +155,9 @@ async def exercise_everything(
     aliases = RedisAliasTable(redis, keys)
     routes = RouteStore(redis, keys, stream_length=3)
     registry = NodeRegistry(redis, keys, ttl=30.0, routes=routes)
+    acks = RouteAcks(redis, keys)
     if scripts is not None:
-        for store in (subs, aliases, routes, registry):
+        for store in (subs, aliases, routes, registry, acks):
             store._scripts = scripts
     owner = await subs.claim(client_id, node_id)
     assert await subs.subscribe_many(client_id, [("a/+", SubscriptionOptions(qos=1))], owner=owner)
@@ -190,6 +193,8 @@ async def exercise_everything(
         {"r/#": 1, "s": 1, "$share/g/t": 2},
     )
     assert len((await routes.changes(node_id, claim.generation, 0)).changes) == 2
+    await acks.ack(node_id, "reader 1", claim.generation, 2)
+    assert await acks.read(node_id) == {"reader 1": (claim.generation, 2)}
     assert node_id in {n.node_id for n in await registry.live_nodes()}
     assert (await registry.purge(node_id, "inc-1")).status == "purged"
     assert node_id not in {n.node_id for n in await registry.nodes()}
@@ -419,6 +424,7 @@ async def test_every_script_called_without_argv_refuses_and_changes_nothing(
         "route_snapshot": routes.node_keys("n"),
         "route_changes": routes.node_keys("n")[1:],
         "route_purge": routes.node_keys("n"),
+        "route_ack": [keys.node_route_acks("n")],
         "node_register": registry_keys,
         "node_heartbeat": registry_keys,
         "node_list": registry_keys,

@@ -64,6 +64,7 @@ ROUTES: Final[State] = {
     "routes": ("hash", {"r/1": "1", "r/2": "2"}, 0),
     "stream": ("stream", [("1-0", {"r": "r/1", "n": "1"}), ("2-0", {"r": "r/2", "n": "2"})], 0),
     "meta": h(incarnation="inc1", generation="7", version="2"),
+    "acks": h(n2="7 2"),
 }
 RETAINED: Final[State] = {
     "topics": ("zset", {"a/b": 0.0, "a/c": 0.0, "a/d": 0.0, "b": 0.0}, 0),
@@ -253,6 +254,11 @@ SPECS: Final[dict[str, Spec]] = {
     "route_changes": Spec(NODE[1:], "routes", fixed(one("7", ""), one("0", "1", "2"), one("5"))),
     "route_claim": Spec(NODE, "routes", then(fixed(one("inc1", "inc2")), pairs(filters, counts))),
     "route_purge": Spec(NODE, "routes", fixed(one("inc1", "", "inc2"))),
+    "route_ack": Spec(
+        ("acks",),
+        "routes",
+        fixed(one("n2", "n3"), one("7", "8"), one("0", "2", "9"), one("rt:acks"), ttl),
+    ),
     "route_snapshot": Spec(NODE, "routes", st.just([])),
     "retained_expire": Spec(SHARD, "retained", fixed(one("1", "10"))),
     "retained_locate": Spec(SHARDS[:2], "retained", fixed(one("0", "2", "3", "9"))),

@@ -1,0 +1,182 @@
+"""When a subscription takes effect: in arrival order on a node, everywhere once acknowledged.
+
+Two guarantees, and the two mechanisms behind them:
+
+1. **Arrival order on one node** (:class:`ArrivalOrder`). A SUBSCRIBE or UNSUBSCRIBE that
+   the node received before a PUBLISH (from any connection) applies to it, as on
+   mosquitto. A subscription changes local state only after Redis took it (the client's
+   subscriptions, then the node's route set), so a change is *open* from the moment it is
+   admitted until the node's own trie and route mirror hold it; a publish that arrives
+   while changes are open waits for those (and only those) before it is matched. With no
+   change open a publish pays one attribute read.
+2. **SUBACK means subscribed, cluster-wide** (:class:`RouteVisibility`). Once a node
+   acknowledges a subscription, every PUBLISH that any node receives afterwards is routed
+   to it. Other nodes learn a node's route changes from its change stream; each of them
+   acks how far its mirror holds the node's route set (:mod:`router.state.route_acks`),
+   and a subscribe waits until every other live node acked the node's latest written
+   route version before the SUBACK goes. The wait is bounded (the liveness TTL: a node
+   silent for that long is about to be purged as dead); a wait that ends unconfirmed is
+   counted (``subscribe_unconfirmed``) and logged with the nodes that lagged. A
+   subscribe that changes no route waits too while an earlier change (another client's
+   subscribe of the same filter) is not acked yet; in steady state nothing is pending
+   and a subscribe does not wait at all.
+
+What it does not cover: a node that joined the cluster after the wait began and has not
+been seen by this node yet (it loads the route sets when it starts, so it holds the
+route unless it read this node's routes before the change and its hint was lost; the
+periodic refresh catches it up within an interval). An UNSUBSCRIBE needs no cluster-wide
+wait: copies that still reach the node are matched against its own trie, which no
+longer holds the subscription, and are counted as unmatched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator
+
+from redis.exceptions import RedisError
+
+from router.state.route_acks import RouteAck, RouteAcks
+
+log = logging.getLogger(__name__)
+
+
+class ArrivalOrder:
+    """The subscription changes a node has admitted and not yet applied locally."""
+
+    def __init__(self) -> None:
+        self._open: set[asyncio.Future[None]] = set()
+
+    @property
+    def pending(self) -> bool:
+        """True while some change is open (a publish must wait: :meth:`settled`)."""
+        return bool(self._open)
+
+    @contextlib.contextmanager
+    def applying(self) -> Iterator[None]:
+        """Open a change for the duration of the block (closed however it ends)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._open.add(done)
+        try:
+            yield
+        finally:
+            self._open.discard(done)
+            done.set_result(None)
+
+    async def settled(self) -> None:
+        """Return once every change open now is closed (later ones are not waited for)."""
+        if self._open:
+            await asyncio.wait(list(self._open))
+
+
+class RouteVisibility:
+    """A writer node's view of how far the other nodes' mirrors hold its route set."""
+
+    def __init__(
+        self,
+        acks: RouteAcks,
+        node_id: str,
+        peers: Callable[[], Iterable[str]],
+        timeout: float,
+        poll: float = 0.2,
+    ) -> None:
+        self._acks = acks
+        self._node_id = node_id
+        self._peers = peers
+        self.timeout = timeout
+        self._poll = poll
+        self._generations: dict[str, int] = {}  # generation -> its order here
+        self._target: tuple[str, int] | None = None  # the latest written (generation, version)
+        self._seen: dict[str, tuple[str, int]] = {}
+        self._acked = asyncio.Event()
+        self.waited = 0  # subscribes that waited for acks and got them
+        self.unconfirmed = 0  # subscribes whose wait ended at the timeout
+
+    def written(self, generation: str, version: int) -> None:
+        """The node's route set is durable in Redis at ``version`` of ``generation``."""
+        if generation not in self._generations:
+            self._generations[generation] = len(self._generations)
+            if len(self._generations) > 64:  # (only the latest few matter)
+                oldest = min(self._generations, key=self._generations.__getitem__)
+                del self._generations[oldest]
+        target = self._target
+        if target is None or target[0] != generation or target[1] < version:
+            self._target = (generation, version)
+
+    def on_ack(self, ack: RouteAck) -> None:
+        """A reader said how far it holds this node's routes (from the acks channel)."""
+        self._seen[ack.reader] = (ack.generation, ack.version)
+        self._acked.set()
+
+    def _holds(self, reader: str, target: tuple[str, int]) -> bool:
+        seen = self._seen.get(reader)
+        if seen is None:
+            return False
+        if seen[0] == target[0]:
+            return seen[1] >= target[1]
+        order = self._generations.get(seen[0])
+        return order is not None and order > self._generations.get(target[0], -1)
+
+    def lagging(self, target: tuple[str, int] | None = None) -> list[str]:
+        """The live peers whose mirrors do not hold ``target`` (default: the latest)."""
+        target = target or self._target
+        if target is None:
+            return []
+        here = self._node_id
+        return sorted(p for p in self._peers() if p != here and not self._holds(p, target))
+
+    async def confirm(self) -> bool:
+        """Wait until every other live node's mirror holds what this node has written so
+        far; True when they do, False when ``timeout`` seconds passed first (counted)."""
+        target = self._target
+        if target is None or not self.lagging(target):
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                lagging = self.lagging(target)
+                if not lagging:
+                    break
+                self.unconfirmed += 1
+                log.warning(
+                    "route change %s:%d of node %s not acked by %s within %.1f s",
+                    target[0], target[1], self._node_id, ", ".join(lagging), self.timeout,
+                )  # fmt: skip
+                return False
+            self._acked.clear()
+            try:
+                async with asyncio.timeout(min(self._poll, remaining)):
+                    await self._acked.wait()
+            except TimeoutError:
+                await self._reread()
+            if not self.lagging(target):
+                break
+        self.waited += 1
+        return True
+
+    async def _reread(self) -> None:
+        """Read the acks hash: an ack on the channel may have been lost."""
+        try:
+            stored = await self._acks.read(self._node_id)
+        except RedisError as exc:
+            log.debug("reading route acks of %s failed: %r", self._node_id, exc)
+            return
+        for reader, seen in stored.items():
+            known = self._seen.get(reader)
+            if known is None or self._newer(seen, known):
+                self._seen[reader] = seen
+
+    def _newer(self, one: tuple[str, int], other: tuple[str, int]) -> bool:
+        if one[0] == other[0]:
+            return one[1] > other[1]
+        return self._generations.get(one[0], -1) > self._generations.get(other[0], -1)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "subscribe_waited": self.waited,
+            "subscribe_unconfirmed": self.unconfirmed,
+        }

@@ -1,0 +1,56 @@
+"""Subscriptions in effect when acknowledged (router.cluster.visibility), on embedded nodes.
+
+The MQTT view (arrival order, SUBACK across nodes) is in tests/mqtt/test_visibility.py;
+here: what a subscribe waits for, that the wait is bounded, and that it is counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from router.state.route_acks import RouteAcks
+from tests.support.nodes import StartNode, die
+
+
+async def test_a_subscribe_returns_once_every_other_node_routes_to_it(
+    start_node: StartNode,
+) -> None:
+    """Each subscribe below adds a route; once it returns, the other nodes' mirrors
+    route to it without waiting for anything."""
+    a, b, c = await start_node("a"), await start_node("b"), await start_node("c")
+    for i in range(20):
+        await a.subscribe("client", f"t/{i}")
+        for node in (b, c):  # (no waiting: routed at once)
+            assert node.mirror.match(f"t/{i}", None).nodes.keys() == {"a"}
+    assert a.stats()["subscribe_unconfirmed"] == 0
+    assert a.stats()["subscribe_waited"] >= 1
+
+
+async def test_the_acks_are_in_redis_for_a_writer_that_missed_them(
+    start_node: StartNode, redis_client: object
+) -> None:
+    a, b = await start_node("a"), await start_node("b")
+    await a.subscribe("client", "t")
+    generation, version = a.mirror.position("a") or (None, 0)
+    assert generation is not None and version >= 1
+    acks = await RouteAcks(b._redis, b.keys).read("a")
+    assert acks["b"] == (generation, version)
+
+
+@pytest.mark.parametrize("redis_backend", ["standalone"], indirect=True)
+async def test_a_node_that_never_acks_delays_a_subscribe_by_the_ttl_at_most(
+    start_node: StartNode, redis_client: object
+) -> None:
+    """A node whose background work stopped (as under kill -9, before its heartbeat
+    expired) cannot ack: the subscribe returns after the heartbeat TTL, counted."""
+    a = await start_node("a", heartbeat_ttl=1.0)
+    b = await start_node("b", heartbeat_ttl=30.0)  # (not purged as dead during the test)
+    await die(b)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await a.subscribe("client", "t") is True
+    assert loop.time() - started < 5.0  # (bounded: well within the test's patience)
+    assert a.stats()["subscribe_unconfirmed"] == 1
+    assert list(a.sessions.trie.subscriptions("client")) == ["t"]

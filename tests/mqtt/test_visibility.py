@@ -1,0 +1,147 @@
+"""When a subscription takes effect (router.cluster.visibility), seen by MQTT clients.
+
+* On one node, packets apply in arrival order: a SUBSCRIBE (or UNSUBSCRIBE) the node
+  received before another client's PUBLISH applies to it, SUBACK or not (each round
+  sends the SUBSCRIBE, then at once the PUBLISH on the other connection, then waits for
+  the SUBACK: the subscriber's connection is idle when its next packet comes).
+* Across nodes, SUBACK means subscribed: a PUBLISH sent to any node after the SUBACK
+  came reaches the subscriber (request/response depends on it).
+
+The clients are raw sockets speaking through our codec: the tests must control exactly
+when each packet leaves (a SUBSCRIBE and, without waiting for its SUBACK, a PUBLISH on
+another connection), which no client library lets them do.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+from router.mqtt.codec import PacketReader, encode
+from router.mqtt.packets import (
+    MQTT_5,
+    ConnAck,
+    Connect,
+    Packet,
+    PubAck,
+    Publish,
+    SubAck,
+    Subscribe,
+    Subscription,
+    UnsubAck,
+    Unsubscribe,
+)
+from tests.mqtt.conftest import Nodes
+
+TIMEOUT = 10.0
+ROUNDS = 100
+
+
+class RawClient:
+    """A 5.0 connection whose packets leave exactly when the test sends them."""
+
+    def __init__(self, port: int, client_id: str) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+        self.reader = PacketReader()
+        self.reader.level = MQTT_5
+        self.pending: list[Packet] = []
+        self.send(Connect(client_id, MQTT_5, clean_start=True, keepalive=60))
+        [connack] = self.until(lambda p: isinstance(p, ConnAck))
+        assert isinstance(connack, ConnAck) and connack.reason_code == 0
+
+    def send(self, *packets: Packet) -> None:
+        self.sock.sendall(b"".join(encode(p, MQTT_5) for p in packets))
+
+    def until(self, wanted: Callable[[Packet], bool], count: int = 1) -> list[Packet]:
+        """Read until ``count`` packets satisfying ``wanted`` came; returns those, and
+        keeps the others in ``pending``. Bounded by TIMEOUT."""
+        deadline = time.monotonic() + TIMEOUT
+        found: list[Packet] = []
+        kept: list[Packet] = []
+        for packet in self.pending:
+            (found if wanted(packet) and len(found) < count else kept).append(packet)
+        self.pending = kept
+        while len(found) < count:
+            self.sock.settimeout(max(deadline - time.monotonic(), 0.01))
+            chunk = self.sock.recv(65536)
+            assert chunk, "the server closed the connection"
+            for packet in self.reader.feed(chunk):
+                if wanted(packet) and len(found) < count:
+                    found.append(packet)
+                else:
+                    self.pending.append(packet)
+        return found
+
+    def publishes(self, settle: float) -> list[Publish]:
+        """Every PUBLISH received so far and within ``settle`` quiet seconds more."""
+        got = [p for p in self.pending if isinstance(p, Publish)]
+        self.pending = [p for p in self.pending if not isinstance(p, Publish)]
+        self.sock.settimeout(settle)
+        try:
+            while chunk := self.sock.recv(65536):
+                got += [p for p in self.reader.feed(chunk) if isinstance(p, Publish)]
+        except TimeoutError:
+            pass
+        return got
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_subscribe_received_before_a_publish_applies_to_it(nodes: Nodes) -> None:
+    """SUBSCRIBE on one connection, then at once (no SUBACK awaited) a PUBLISH of a
+    matching topic on another connection of the same node: every one is delivered."""
+    port_a, _ = nodes
+    subscriber, publisher = RawClient(port_a, "order-sub"), RawClient(port_a, "order-pub")
+    try:
+        for i in range(ROUNDS):
+            subscriber.send(Subscribe(i + 1, (Subscription(f"order/{i}", qos=0),)))
+            publisher.send(Publish(f"order/{i}", b"%d" % i, 0))
+            subscriber.until(lambda p: isinstance(p, SubAck))
+        got = subscriber.publishes(settle=0.5)
+        assert sorted(int(p.payload) for p in got) == list(range(ROUNDS))
+    finally:
+        subscriber.close()
+        publisher.close()
+
+
+def test_an_unsubscribe_received_before_a_publish_applies_to_it(nodes: Nodes) -> None:
+    """UNSUBSCRIBE, then at once a PUBLISH of that topic from another connection: none
+    arrives (a message on a filter still held, sent last, shows the stream is read)."""
+    port_a, _ = nodes
+    subscriber, publisher = RawClient(port_a, "unsub-sub"), RawClient(port_a, "unsub-pub")
+    try:
+        filters = tuple(Subscription(f"gone/{i}", qos=0) for i in range(ROUNDS))
+        subscriber.send(Subscribe(1, (*filters, Subscription("kept", qos=1))))
+        subscriber.until(lambda p: isinstance(p, SubAck))
+        for i in range(ROUNDS):
+            subscriber.send(Unsubscribe(i + 1, (f"gone/{i}",)))
+            publisher.send(Publish(f"gone/{i}", b"late", 0))
+            subscriber.until(lambda p: isinstance(p, UnsubAck))
+        publisher.send(Publish("kept", b"last", 1, packet_id=1))
+        [last] = subscriber.until(lambda p: isinstance(p, Publish) and p.topic == "kept")
+        assert isinstance(last, Publish) and last.payload == b"last"
+        late = [p for p in subscriber.pending if isinstance(p, Publish)]
+        assert late == []
+    finally:
+        subscriber.close()
+        publisher.close()
+
+
+def test_after_suback_a_publish_on_another_node_reaches_the_subscriber(nodes: Nodes) -> None:
+    """Request/response across nodes: subscribe on node B, and the moment SUBACK comes
+    publish QoS 1 on node A: every message is delivered."""
+    port_a, port_b = nodes
+    subscriber, publisher = RawClient(port_b, "reply-sub"), RawClient(port_a, "reply-pub")
+    try:
+        for i in range(ROUNDS):
+            subscriber.send(Subscribe(i + 1, (Subscription(f"reply/{i}", qos=0),)))
+            subscriber.until(lambda p: isinstance(p, SubAck))
+            publisher.send(Publish(f"reply/{i}", b"%d" % i, 1, packet_id=i + 1))
+            publisher.until(lambda p: isinstance(p, PubAck))
+        got = subscriber.publishes(settle=1.0)
+        assert sorted(int(p.payload) for p in got) == list(range(ROUNDS))
+    finally:
+        subscriber.close()
+        publisher.close()
