@@ -165,9 +165,7 @@ class Adoption:
                     break
                 for stored in result.messages:
                     for forward in _forwards(stored.content):
-                        copy = self._node.sessions.copy_for(forward.message, client_id)
-                        if copy is not None:
-                            copies.append(copy)
+                        copies += self._node.sessions.copies_for(forward.message, client_id)
                 if not result.more:
                     break
         finally:

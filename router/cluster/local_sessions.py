@@ -26,7 +26,7 @@ from router.core.hot_topics import DEFAULT_CACHE, CacheSettings, CacheStats
 from router.core.messages import Delivery, Message
 from router.core.options import SubscriptionOptions
 from router.core.sharing import ShareStrategy
-from router.core.topics import TopicFilter, parse_shared
+from router.core.topics import SHARE_PREFIX, TopicFilter, parse_shared
 from router.core.trie import MatchedSubscription, SubscriptionTrie
 from router.errors import ClientNotConnectedError
 
@@ -296,13 +296,20 @@ class LocalSessions:
 
     # -- delivery --------------------------------------------------------------------
 
-    def copy_for(self, message: Message, client_id: str) -> Delivery | None:
-        """The copy of ``message`` that ``client_id``'s subscriptions here ask for, as
-        :meth:`deliver` would queue it (not queued); None when none of them matches."""
-        found = self.trie.subscriptions_for(message.topic, message.publisher, None).get(client_id)
+    def copies_for(
+        self, message: Message, client_id: str, only_groups: Collection[str] = ()
+    ) -> list[Delivery]:
+        """The copies of ``message`` that ``client_id``'s subscriptions here ask for, as
+        :meth:`deliver` with ``only_groups`` would queue them (not queued): none when
+        none of them matches; by default only its plain subscriptions count."""
+        found = self.trie.subscriptions_for(message.topic, message.publisher, only_groups).get(
+            client_id
+        )
         if found and client_id == message.publisher:
             found = [s for s in found if not s.options.no_local]
-        return make_copy(message, found) if found else None
+        if not found:
+            return []
+        return [make_copy(message, part) for part in copy_parts(found)]
 
     def deliver(
         self,
@@ -312,14 +319,16 @@ class LocalSessions:
         clients: Container[str] | None = None,
     ) -> tuple[int, int]:
         """Queue the message for every matching local client (of ``clients``, when given);
-        returns (queued, dropped).
+        returns (queued, dropped) copies.
 
         ``only_groups`` limits the share groups this node serves for this message (the
         publisher's route match chose the node for them). ``no_local`` subscriptions of
-        the publisher itself are skipped. ``observer`` (the node's hooks) is told of
-        every copy and of what the overflow policy dropped for it. Clients whose single
-        matching subscription makes the same copy (QoS, retain flag, subscription
-        identifier) share one :class:`Delivery`, built once.
+        the publisher itself are skipped. A client gets one copy for all its matching
+        plain subscriptions and, apart from it, one for each shared subscription it was
+        chosen for (:func:`copy_parts`). ``observer`` (the node's hooks) is told of every
+        copy and of what the overflow policy dropped for it. Copies made for a single
+        subscription of the same shape (QoS, retain flag, subscription identifier) are
+        one :class:`Delivery`, built once, whichever clients they go to.
         """
         matched = self.trie.subscriptions_for(message.topic, message.publisher, only_groups)
         queued = dropped = 0
@@ -337,26 +346,27 @@ class LocalSessions:
             session = self._sessions.get(client_id)
             if session is None:
                 continue
-            if shared is not None and len(subscriptions) == 1:
-                options = subscriptions[0].options
-                shape = (
-                    min(options.qos, message.qos),
-                    message.retain and options.retain_as_published,
-                    options.subscription_identifier,
-                )
-                copy = shared.get(shape)
-                if copy is None:
-                    copy = shared[shape] = make_copy(message, subscriptions)
-                delivery = copy
-            else:
-                delivery = make_copy(message, subscriptions)
-            lost = session.offer(delivery)
-            if lost is None:
-                queued += 1
-            else:
-                dropped += 1
-            if observer is not None:
-                observer(client_id, delivery, lost)
+            parts = (subscriptions,) if len(subscriptions) == 1 else copy_parts(subscriptions)
+            for part in parts:
+                if shared is not None and len(part) == 1:
+                    options = part[0].options
+                    shape = (
+                        min(options.qos, message.qos),
+                        message.retain and options.retain_as_published,
+                        options.subscription_identifier,
+                    )
+                    delivery = shared.get(shape)
+                    if delivery is None:
+                        delivery = shared[shape] = make_copy(message, part)
+                else:
+                    delivery = make_copy(message, part)
+                lost = session.offer(delivery)
+                if lost is None:
+                    queued += 1
+                else:
+                    dropped += 1
+                if observer is not None:
+                    observer(client_id, delivery, lost)
         return queued, dropped
 
     def cache_stats(self) -> CacheStats | None:
@@ -370,10 +380,26 @@ class LocalSessions:
         return self._counts.get(share_filter, 0)
 
 
+def copy_parts(
+    subscriptions: Sequence[MatchedSubscription],
+) -> list[Sequence[MatchedSubscription]]:
+    """How one client's matching ``subscriptions`` split into copies (MQTT 5.0 4.8.2 and
+    3.3.4): its plain subscriptions together make one copy, and each shared one makes a
+    copy of its own (the client was chosen for that group apart from anything else).
+    Returns the parts, the plain one first, in the order of ``subscriptions``; none for
+    no subscriptions."""
+    plain = [s for s in subscriptions if not s.filter.startswith(SHARE_PREFIX)]
+    if len(plain) == len(subscriptions):
+        return [subscriptions] if subscriptions else []
+    parts: list[Sequence[MatchedSubscription]] = [plain] if plain else []
+    parts += [(s,) for s in subscriptions if s.filter.startswith(SHARE_PREFIX)]
+    return parts
+
+
 def make_copy(message: Message, subscriptions: Sequence[MatchedSubscription]) -> Delivery:
-    """One client's copy of ``message`` for its matching ``subscriptions`` (at least one):
-    the best QoS they grant (at most the message's), retain as published if one asks,
-    every subscription identifier."""
+    """The copy of ``message`` for ``subscriptions`` (at least one) of one client that
+    make one copy together (see :func:`copy_parts`): the best QoS they grant (at most the
+    message's), retain as published if one asks, every subscription identifier."""
     if len(subscriptions) == 1:  # the usual case, without the loops below
         options = subscriptions[0].options
         best = options.qos

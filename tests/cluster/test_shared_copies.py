@@ -2,11 +2,12 @@
 
 :meth:`LocalSessions.deliver` gives clients whose matching subscription makes the same
 copy one :class:`Delivery`, and :class:`PublishEncoder` keeps a QoS 0 copy's PUBLISH on
-it. Checked against the unshared path: every client's copy equals the one
-:func:`make_copy` builds for it alone, and every PUBLISH any connection makes of a
-shared copy is byte for byte what :func:`encode` makes of that client's own packet.
-The same through real clients: tests/mqtt/test_subscribe_options.py.
-"""
+it. Checked against a brute-force model: a client gets one copy for its plain
+subscriptions together and one per share group that chose it, and a client with one
+matching subscription gets the copy :func:`make_copy` builds for it alone, shared with
+every other of its shape; every PUBLISH any connection makes of a shared copy is byte
+for byte what :func:`encode` makes of that client's own packet.
+The same through real clients: tests/mqtt/test_subscribe_options.py."""
 
 from __future__ import annotations
 
@@ -17,11 +18,14 @@ from hypothesis import given, settings, strategies as st
 from router.cluster.local_sessions import LocalSessions, make_copy
 from router.core.messages import Delivery, Message, MessageProperties
 from router.core.options import SubscriptionOptions
+from router.core.sharing import ShareGroup
+from router.core.topics import matches, parse_shared
 from router.mqtt.codec import encode
 from router.mqtt.outgoing import PublishEncoder, publish_properties
 from router.mqtt.packets import MQTT_3_1_1, MQTT_5, Publish
 
-FILTERS = ["a/b", "a/+", "a/#", "#", "+/b"]
+FILTERS = ["a/b", "a/+", "a/#", "#", "+/b", "x/y"]
+SHARED = ["$share/g/a/b", "$share/g/#", "$share/h/a/+", "$share/h/x/#"]
 TOPIC = "a/b"
 
 options_strategy = st.builds(
@@ -31,9 +35,19 @@ options_strategy = st.builds(
     retain_as_published=st.booleans(),
     subscription_identifier=st.one_of(st.none(), st.integers(1, 3)),
 )
+shared_options_strategy = st.builds(  # (no_local is a protocol error on a shared one)
+    SubscriptionOptions,
+    qos=st.integers(0, 2),
+    retain_as_published=st.booleans(),
+    subscription_identifier=st.one_of(st.none(), st.integers(1, 3)),
+)
+subscriptions_strategy = st.tuples(
+    st.dictionaries(st.sampled_from(FILTERS), options_strategy, max_size=3),
+    st.dictionaries(st.sampled_from(SHARED), shared_options_strategy, max_size=2),
+).map(lambda both: {**both[0], **both[1]})
 clients_strategy = st.dictionaries(
     st.sampled_from([f"c{n}" for n in range(8)]),
-    st.dictionaries(st.sampled_from(FILTERS), options_strategy, min_size=1, max_size=3),
+    subscriptions_strategy.filter(bool),
     min_size=1,
 )
 message_strategy = st.builds(
@@ -47,45 +61,124 @@ message_strategy = st.builds(
     properties=st.sampled_from([None, MessageProperties(content_type="text/plain")]),
 )
 
+Clients = dict[str, dict[str, SubscriptionOptions]]
+Shape = tuple[int, bool, tuple[int, ...]]
+
+
+class FirstMember:
+    """A share strategy the model can follow: the first member (members are sorted)."""
+
+    def choose(self, group: ShareGroup, topic: str, publisher: str | None) -> str:
+        return group.members[0]
+
 
 def delivered(
-    clients: dict[str, dict[str, SubscriptionOptions]], message: Message
-) -> tuple[LocalSessions, dict[str, Delivery]]:
-    sessions = LocalSessions(match_cache=None)
+    clients: Clients, message: Message, only_groups: list[str] | None = None
+) -> tuple[LocalSessions, dict[str, list[Delivery]]]:
+    sessions = LocalSessions(FirstMember(), match_cache=None)
     for client_id, subscriptions in clients.items():
         for topic_filter, options in subscriptions.items():
             sessions.subscribe(client_id, topic_filter, options)
-    sessions.deliver(message, None)
-    copies = {}
-    for client_id in clients:
-        [*queued] = sessions.session(client_id).take_all()
-        assert len(queued) <= 1
-        if queued:
-            copies[client_id] = queued[0]
-    return sessions, copies
+    sessions.deliver(message, only_groups)
+    return sessions, {c: sessions.session(c).take_all() for c in clients}
 
 
-@settings(max_examples=300, deadline=None)
-@given(clients=clients_strategy, message=message_strategy)
-def test_every_client_gets_the_copy_it_would_get_alone(
-    clients: dict[str, dict[str, SubscriptionOptions]], message: Message
+def model(
+    clients: Clients, message: Message, only_groups: list[str] | None
+) -> dict[str, list[Shape]]:
+    """What each client must get, by brute force (MQTT 5.0 3.3.4, 4.8.2): one copy for
+    all its matching plain subscriptions together, one for each share group that chose it
+    (the group's first member, by :class:`FirstMember`); each as (QoS, retain, ids)."""
+
+    def shape(chosen: list[SubscriptionOptions]) -> Shape:
+        return (
+            min(max(o.qos for o in chosen), message.qos),
+            message.retain and any(o.retain_as_published for o in chosen),
+            tuple(sorted(o.subscription_identifier for o in chosen if o.subscription_identifier)),
+        )
+
+    wanted: dict[str, list[Shape]] = {client_id: [] for client_id in clients}
+    for client_id, subscriptions in clients.items():
+        plain = [
+            options
+            for topic_filter, options in subscriptions.items()
+            if parse_shared(topic_filter) is None
+            and matches(topic_filter, message.topic)
+            and not (options.no_local and client_id == message.publisher)
+        ]
+        if plain:
+            wanted[client_id].append(shape(plain))
+    for share_filter in SHARED:
+        if only_groups is not None and share_filter not in only_groups:
+            continue
+        members = sorted(c for c, subscriptions in clients.items() if share_filter in subscriptions)
+        if members and matches(share_filter, message.topic):
+            wanted[members[0]].append(shape([clients[members[0]][share_filter]]))
+    return wanted
+
+
+def shapes_of(copies: list[Delivery]) -> list[Shape]:
+    return sorted((c.qos, c.retain, tuple(sorted(c.subscription_ids))) for c in copies)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    clients=clients_strategy,
+    message=message_strategy,
+    only_groups=st.one_of(st.none(), st.lists(st.sampled_from(SHARED), unique=True)),
+)
+def test_every_client_gets_a_copy_for_its_plain_subscriptions_and_one_per_share_group(
+    clients: Clients, message: Message, only_groups: list[str] | None
 ) -> None:
-    sessions, copies = delivered(clients, message)
-    shapes: dict[tuple[int, bool, int | None], Delivery] = {}
+    sessions, copies = delivered(clients, message, only_groups)
+    wanted = model(clients, message, only_groups)
     for client_id in clients:
-        matched = sessions.trie.subscriptions_for(TOPIC, message.publisher).get(client_id, [])
-        if client_id == message.publisher:
-            matched = [s for s in matched if not s.options.no_local]
-        alone = make_copy(message, matched) if matched else None
-        assert copies.get(client_id) == alone
-        if len(matched) == 1:  # one subscription: the copy is shared with its shape
-            options = matched[0].options
+        assert shapes_of(copies[client_id]) == sorted(wanted[client_id]), client_id
+        for copy in copies[client_id]:
+            assert (copy.topic, copy.payload, copy.message_id) == (
+                message.topic, message.payload, message.id,
+            )  # fmt: skip
+            assert copy.properties == message.properties
+        served = only_groups or []  # (copies_for serves no group unless told)
+        alone = sessions.copies_for(message, client_id, served)
+        assert shapes_of(alone) == sorted(model(clients, message, served)[client_id])
+    shared: dict[tuple[int, bool, int | None], Delivery] = {}
+    for client_id in clients:
+        matched = sessions.trie.subscriptions_for(TOPIC, message.publisher, only_groups)
+        found = [
+            s
+            for s in matched.get(client_id, [])
+            if not (s.options.no_local and client_id == message.publisher)
+        ]
+        if len(found) == 1:  # one subscription: the copy is shared with its shape
+            options = found[0].options
             shape = (
                 min(options.qos, message.qos),
                 message.retain and options.retain_as_published,
                 options.subscription_identifier,
             )
-            assert shapes.setdefault(shape, copies[client_id]) is copies[client_id]
+            [copy] = copies[client_id]
+            assert shared.setdefault(shape, copy) is copy
+            assert copy == make_copy(message, found)
+
+
+def test_a_shared_and_a_plain_subscription_of_one_client_make_two_copies() -> None:
+    """``$share/g/t`` (identifier 1) and ``t`` (identifier 2) of one client: two copies,
+    each with its subscription's identifier and QoS (zMQTT's
+    test_subscription_identifier_overlapping); without the plain one, one copy."""
+    sessions = LocalSessions(match_cache=None)
+    sessions.subscribe("c", "$share/g/t", SubscriptionOptions(qos=1, subscription_identifier=1))
+    sessions.subscribe("c", "t", SubscriptionOptions(qos=0, subscription_identifier=2))
+    sessions.subscribe("c", "+", SubscriptionOptions(qos=0, subscription_identifier=3))
+    assert sessions.deliver(Message(b"m" * 16, "t", b"x", qos=1), None) == (2, 0)
+    plain, share = sessions.session("c").take_all()
+    assert (plain.qos, sorted(plain.subscription_ids)) == (0, [2, 3])
+    assert (share.qos, share.subscription_ids) == (1, (1,))
+    sessions.unsubscribe("c", "t")
+    sessions.unsubscribe("c", "+")
+    assert sessions.deliver(Message(b"n" * 16, "t", b"x", qos=1), None) == (1, 0)
+    [only] = sessions.session("c").take_all()
+    assert only.subscription_ids == (1,)
 
 
 def test_clients_with_the_same_subscription_share_one_copy() -> None:

@@ -121,6 +121,27 @@ def test_a_message_matching_two_subscriptions_arrives_once_with_both_identifiers
     assert subscriber.nothing_more(0.5)
 
 
+def test_a_shared_and_a_plain_subscription_of_one_client_get_a_copy_each(
+    nodes: Nodes, clients: list[Paho]
+) -> None:
+    """``$share/g/overlap/t`` (identifier 1) and ``overlap/t`` (identifier 2) of one client
+    on node b (MQTT 5.0 4.8.2, 3.3.4; zMQTT's test_subscription_identifier_overlapping):
+    each QoS 1 message, published on node b and on node a, arrives twice, once with
+    each identifier."""
+    port_a, port_b = nodes
+    subscriber = client(port_b, clients, "overlap-subscriber")
+    assert subscribe_with_identifier(subscriber, "$share/g/overlap/t", 1, 1) == [1]
+    assert subscribe_with_identifier(subscriber, "overlap/t", 1, 2) == [1]
+    for port in (port_b, port_a):  # (a SUBACK means every node routes to it)
+        publisher = client(port, clients, f"overlap-publisher-{port}")
+        for n in range(3):
+            publisher.publish("overlap/t", f"m{n}".encode(), 1)
+        got = subscriber.take(6)
+        assert subscriber.nothing_more(0.5)
+        seen = sorted((m.payload, m.qos, m.properties.SubscriptionIdentifier) for m in got)
+        assert seen == sorted((f"m{n}".encode(), 1, [i]) for n in range(3) for i in (1, 2))
+
+
 def test_no_local_keeps_a_clients_own_messages_from_it(nodes: Nodes, clients: list[Paho]) -> None:
     port_a, port_b = nodes
     own = client(port_b, clients, "no-local")
