@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # The compiled filter index (router/core/_filter_index.c), rebuilt in place when it changes.
 EXT    := $(VENV)/.compiled
 
-.PHONY: demo test check lint typecheck system-deps clean
+.PHONY: demo test check lint typecheck model system-deps clean
 
 demo: $(STAMP) $(EXT)
 	$(BIN)/router demo
@@ -17,6 +17,11 @@ test: system-deps $(STAMP) $(EXT) check
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
 
 check: lint typecheck
+
+# The model-based session test (tests/cluster/test_session_model.py) searching longer than
+# in `make test`: 200 random interleavings instead of a few.
+model: $(STAMP) $(EXT)
+	ROUTER_MODEL_EXAMPLES=200 $(BIN)/python -m pytest -q -p no:cacheprovider tests/cluster/test_session_model.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check router cli tests examples

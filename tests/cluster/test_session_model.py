@@ -1,0 +1,263 @@
+"""Persistent sessions under random interleavings, against what the client must receive.
+
+A hypothesis state machine drives nodes on a real ``redis-server`` (append-only file,
+fsync always) through random sequences of: a client connecting (to any node: a resume, a
+move or a takeover), a client leaving (its session stays), QoS 1 publishes from any node,
+a node dying (as ``kill -9``: no goodbye; its sessions are adopted by a survivor), new
+nodes joining, and Redis killed and restarted. An operation that fails while Redis is
+away is one the client saw fail: a publish that raised was not acknowledged, a connect
+that raised left the client disconnected. The model is
+what MQTT promises a persistent QoS 1 subscriber: every message acknowledged to its
+publisher after the subscription was acknowledged reaches the client at least once,
+whatever happened in between. At the end every client connects once more and must get
+all of it (duplicates are allowed and counted; none may be missing).
+
+CI runs a few bounded examples; ``ROUTER_MODEL_EXAMPLES=200 pytest
+tests/cluster/test_session_model.py`` (``make model``) runs a longer search.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from redis.exceptions import RedisError
+
+from router.cluster.config import NodeConfig
+from router.cluster.node import RouterNode
+from router.errors import RouterError
+from router.state.connection import open_redis
+from router.state.keys import Keys
+from router.state.scripts import RedisClient
+from tests.support.nodes import die
+from tests.support.servers import RedisServer
+
+EXAMPLES = int(os.environ.get("ROUTER_MODEL_EXAMPLES", "6"))
+CLIENTS = ("c1", "c2")
+EXPIRY = 600
+TOPIC = "model/t"
+MAX_NODES = 4  # (started over an example, the dead included)
+SETTLE = 15.0  # seconds the final check waits for every missing message
+
+
+class SessionModel(RuleBasedStateMachine):
+    """Nodes, persistent subscribers and a publisher; the model is ``expected``."""
+
+    server: RedisServer
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.keys = Keys(f"model{os.getpid()}x{id(self)}")
+        self.live: dict[str, RouterNode] = {}
+        self.dead: list[RouterNode] = []
+        self.started = 0
+        self.redis: list[RedisClient] = []
+        self.where: dict[str, str | None] = {}  # client -> node id (None: away)
+        self.readers: dict[str, asyncio.Task[None]] = {}
+        self.expected: dict[str, set[int]] = {c: set() for c in CLIENTS}
+        self.received: dict[str, list[int]] = {c: [] for c in CLIENTS}
+        self.seq = 0
+        self.subscribed: set[str] = set()
+
+    def run(self, work: Any) -> Any:
+        return self.loop.run_until_complete(asyncio.wait_for(work, 30))
+
+    # -- the parts -----------------------------------------------------------------------
+
+    async def _start(self) -> RouterNode:
+        self.started += 1
+        redis = await open_redis(self.server.url, socket_timeout=2, socket_connect_timeout=2)
+        self.redis.append(redis)
+        config = NodeConfig(
+            f"n{self.started}", prefix=self.keys.prefix, heartbeat_interval=0.2,
+            heartbeat_ttl=1.0, handoff_timeout=1.0, handoff_grace=0.3, publish_timeout=2.0,
+        )  # fmt: skip
+        node = await RouterNode(redis, config).start()
+        self.live[node.node_id] = node
+        return node
+
+    def _read(self, client: str, node: RouterNode) -> None:
+        """Take what the session queues for the client, as a connected client reads."""
+        session = node.sessions.session(client)
+
+        async def reader() -> None:
+            async for delivery in session:
+                self.received[client].append(int(delivery.payload))
+
+        self.readers[client] = asyncio.ensure_future(reader())
+
+    async def _stop_reading(self, client: str) -> None:
+        task = self.readers.pop(client, None)
+        if task is not None:
+            for _ in range(3):  # (let it take what is queued already)
+                await asyncio.sleep(0)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    # -- rules ---------------------------------------------------------------------------
+
+    @initialize()
+    def start(self) -> None:
+        async def start() -> None:
+            await self._start()
+            await self._start()
+
+        self.run(start())
+
+    @rule(client=st.sampled_from(CLIENTS), pick=st.integers(0, 9))
+    def connect(self, client: str, pick: int) -> None:
+        """Connect (resume, move or take over) on a live node; the first time, subscribe."""
+        node = self.live[sorted(self.live)[pick % len(self.live)]]
+
+        async def connect() -> None:
+            await self._stop_reading(client)
+            self.where[client] = None
+            try:
+                await node.connect(client, clean_start=False, expiry=EXPIRY)
+                if client not in self.subscribed:
+                    await node.subscribe(client, "model/#", qos=1)
+                    self.subscribed.add(client)
+            except (RouterError, RedisError):
+                return  # (refused, as CONNACK 0x88: the MQTT front end does nothing more)
+            self.where[client] = node.node_id
+            self._read(client, node)
+
+        self.run(connect())
+
+    @precondition(lambda self: any(w is not None for w in self.where.values()))
+    @rule(data=st.data())
+    def leave(self, data: st.DataObject) -> None:
+        """A connected client's connection ends; its session stays."""
+        client = data.draw(st.sampled_from(sorted(c for c, w in self.where.items() if w)))
+        node = self.live[self.where[client] or ""]
+
+        async def leave() -> None:
+            await self._stop_reading(client)
+            self.where[client] = None
+            with contextlib.suppress(RouterError, RedisError):  # (as the MQTT front end)
+                await node.put_away(client)
+
+        self.run(leave())
+
+    @rule(pick=st.integers(0, 9), count=st.integers(1, 5))
+    def publish(self, pick: int, count: int) -> None:
+        """QoS 1 publishes acknowledged by a live node: every subscribed client expects them."""
+        node = self.live[sorted(self.live)[pick % len(self.live)]]
+
+        async def publish() -> None:
+            for _ in range(count):
+                self.seq += 1
+                try:
+                    await node.publish(TOPIC, b"%d" % self.seq, qos=1, publisher="publisher")
+                except (RouterError, RedisError):
+                    continue  # (not acknowledged: nothing is promised)
+                for client in self.subscribed:
+                    self.expected[client].add(self.seq)
+
+        self.run(publish())
+
+    @precondition(lambda self: len(self.live) >= 2)
+    @rule(pick=st.integers(0, 9))
+    def kill(self, pick: int) -> None:
+        """A node dies without a goodbye; its clients' connections end with it."""
+        node = self.live.pop(sorted(self.live)[pick % len(self.live)])
+
+        async def kill() -> None:
+            for client, where in list(self.where.items()):
+                if where == node.node_id:
+                    await self._stop_reading(client)
+                    self.where[client] = None
+            await die(node)
+            self.dead.append(node)
+
+        self.run(kill())
+
+    @precondition(lambda self: self.started < MAX_NODES)
+    @rule()
+    def join(self) -> None:
+        self.run(self._start())
+
+    @rule(during=st.sampled_from(["nothing", "connect"]), client=st.sampled_from(CLIENTS))
+    def restart_redis(self, during: str, client: str) -> None:
+        """Redis is killed and restarted from its append-only file (every write kept);
+        while it is away, nothing happens or a client tries to connect (and is refused,
+        as CONNACK 0x88 would say)."""
+        self.server.kill()
+        if during == "connect":
+            self.connect(client, 0)
+        self.server.restart()
+
+    # -- the check -----------------------------------------------------------------------
+
+    def teardown(self) -> None:
+        try:
+            self.run(self._final_check())
+        finally:
+            self.loop.run_until_complete(self._close())
+            self.loop.close()
+
+    async def _final_check(self) -> None:
+        node = self.live[sorted(self.live)[0]]
+        for client in sorted(self.subscribed):
+            await self._stop_reading(client)
+            for attempt in range(20):  # (Redis may be back from a restart just now)
+                try:
+                    await node.connect(client, clean_start=False, expiry=EXPIRY)
+                    break
+                except (RouterError, RedisError):
+                    if attempt == 19:
+                        raise
+                    await asyncio.sleep(0.25)
+            self.where[client] = node.node_id
+            self._read(client, node)
+        deadline = self.loop.time() + SETTLE
+        while self.loop.time() < deadline and any(self._missing(c) for c in self.subscribed):
+            await asyncio.sleep(0.05)
+        missing = {c: sorted(self._missing(c)) for c in self.subscribed if self._missing(c)}
+        assert not missing, f"acknowledged messages never delivered: {missing}"
+
+    def _missing(self, client: str) -> set[int]:
+        return self.expected[client] - set(self.received[client])
+
+    async def _close(self) -> None:
+        for client in list(self.readers):
+            await self._stop_reading(client)
+        for node in [*self.live.values(), *self.dead]:
+            try:
+                await node.stop()
+            except (RouterError, RedisError):  # (just after a restart of Redis)
+                continue
+        leftovers = [k async for k in self.redis[0].scan_iter(self.keys.pattern())]
+        if leftovers:
+            await self.redis[0].delete(*leftovers)
+        for redis in self.redis:
+            await redis.aclose()
+
+
+@pytest.mark.redis
+def test_persistent_sessions_keep_every_acknowledged_message(
+    redis_server_factory: Callable[..., RedisServer],
+) -> None:
+    SessionModel.server = redis_server_factory(aof=True)
+    run_state_machine_as_test(
+        SessionModel,
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=12,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        ),
+    )
