@@ -113,8 +113,9 @@ def bench_cluster(
     traffic_dir: str | None,
     as_json: bool,
 ) -> None:
-    """Nodes in separate processes beside raw pipelined PUBLISH: throughput, latency,
-    route convergence and forwards per publish."""
+    """Nodes in separate processes beside raw pipelined PUBLISH: throughput, latency
+    (beside a raw Redis pub/sub hop at the same rate), route convergence and forwards
+    per publish."""
     from router.bench import cluster
 
     config = cluster.ClusterBenchConfig(messages, rate, seconds, convergence_rounds, traffic_dir)
@@ -140,7 +141,8 @@ def bench_cluster(
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_mqtt(url: str | None, as_json: bool, **sizes: Any) -> None:
     """MQTT 3.1.1 clients through two router nodes, one node, mosquitto and amqtt at QoS 0
-    and 1 (the same messages, checked), and latency through two nodes at a fixed rate."""
+    and 1 (the same messages, checked), and latency through two nodes and through
+    mosquitto at a fixed rate."""
     from router.bench import broker_runs
 
     result = broker_runs.run(url, broker_runs.MqttBenchConfig(**sizes))

@@ -17,7 +17,9 @@ At QoS 0 and QoS 1 in turn (:func:`run_load`, fresh load processes each time), e
 broker gets the same messages and must deliver the same set of (publisher, seq); ``lost``
 (never arrived within the drain wait) and ``duplicates`` are counted per broker.
 Then, through the two router nodes at QoS 1, one publisher offers ``rate`` msg/s for
-``seconds`` and the subscriber measures receive time - send time.
+``seconds`` and the subscriber measures receive time - send time; then mosquitto gets the
+same latency run (``mosquitto_p99_latency_ms``; ``p99_vs_mosquitto`` is ours over its), so
+that on a machine whose absolute p99 swings from run to run the two still compare.
 
 The router nodes run with ``ROUTER_OPTIONS`` (queues and inflight windows as unbounded
 as mosquitto's here). With ``ROUTER_BENCH_PROFILE=DIR`` in the environment each node runs
@@ -491,13 +493,16 @@ def run(url: str | None = None, config: MqttBenchConfig | None = None) -> dict[s
             latency = run_load(first, second, config.latency_plan(f"latency-{nonce}"))
         with router_nodes(url, 1, pids["router_one_node"]) as (only,):
             each_qos("router_one_node", only, only, pids["router_one_node"])
+        mosquitto_latency = None
         if not config.skip_mosquitto:
             with mosquitto(pids["mosquitto"]) as address:
                 each_qos("mosquitto", address, address, pids["mosquitto"])
+                plan = config.latency_plan(f"latency-mosquitto-{nonce}")
+                mosquitto_latency = run_load(address, address, plan)
         if not config.skip_amqtt:
             with amqtt(pids["amqtt"]) as address:
                 each_qos("amqtt", address, address, pids["amqtt"])
-    return report(config, results, latency, cpu)
+    return report(config, results, latency, cpu, mosquitto_latency)
 
 
 def _qos_report(
@@ -525,15 +530,40 @@ def _qos_report(
     return row
 
 
+LATENCY_FIGURES: Final = (
+    "p50_latency_ms", "p99_latency_ms", "max_latency_ms", "p99_latency_from_schedule_ms",
+    "latency_messages", "latency_lost", "latency_duplicates",
+)  # fmt: skip
+
+
+def latency_figures(latency: LoadResult | None, name: str = "") -> dict[str, Any]:
+    """The :data:`LATENCY_FIGURES` of a latency run (ms to the microsecond, over the
+    messages received), each named with the prefix ``name``; all None for a broker left
+    out (``latency`` None)."""
+    if latency is None:
+        return {f"{name}{figure}": None for figure in LATENCY_FIGURES}
+    values = (
+        *(round(percentile(latency.latencies_ns, q), 3) for q in (0.5, 0.99, 1.0)),
+        round(percentile(latency.scheduled_latencies_ns, 0.99), 3),
+        latency.received, latency.lost, latency.duplicates,
+    )  # fmt: skip
+    return {f"{name}{figure}": v for figure, v in zip(LATENCY_FIGURES, values, strict=True)}
+
+
 def report(
     config: MqttBenchConfig,
     results: dict[str, dict[int, LoadResult]],
     latency: LoadResult,
     cpu: dict[str, dict[int, Any]],
+    mosquitto_latency: LoadResult | None = None,
 ) -> dict[str, Any]:
-    """The JSON object of a run: a row per QoS, the latency figures, the workload."""
+    """The JSON object of a run: a row per QoS, the latency figures (ours, then
+    mosquitto's: ``p99_vs_mosquitto`` is ours over its, None without both), the workload."""
     qos0, qos1 = _qos_report(0, results, cpu), _qos_report(1, results, cpu)
     p99 = percentile(latency.latencies_ns, 0.99)
+    ours, theirs = latency_figures(latency), latency_figures(mosquitto_latency, "mosquitto_")
+    theirs_p99 = theirs["mosquitto_p99_latency_ms"]  # None: left out; 0.0: nothing arrived
+    ratio = cut(ours["p99_latency_ms"] / theirs_p99) if latency.received and theirs_p99 else None
     met = {
         "qos0_vs_amqtt": qos0["vs_amqtt"] is not None and qos0["vs_amqtt"] >= TARGET_QOS0_VS_AMQTT,
         "qos0_vs_mosquitto": qos0["vs_mosquitto"] is not None
@@ -545,13 +575,9 @@ def report(
     return {
         "qos0": qos0,
         "qos1": qos1,
-        "p50_latency_ms": round(percentile(latency.latencies_ns, 0.5), 3),
-        "p99_latency_ms": round(p99, 3),
-        "max_latency_ms": round(percentile(latency.latencies_ns, 1.0), 3),
-        "p99_latency_from_schedule_ms": round(percentile(latency.scheduled_latencies_ns, 0.99), 3),
-        "latency_messages": latency.received,
-        "latency_lost": latency.lost,
-        "latency_duplicates": latency.duplicates,
+        **ours,
+        **theirs,
+        "p99_vs_mosquitto": ratio,
         "messages": config.messages,
         "publishers": config.publishers,
         "subscribers": config.subscribers,

@@ -6,7 +6,9 @@ Layout of one run (all on loopback, one Redis):
 * node ``bench-b`` (a child process) has one client subscribed to ``#`` below the bench
   topics, so every publish must cross from A to B;
 * node ``bench-c`` (a child process) subscribes nothing: it must receive nothing (until
-  the convergence phase, which subscribes on it).
+  the convergence phase, which subscribes on it);
+* the raw hop's subscriber (a child process, :mod:`router.bench.raw_hop`) subscribes to a
+  Redis pub/sub channel of its own.
 
 Every payload carries its intended send time and a sequence number, so B counts what
 arrived, what never did (``lost``) and what came twice (``duplicates``). B is waited for
@@ -25,7 +27,14 @@ Phases:
    millisecond of asyncio timer granularity). Percentiles are over every message *sent*:
    one that never arrived counts as infinitely late, so a percentile that falls on one
    is ``null`` (and ``lost`` says how many);
-4. *convergence*: a subscribe on node C (its own process) returns, then the time until
+4. *raw hop*: the latency phase again without the router, its peer in the same run: this
+   process PUBLISHes the same messages at the same rate, in the same batches, to the raw
+   hop's channel, and that process measures the time from the PUBLISH call to arrival
+   (``raw_p50/p99_latency_ms``, over every message sent as above; ``raw_latency_lost``
+   counts what never arrived). ``p99_vs_raw`` is the router's p99 over the raw hop's,
+   target at most :data:`P99_VS_RAW_TARGET`: on a machine whose absolute p99 swings from
+   run to run, the ratio says what the router adds to the hop it cannot avoid;
+5. *convergence*: a subscribe on node C (its own process) returns, then the time until
    A's route mirror (this process) routes the topic to C; 0 if A could route it before
    the subscribe returned. ``time.monotonic()`` is one clock for every process of a
    Linux machine.
@@ -41,6 +50,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -51,6 +61,7 @@ from router.bench.broker_runs import cut
 from router.bench.checks import check_directory, check_positive, check_redis
 from router.bench.cluster_node import STAMP
 from router.bench.cpu_meter import cpu_seconds, cpu_us_per_message
+from router.bench.raw_hop import RAW_PREFIX, SENT
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
 from router.core.messages import Outgoing
@@ -65,6 +76,12 @@ DRAIN_QUIET: Final = 5.0
 """Seconds without a new arrival after which the messages still missing count as lost."""
 MAX_LATENCY_MESSAGES: Final = 10_000_000
 """At most this many messages in the latency phase (``rate`` x ``seconds``)."""
+P99_VS_RAW_TARGET: Final = 3.0
+"""Target of the product (reported, never enforced): p99 within 3x of the raw hop's."""
+
+Publish = Callable[[Sequence[int], float], Coroutine[Any, Any, object]]
+"""Sends messages ``seqs`` of a paced load that started at ``start`` (see
+:func:`offered_load`): ``publish(seqs, start)`` builds the batch and returns what sends it."""
 
 
 @dataclass(frozen=True)
@@ -97,25 +114,29 @@ class ClusterBenchConfig:
 
 
 class Worker:
-    """A ``router.bench.cluster_node`` child process, driven by lines on its stdin."""
+    """A child process ``python -m MODULE OPTIONS`` driven by lines on its stdin and
+    answering each with a JSON line (:mod:`router.bench.cluster_node`,
+    :mod:`router.bench.raw_hop`)."""
 
-    def __init__(self, redis_url: str, prefix: str, node_id: str, subscribe: str | None) -> None:
-        args = [
-            sys.executable,
-            "-m",
-            "router.bench.cluster_node",
-            "--redis",
-            redis_url,
-            "--prefix",
-            prefix,
-            "--node-id",
-            node_id,
-        ]
-        if subscribe:
-            args += ["--subscribe", subscribe]
+    def __init__(self, module: str, *options: str) -> None:
+        args = [sys.executable, "-m", module, *options]
         self.process = subprocess.Popen(
             args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
+
+    @classmethod
+    def node(cls, redis_url: str, prefix: str, node_id: str, subscribe: str | None) -> Worker:
+        """A bench node (:mod:`router.bench.cluster_node`), with a client subscribed to
+        ``subscribe`` if given."""
+        options = ["--redis", redis_url, "--prefix", prefix, "--node-id", node_id]
+        if subscribe:
+            options += ["--subscribe", subscribe]
+        return cls("router.bench.cluster_node", *options)
+
+    @classmethod
+    def raw_hop(cls, redis_url: str, channel: str) -> Worker:
+        """The raw hop's subscriber (:mod:`router.bench.raw_hop`) on ``channel``."""
+        return cls("router.bench.raw_hop", "--redis", redis_url, "--channel", channel)
 
     def ask(self, command: str) -> dict[str, Any]:
         assert self.process.stdin is not None and self.process.stdout is not None
@@ -203,12 +224,45 @@ def stamped(due: float, seq: int) -> bytes:
     return STAMP.pack(due, seq) + PAYLOAD[STAMP.size :]
 
 
-async def offered_load(node: RouterNode, rate: float, seconds: float) -> int:
+def raw_stamped(due: float, sent: float, seq: int) -> bytes:
+    """A raw hop payload: :func:`stamped`'s head, then when the PUBLISH was called
+    (:data:`~router.bench.raw_hop.SENT`), padded to the same size."""
+    head = STAMP.pack(due, seq) + SENT.pack(sent)
+    return head + PAYLOAD[len(head) :]
+
+
+def node_publish(node: RouterNode, rate: float) -> Publish:
+    """The latency phase's batches: messages ``lat/N`` through ``node`` (``publish_many``)."""
+
+    def publish(seqs: Sequence[int], start: float) -> Coroutine[Any, Any, object]:
+        batch = [Outgoing(f"lat/{i % 100}", stamped(start + i / rate, i)) for i in seqs]
+        return node.publish_many(batch)
+
+    return publish
+
+
+def raw_publish(redis: Redis, channel: str, rate: float) -> Publish:
+    """The raw hop's batches: the same messages PUBLISHed to ``channel``, a batch in one
+    pipeline (one round trip, as ``publish_many`` makes one call)."""
+
+    def publish(seqs: Sequence[int], start: float) -> Coroutine[Any, Any, object]:
+        sent = time.monotonic()
+        pipe = redis.pipeline(transaction=False)
+        for i in seqs:
+            pipe.publish(channel, raw_stamped(start + i / rate, sent, i))
+        return pipe.execute()
+
+    return publish
+
+
+async def offered_load(publish: Publish, rate: float, seconds: float) -> int:
     """Offer ``rate`` messages/s for ``seconds``; returns how many were published.
 
-    Every millisecond, the messages that fell due are published together. Each payload
-    carries its *intended* send time and latency is measured from it, so a publisher
-    that falls behind shows up in the figures (no coordinated omission).
+    Every millisecond, the messages that fell due are published together:
+    ``publish(seqs, start)`` (message ``i`` is due at ``start + i / rate``), each batch in
+    a task of its own. Each payload carries its *intended* send time and latency is also
+    measured from it, so a publisher that falls behind shows up in the figures (no
+    coordinated omission).
     """
     loop = asyncio.get_running_loop()
     start = time.monotonic()
@@ -219,11 +273,7 @@ async def offered_load(node: RouterNode, rate: float, seconds: float) -> int:
         now = time.monotonic()
         due_count = min(total, int((now - start) * rate) + 1)
         if due_count > sent:
-            batch = [
-                Outgoing(f"lat/{i % 100}", stamped(start + i / rate, i))
-                for i in range(sent, due_count)
-            ]
-            tasks.append(loop.create_task(node.publish_many(batch)))
+            tasks.append(loop.create_task(publish(range(sent, due_count), start)))
             sent = due_count
         await asyncio.sleep(0.001)
     await asyncio.gather(*tasks)
@@ -257,6 +307,19 @@ def _ms(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
+async def raw_hop_figures(
+    redis: Redis, worker: Worker, channel: str, config: ClusterBenchConfig
+) -> dict[str, Any]:
+    """The raw hop at the latency phase's rate and length: PUBLISH to ``channel`` on
+    ``redis``, drained and reported by ``worker`` (the raw hop's subscriber) as
+    :meth:`~router.bench.cluster_node.Recorder.report` reports a prefix."""
+    sent = await offered_load(raw_publish(redis, channel, config.rate), config.rate, config.seconds)
+    await drain(worker, RAW_PREFIX, sent)
+    answer = await asyncio.to_thread(worker.ask, f"report {json.dumps({RAW_PREFIX: sent})}")
+    figures: dict[str, Any] = answer["prefixes"][RAW_PREFIX]
+    return figures
+
+
 async def run_async(url: str, config: ClusterBenchConfig) -> dict[str, Any]:
     """Every phase on the Redis at ``url``; the object ``--json`` prints. With
     ``config.traffic_dir``, node A writes a traffic log there (every publish)."""
@@ -266,13 +329,16 @@ async def run_async(url: str, config: ClusterBenchConfig) -> dict[str, Any]:
     redis = Redis.from_url(url)
     node = RouterNode(redis, NodeConfig("bench-a", prefix=prefix, traffic_dir=config.traffic_dir))
     with contextlib.ExitStack() as workers:
-        interested = Worker(url, prefix, "bench-b", "#")
+        interested = Worker.node(url, prefix, "bench-b", "#")
         workers.callback(interested.stop)
-        idle = Worker(url, prefix, "bench-c", None)
+        idle = Worker.node(url, prefix, "bench-c", None)
         workers.callback(idle.stop)
+        channel = f"{prefix}-raw-hop"
+        raw_hop = Worker.raw_hop(url, channel)
+        workers.callback(raw_hop.stop)
         try:
-            await asyncio.to_thread(interested.ask, "ready")
-            await asyncio.to_thread(idle.ask, "ready")
+            for worker in (interested, idle, raw_hop):
+                await asyncio.to_thread(worker.ask, "ready")
             await node.start()
             settle_collector()  # as `router node run` does
             while "bench-b" not in node.mirror.match(validate_topic("tp/0")).nodes:
@@ -282,10 +348,11 @@ async def run_async(url: str, config: ClusterBenchConfig) -> dict[str, Any]:
             await drain(interested, "tp", messages)
             cpu_after = (cpu_seconds(os.getpid()), cpu_seconds(interested.process.pid))
             forwarded, published = node.stats()["forwarded"], node.stats()["published"]
-            sent = await offered_load(node, config.rate, config.seconds)
+            sent = await offered_load(node_publish(node, config.rate), config.rate, config.seconds)
             await drain(interested, "lat", sent)
             sent_by_prefix = json.dumps({"tp": messages, "lat": sent})
             report = await asyncio.to_thread(interested.ask, f"report {sent_by_prefix}")
+            hop = await raw_hop_figures(redis, raw_hop, channel, config)
             idle_report = await asyncio.to_thread(idle.ask, "report")
             samples = await convergence(node, idle, "bench-c", config.convergence_rounds)
             stats = node.stats()
@@ -294,6 +361,8 @@ async def run_async(url: str, config: ClusterBenchConfig) -> dict[str, Any]:
             await redis.aclose()
     tp, lat = report["prefixes"]["tp"], report["prefixes"]["lat"]
     cross = tp["count"] / (tp["last"] - start) if tp["count"] else 0.0
+    p99, raw_p99 = _ms(lat["p99_ms"]), _ms(hop["p99_ms"])
+    p99_vs_raw = p99 / raw_p99 if p99 is not None and raw_p99 else None
     return {
         "messages": messages,
         "payload_bytes": len(PAYLOAD),
@@ -311,10 +380,19 @@ async def run_async(url: str, config: ClusterBenchConfig) -> dict[str, Any]:
         "latency_messages": lat["count"],
         "latency_lost": lat["lost"],
         "p50_latency_ms": _ms(lat["p50_ms"]),
-        "p99_latency_ms": _ms(lat["p99_ms"]),
+        "p99_latency_ms": p99,
         "max_latency_ms": _ms(lat["max_ms"]),
         "p50_latency_from_schedule_ms": _ms(lat["scheduled_p50_ms"]),
         "p99_latency_from_schedule_ms": _ms(lat["scheduled_p99_ms"]),
+        "raw_latency_messages": hop["count"],
+        "raw_latency_lost": hop["lost"],
+        "raw_latency_duplicates": hop["duplicates"],
+        "raw_p50_latency_ms": _ms(hop["p50_ms"]),
+        "raw_p99_latency_ms": raw_p99,
+        "raw_max_latency_ms": _ms(hop["max_ms"]),
+        "p99_vs_raw": None if p99_vs_raw is None else cut(p99_vs_raw),
+        "p99_vs_raw_target": P99_VS_RAW_TARGET,
+        "p99_vs_raw_target_met": p99_vs_raw is not None and p99_vs_raw <= P99_VS_RAW_TARGET,
         "convergence_rounds": len(samples),
         "convergence_p50_ms": round(percentile(samples, 0.5), 3),
         "convergence_p99_ms": round(percentile(samples, 0.99), 3),

@@ -26,13 +26,13 @@ import json
 import struct
 import sys
 import time
+from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from redis.asyncio import Redis
 
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
-from router.core.messages import Delivery
 from router.ops.node_process import settle_collector
 
 STAMP: Final = struct.Struct("!dQ")
@@ -71,9 +71,12 @@ class Recorder:
     def __init__(self) -> None:
         self.prefixes: dict[str, dict[str, Any]] = {}
 
-    def record(self, delivery: Delivery) -> None:
+    def record(self, topic: str, payload: bytes, sent_at: float) -> None:
+        """A message on ``topic`` (counted under its first level) arrived now; ``sent_at``
+        is when it was handed over (the router's publish call, the raw hop's PUBLISH);
+        ``payload`` starts with :data:`STAMP`."""
         now = time.monotonic()
-        prefix = delivery.topic.split("/", 1)[0]
+        prefix = topic.split("/", 1)[0]
         seen = self.prefixes.get(prefix)
         if seen is None:
             seen = self.prefixes[prefix] = {
@@ -84,14 +87,14 @@ class Recorder:
                 "latencies": [],
                 "from_schedule": [],
             }
-        due, seq = STAMP.unpack_from(delivery.payload)
+        due, seq = STAMP.unpack_from(payload)
         if seq in seen["seqs"]:
             seen["duplicates"] += 1
             return
         seen["seqs"].add(seq)
         seen["last"] = now
         # From the moment the router took the message (publish called) to the client...
-        seen["latencies"].append(now - delivery.sent_at)
+        seen["latencies"].append(now - sent_at)
         # ... and from the send time the load generator intended (stamped in the payload).
         seen["from_schedule"].append(now - due)
 
@@ -121,12 +124,24 @@ class Recorder:
 
 async def consume(node: RouterNode, client_id: str, recorder: Recorder) -> None:
     async for delivery in node.messages(client_id):
-        recorder.record(delivery)
+        recorder.record(delivery.topic, delivery.payload, delivery.sent_at)
 
 
 def say(data: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(data) + "\n")
     sys.stdout.flush()
+
+
+async def commands() -> AsyncIterator[tuple[str, str]]:
+    """The lines on standard input as (command, argument), until ``stop`` or its end."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while line := (await reader.readline()).decode().strip():
+        command, _, argument = line.partition(" ")
+        if command == "stop":
+            return
+        yield command, argument
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -140,12 +155,8 @@ async def serve(args: argparse.Namespace) -> None:
     if args.subscribe:
         await node.subscribe("sink", args.subscribe)
         consumer = asyncio.create_task(consume(node, "sink", recorder))
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     try:
-        while line := (await reader.readline()).decode().strip():
-            command, _, argument = line.partition(" ")
+        async for command, argument in commands():
             if command == "ready":
                 say({"ready": True, "node_id": node.node_id})
             elif command == "count":
@@ -156,8 +167,6 @@ async def serve(args: argparse.Namespace) -> None:
             elif command == "subscribe":
                 await node.subscribe("probe", argument)
                 say({"returned": time.monotonic()})
-            elif command == "stop":
-                break
     finally:
         if consumer is not None:
             consumer.cancel()

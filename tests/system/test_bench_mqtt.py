@@ -8,11 +8,13 @@ virtualenv under ~/.cache/router/, created by pip on first use).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
 
-from router.bench.mqtt_load import LoadPlan
+from router.bench.broker_runs import MqttBenchConfig, cut, report
+from router.bench.mqtt_load import LoadPlan, LoadResult
 from router.cli import app
 
 BROKERS = ("router_two_nodes", "router_one_node", "mosquitto", "amqtt")
@@ -32,6 +34,11 @@ TOP_FIELDS = (
     "p50_latency_ms",
     "p99_latency_ms",
     "latency_messages",
+    "mosquitto_p50_latency_ms",
+    "mosquitto_p99_latency_ms",
+    "mosquitto_latency_messages",
+    "mosquitto_latency_lost",
+    "p99_vs_mosquitto",
     "messages",
     "publishers",
     "subscribers",
@@ -70,6 +77,38 @@ def test_bench_mqtt_reports_every_field(redis_standalone_url: str) -> None:
     assert report["fan_out"] == 2  # lost 0: each of the 300 messages reached both
     assert report["latency_messages"] == 200  # 400 msg/s for 0.5 s, every one through
     assert 0 < report["p50_latency_ms"] <= report["p99_latency_ms"]
+    # mosquitto's latency run, the same one: every message through, once.
+    assert report["mosquitto_latency_messages"] == 200
+    assert report["mosquitto_latency_lost"] == 0 and report["mosquitto_latency_duplicates"] == 0
+    assert 0 < report["mosquitto_p50_latency_ms"] <= report["mosquitto_p99_latency_ms"]
+    ratio = report["p99_latency_ms"] / report["mosquitto_p99_latency_ms"]
+    assert report["p99_vs_mosquitto"] == cut(ratio)
+
+
+def test_mosquittos_latency_beside_ours_and_none_when_left_out() -> None:
+    config = MqttBenchConfig(messages=4, publishers=1, subscribers=1, rate=4.0, seconds=1.0)
+    plan = config.latency_plan("latency")
+
+    def run(latencies_ms: list[float]) -> LoadResult:
+        nanoseconds = [int(ms * 1e6) for ms in latencies_ms]
+        return LoadResult(plan, 0, 10**9, 4, 0, [b"\x01" * 4], 0, 0.0, nanoseconds, nanoseconds)
+
+    results = {
+        name: {qos: run([1.0] * 4) for qos in (0, 1)}
+        for name in ("router_two_nodes", "router_one_node")
+    }
+    cpu = {name: {0: [None], 1: [None]} for name in results}
+    ours = run([1.0, 2.0, 3.0, 4.0])
+    config = replace(config, skip_mosquitto=True, skip_amqtt=True)  # (no version asked)
+    alone = report(config, results, ours, cpu)
+    assert alone["p99_latency_ms"] == 4.0 and alone["latency_messages"] == 4
+    assert alone["mosquitto_p99_latency_ms"] is None
+    assert alone["mosquitto_latency_messages"] is None
+    assert alone["p99_vs_mosquitto"] is None
+    beside = report(config, results, ours, cpu, run([0.5, 0.5, 0.5, 1.5]))
+    assert beside["mosquitto_p50_latency_ms"] == 0.5 and beside["mosquitto_p99_latency_ms"] == 1.5
+    assert beside["mosquitto_latency_messages"] == 4 and beside["mosquitto_latency_lost"] == 0
+    assert beside["p99_vs_mosquitto"] == 2.66  # 4 / 1.5, truncated
 
 
 @pytest.mark.parametrize(("publishers", "subscribers", "fanout"), [(4, 4, 1), (5, 3, 1), (7, 4, 3)])
