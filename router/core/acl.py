@@ -1,22 +1,25 @@
 """The built-in ACL: ordered allow/deny rules on publish and subscribe, first match wins.
 
-Rules:
+The semantics are mosquitto's: a rule's ``subscribe`` action governs what a client may
+*receive* (mosquitto's ``read``), checked on every topic name, and a SUBSCRIBE is
+refused only when no topic it could bring is receivable.
 
 * A rule has a permission (``allow``/``deny``), a subject (everyone, one username or one
   client id), an action (``publish``, ``subscribe`` or ``all``) and a topic filter in which
   ``%c`` stands for the client id and ``%u`` for the username. Rules are tried in order;
   the first rule whose subject, action and filter match decides. If none does, the ACL's
   default (allow or deny, chosen when it is built) decides.
-* Publish of topic ``t``: a rule's filter matches if it matches ``t`` (MQTT matching,
-  :mod:`router.core.topics`).
-* Subscribe to filter ``f`` (``$share/g/f`` is checked on ``f``): an ``allow`` rule with
-  filter ``r`` matches only if ``r`` *covers* ``f``, i.e. every topic ``f`` can match is
-  matched by ``r`` (``a/#`` covers ``a/b`` and ``a/+/c``; ``a/b`` does not cover ``a/#``);
-  a ``deny`` rule matches if ``r`` and ``f`` *overlap*, i.e. some topic matches both
-  (``deny secrets/#`` refuses a subscribe to ``#``). So an allowed subscription can only
-  ever receive topics that a publish-style check would allow at that point of the list.
-  The check is exact for a single rule and conservative across rules: a filter covered
-  only by several allow rules together is not allowed by them.
+* Publish of topic ``t``: the first rule with action publish (or all) whose filter
+  matches ``t`` decides (MQTT matching, :mod:`router.core.topics`).
+* Receive of topic ``t`` (:meth:`Acl.check_receive`, each copy on its way to a client):
+  the same with the rules whose action is subscribe (or all).
+* Subscribe to filter ``f`` (``$share/g/f`` is checked on ``f``): granted if at least one
+  topic that ``f`` matches may be received, refused only when every one of them is
+  denied. With ``deny all subscribe test/nosubscribe`` and the default allow, ``#``,
+  ``+/+`` and ``test/#`` are granted (the receive check keeps ``test/nosubscribe`` out)
+  and ``test/nosubscribe`` is refused; with the default deny and ``allow all subscribe
+  a/#``, ``#`` is granted and ``b/#`` refused. The answer is exact
+  (:mod:`router.core.acl_search`), unless a search outgrows its bound, which grants.
 * Substitution: ``%c`` and ``%u`` are replaced in one pass (a client id holding ``%u`` is
   not substituted again). A value that could widen or redirect a rule is *unsafe*: it holds
   ``+``, ``#``, ``/`` or U+0000, or starts with ``$``; a username that is missing is
@@ -43,15 +46,16 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
+from router.core.acl_search import EVERY_TOPIC, Pattern, search
 from router.core.hooks import ClientInfo, Decision, HookPoint, HookRegistry, HookResult, Ok, Stop
 from router.core.topics import (
-    MULTI_LEVEL,
     SEPARATOR,
-    SINGLE_LEVEL,
+    TopicName,
     filter_matches_levels,
     parse_shared,
     validate_filter,
@@ -61,7 +65,8 @@ from router.errors import AclRuleError, InvalidTopicError
 
 
 class AclAction(enum.Flag):
-    """What a client wants to do; ``ALL`` in a rule means both."""
+    """What a client wants to do; ``ALL`` in a rule means both. A rule's SUBSCRIBE also
+    governs what a client may receive (:meth:`Acl.check_receive`: mosquitto's read)."""
 
     PUBLISH = 1
     SUBSCRIBE = 2
@@ -84,99 +89,10 @@ _PLACEHOLDER = re.compile("%[cu]")
 _UNSAFE = re.compile("[+#/\x00]")
 
 
-# -- comparing filters ----------------------------------------------------------------
-#
-# A filter's topics: with no '#', the topics of exactly its level count whose levels fit
-# (a literal equals, '+' takes anything); with '#' after k levels, the topics of at least
-# max(k, 1) levels whose first k levels fit. A first-level wildcard (or a leading '#')
-# never takes a '$' level, and the empty topic "" does not exist, so '/#' has no topic of
-# one level. Two product sets compare level by level, which gives exact answers below.
-
-
-def _split(levels: list[str]) -> tuple[list[str], bool]:
-    if levels[-1] == MULTI_LEVEL:
-        return levels[:-1], True
-    return levels, False
-
-
-def _min_length(prefix: list[str], is_hash: bool) -> int:
-    if not is_hash:
-        return len(prefix)
-    if not prefix:
-        return 1
-    if len(prefix) == 1 and prefix[0] == "":
-        return 2  # '/#': the one-level topic "" is not a topic
-    return len(prefix)
-
-
-def _dollar(level: str | None) -> bool:
-    """True for a literal level that starts with '$' (None: the level is free)."""
-    return level is not None and level != SINGLE_LEVEL and level.startswith("$")
-
-
-def covers_levels(general: list[str], specific: list[str]) -> bool:
-    """:func:`filter_covers` on split, valid, plain filters."""
-    g_prefix, g_hash = _split(general)
-    s_prefix, s_hash = _split(specific)
-    s_min = _min_length(s_prefix, s_hash)
-    if g_hash:
-        if s_min < _min_length(g_prefix, g_hash):
-            return False
-    elif s_hash or len(s_prefix) != len(g_prefix):
-        return False
-    first = s_prefix[0] if s_prefix else None
-    if (not g_prefix or g_prefix[0] == SINGLE_LEVEL) and _dollar(first):
-        return False  # a '$' topic of the specific filter escapes the general wildcard
-    for index, level in enumerate(g_prefix):
-        if level == SINGLE_LEVEL:
-            continue
-        if index >= len(s_prefix) or s_prefix[index] != level:
-            return False  # a free or '+' level (or another literal) escapes this literal
-    return True
-
-
-def overlap_levels(one: list[str], other: list[str]) -> bool:
-    """:func:`filters_overlap` on split, valid, plain filters."""
-    a_prefix, a_hash = _split(one)
-    b_prefix, b_hash = _split(other)
-    if a_hash and not b_hash:
-        if len(b_prefix) < _min_length(a_prefix, a_hash):
-            return False
-    elif b_hash and not a_hash:
-        if len(a_prefix) < _min_length(b_prefix, b_hash):
-            return False
-    elif not a_hash and len(a_prefix) != len(b_prefix):
-        return False
-    a_first = a_prefix[0] if a_prefix else None
-    b_first = b_prefix[0] if b_prefix else None
-    if _dollar(a_first) != _dollar(b_first):
-        return False  # only one of them can match '$' topics
-    for a_level, b_level in zip(a_prefix, b_prefix, strict=False):
-        if SINGLE_LEVEL not in (a_level, b_level) and a_level != b_level:
-            return False
-    return True
-
-
 def _plain_levels(topic_filter: str) -> list[str]:
     validate_filter(topic_filter)
     shared = parse_shared(topic_filter)
     return (shared.filter if shared is not None else topic_filter).split(SEPARATOR)
-
-
-def filter_covers(general: str, specific: str) -> bool:
-    """True if every topic that ``specific`` matches is also matched by ``general``.
-
-    ``$share/g/f`` counts as ``f``. Raises :class:`InvalidTopicError` for an invalid filter.
-    """
-    return covers_levels(_plain_levels(general), _plain_levels(specific))
-
-
-def filters_overlap(one: str, other: str) -> bool:
-    """True if some topic name is matched by both filters (``$share/g/f`` counts as ``f``).
-
-    Raises :class:`InvalidTopicError` for an invalid filter.
-    """
-    return overlap_levels(_plain_levels(one), _plain_levels(other))
 
 
 # -- rules ----------------------------------------------------------------------------
@@ -198,6 +114,7 @@ class AclRule:
     source: str | None = field(default=None, compare=False)
     _levels: list[str] = field(init=False, repr=False, compare=False)
     _templated: bool = field(init=False, repr=False, compare=False)
+    _mask: int = field(init=False, repr=False, compare=False)  # (an int: Flag '&' is slow)
 
     def __post_init__(self) -> None:
         if not isinstance(self.permission, Permission):
@@ -219,6 +136,7 @@ class AclRule:
             )
         object.__setattr__(self, "_levels", self.topic_filter.split(SEPARATOR))
         object.__setattr__(self, "_templated", _PLACEHOLDER.search(self.topic_filter) is not None)
+        object.__setattr__(self, "_mask", self.action._value_)
 
     def __str__(self) -> str:
         """The rule in the file format."""
@@ -233,7 +151,7 @@ class AclRule:
 
     def applies_to(self, client: ClientInfo, action: AclAction) -> bool:
         """True if the rule's subject is ``client`` and its action includes ``action``."""
-        if not action & self.action:
+        if not action._value_ & self._mask:
             return False
         if self.username is not None:
             return client.username == self.username
@@ -256,19 +174,23 @@ class AclRule:
         return filled.split(SEPARATOR)
 
     def matches(self, client: ClientInfo, action: AclAction, levels: list[str]) -> bool:
-        """True if this rule decides ``action`` on the (split, plain) topic or filter.
-
-        For a publish ``levels`` is the topic; for a subscribe, the requested filter.
-        """
+        """True if this rule decides ``action`` (PUBLISH, or SUBSCRIBE for receiving) on
+        the split topic name ``levels``."""
         if not self.applies_to(client, action):
             return False
         mine = self.levels_for(client)
-        allow = self.permission is Permission.ALLOW
-        if mine is None:
-            return not allow  # an unsafe substitution: never allow, deny everything
-        if action is AclAction.PUBLISH:
-            return filter_matches_levels(mine, levels)
-        return covers_levels(mine, levels) if allow else overlap_levels(mine, levels)
+        if mine is None:  # an unsafe substitution: never allow, deny everything
+            return self.permission is Permission.DENY
+        return filter_matches_levels(mine, levels)
+
+    def pattern_for(self, client: ClientInfo) -> Pattern | None:
+        """The topics this rule decides for ``client`` (its action aside), for a search
+        (:mod:`router.core.acl_search`); None if it decides none (an allow rule whose
+        placeholders cannot be filled safely: a deny rule then takes every topic)."""
+        mine = self.levels_for(client)
+        if mine is not None:
+            return Pattern.of(mine)
+        return EVERY_TOPIC if self.permission is Permission.DENY else None
 
 
 def parse_rule(line: str, path: str = "<acl>", number: int = 1) -> AclRule | None:
@@ -379,52 +301,114 @@ class Acl:
         """The rule that decides, or None if the default does.
 
         ``action`` is PUBLISH (``topic`` is a topic name) or SUBSCRIBE (``topic`` is a
-        filter, possibly ``$share/g/f``). Raises :class:`InvalidTopicError` for an invalid
-        topic or filter and :class:`AclRuleError` for an action that is not exactly one.
+        filter, possibly ``$share/g/f``). For a subscribe the deciding rule is the one
+        that allows a topic of the filter or, when none is allowed, the first rule that
+        denies some of them; None when the default decided (or the search gave up).
+        Raises :class:`InvalidTopicError` for an invalid topic or filter and
+        :class:`AclRuleError` for an action that is not exactly one.
         """
-        if action is AclAction.PUBLISH:
-            levels = validate_topic(topic).split(SEPARATOR)
-        elif action is AclAction.SUBSCRIBE:
-            levels = _plain_levels(topic)
-        else:
-            raise AclRuleError(f"check one action at a time (PUBLISH or SUBSCRIBE), not {action!r}")
-        for rule in self._rules:
-            if rule.matches(client, action, levels):
-                return rule
-        return None
+        return self._judge(client, action, topic)[0]
 
     def check(self, client: ClientInfo, action: AclAction, topic: str) -> Decision:
         """Allow or deny ``action`` on ``topic`` for ``client``, with the reason.
 
         Raises like :meth:`first_match`.
         """
-        rule = self.first_match(client, action, topic)
-        if rule is None:
-            return self._default_decision
-        return _decision(rule)
+        return self._judge(client, action, topic)[1]
 
     def check_publish(self, client: ClientInfo, topic: str) -> Decision:
         """:meth:`check` for a publish to the topic name ``topic``."""
         return self.check(client, AclAction.PUBLISH, topic)
 
     def check_subscribe(self, client: ClientInfo, topic_filter: str) -> Decision:
-        """:meth:`check` for a subscribe to ``topic_filter`` (``$share/g/f``: on ``f``)."""
+        """:meth:`check` for a subscribe to ``topic_filter`` (``$share/g/f``: on ``f``):
+        allowed when at least one topic the filter matches may be received."""
         return self.check(client, AclAction.SUBSCRIBE, topic_filter)
+
+    def check_receive(self, client: ClientInfo, topic: str) -> Decision:
+        """May ``client`` receive a message on the topic name ``topic``: the first rule
+        with action subscribe (or all) that matches it decides, else the default.
+        Raises :class:`InvalidTopicError` for an invalid topic name."""
+        levels = validate_topic(topic).split(SEPARATOR)
+        rule = self._first(client, AclAction.SUBSCRIBE, levels)
+        return self._default_decision if rule is None else _decision(rule)
+
+    def may_receive(self, client: ClientInfo, topic: TopicName) -> bool:
+        """:meth:`check_receive`'s answer alone, for a topic validated where it entered
+        (no reason is built)."""
+        return self.receiver(client)(topic)
+
+    def receiver(self, client: ClientInfo) -> Callable[[str], bool]:
+        """:meth:`may_receive` for one client: a function of a validated topic name, with
+        the rules that apply to the client filled in and split once (the delivery path
+        keeps one per session; make another when the client's user name changes)."""
+        prepared: list[tuple[bool, list[str] | None]] = []  # (allows?, levels; None: all)
+        for rule in self._rules:
+            if rule.applies_to(client, AclAction.SUBSCRIBE):
+                levels = rule.levels_for(client)
+                if levels is not None:
+                    prepared.append((rule.permission is Permission.ALLOW, levels))
+                elif rule.permission is Permission.DENY:
+                    prepared.append((False, None))  # (fails closed: every later rule is moot)
+                    break
+        default = self._default is Permission.ALLOW
+
+        def allows(topic: str) -> bool:
+            topic_levels = topic.split(SEPARATOR)
+            for allow, levels in prepared:
+                if levels is None or filter_matches_levels(levels, topic_levels):
+                    return allow
+            return default
+
+        return allows
+
+    def _first(self, client: ClientInfo, action: AclAction, levels: list[str]) -> AclRule | None:
+        for rule in self._rules:
+            if rule.matches(client, action, levels):
+                return rule
+        return None
+
+    def _judge(
+        self, client: ClientInfo, action: AclAction, topic: str
+    ) -> tuple[AclRule | None, Decision]:
+        """The deciding rule (see :meth:`first_match`) and the decision."""
+        if action is AclAction.PUBLISH:
+            rule = self._first(client, action, validate_topic(topic).split(SEPARATOR))
+        elif action is AclAction.SUBSCRIBE:
+            levels = _plain_levels(topic)
+            applying: list[AclRule] = []
+            patterns: list[tuple[bool, Pattern]] = []
+            for candidate in self._rules:
+                if candidate.applies_to(client, action):
+                    pattern = candidate.pattern_for(client)
+                    if pattern is not None:
+                        applying.append(candidate)
+                        patterns.append((candidate.permission is Permission.ALLOW, pattern))
+            verdict = search(Pattern.of(levels), patterns, self._default is Permission.ALLOW)
+            if not verdict.exact:
+                return None, _UNSEARCHED
+            if verdict.decider is None:
+                return None, self._default_decision
+            rule = applying[verdict.decider]
+            if verdict.by_default:  # (several deny its topics: the first rule, and the default)
+                return rule, Decision(False, f"{_decision(rule).reason}; no rule matched the rest")
+        else:
+            raise AclRuleError(f"check one action at a time (PUBLISH or SUBSCRIBE), not {action!r}")
+        return rule, self._default_decision if rule is None else _decision(rule)
 
     # -- as a hook -------------------------------------------------------------------
 
     def hook(self, client: ClientInfo, action: AclAction, topic: str, acc: Decision) -> HookResult:
         """The ``client.check_acl`` callback.
 
-        A matching rule ends the chain with its decision (``Stop``); with no matching
-        rule the chain goes on with the default as the accumulator (``Ok``), so a later,
-        lower-priority hook may still decide. Start the fold with a denying decision:
-        if this callback raises (an invalid topic), the registry skips it and that stays.
+        A deciding rule (:meth:`first_match`) ends the chain with its decision (``Stop``);
+        without one the chain goes on with the default's decision as the accumulator
+        (``Ok``), so a later, lower-priority hook may still decide. Start the fold with a
+        denying decision: if this callback raises (an invalid topic), the registry skips
+        it and that stays.
         """
-        rule = self.first_match(client, action, topic)
-        if rule is None:
-            return Ok(self._default_decision)
-        return Stop(_decision(rule))
+        rule, decision = self._judge(client, action, topic)
+        return Ok(decision) if rule is None else Stop(decision)
 
     def register(self, registry: HookRegistry, priority: int = 0) -> None:
         """Register :meth:`hook` at ``client.check_acl`` of ``registry``.
@@ -436,6 +420,11 @@ class Acl:
     def unregister(self, registry: HookRegistry) -> bool:
         """Remove :meth:`hook` from ``registry``; True if it was there."""
         return registry.unregister(HookPoint.CLIENT_CHECK_ACL, self.hook)
+
+
+_UNSEARCHED: Final = Decision.allow(
+    "allowed: too many rules to search every topic of the filter (each delivery is checked)"
+)
 
 
 def _decision(rule: AclRule) -> Decision:

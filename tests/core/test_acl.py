@@ -1,4 +1,6 @@
-"""The built-in ACL: decisions, substitution, the file format, filter coverage, the hook."""
+"""The built-in ACL: decisions, substitution, the file format, the hook, and the
+subscribe check's search against a brute-force model (mosquitto's semantics: a
+subscription is refused only where every topic it can match is denied)."""
 
 from __future__ import annotations
 
@@ -9,17 +11,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from router.core.acl import (
-    Acl,
-    AclAction,
-    AclRule,
-    Permission,
-    filter_covers,
-    filters_overlap,
-    parse_rules,
-)
+from router.core.acl import Acl, AclAction, AclRule, Permission, parse_rules
+from router.core.acl_search import Pattern, search
 from router.core.hooks import ClientInfo, Decision, HookPoint, HookRegistry, Ok, Stop
-from router.core.topics import filter_matches_levels, validate_filter
+from router.core.topics import TopicName, filter_matches_levels, validate_filter
 from router.errors import AclRuleError, DuplicateHookError, InvalidTopicError, RouterError
 
 ALLOW, DENY = Permission.ALLOW, Permission.DENY
@@ -57,14 +52,16 @@ TABLE = [
     (ALICE, SUB, "$share/g/public/+", True),  # checked on its filter part
     (ALICE, SUB, "$share/g/secrets/x", False),
     (ALICE, SUB, "public", True),  # public/# covers the topic "public"
-    (ALICE, SUB, "#", False),  # wider than every allow rule
-    (ALICE, SUB, "+/news", False),
+    (ALICE, SUB, "#", True),  # public/x may be received
+    (ALICE, SUB, "+/news", True),  # public/news
     (ALICE, SUB, "sensors/+/temp", True),
     (ALICE, SUB, "sensors/alice/temp", True),
-    (ALICE, SUB, "sensors/+/+", False),
-    (ALICE, SUB, "sensors/#", False),
+    (ALICE, SUB, "sensors/+/+", True),  # sensors/x/temp
+    (ALICE, SUB, "sensors/#", True),
+    (ALICE, SUB, "sensors/+/hum", False),  # the default denies all of it
+    (ALICE, SUB, "secrets/#", False),
     (ALICE, SUB, "secrets/x", False),
-    (ClientInfo("dash-1"), SUB, "#", False),  # '#' overlaps secrets/#, denied first
+    (ClientInfo("dash-1"), SUB, "#", True),  # (secrets/x is denied on delivery)
     (ClientInfo("dash-1"), SUB, "site/+/x", True),
     (ClientInfo("dash-1"), SUB, "$SYS/broker", False),  # '#' does not cover '$' topics
     (ALICE, PUB, "$SYS/x", False),
@@ -106,7 +103,8 @@ def test_the_default_is_configurable() -> None:
     rules = [AclRule(DENY, AclAction.ALL, "private/#")]
     open_acl = Acl(rules, default=ALLOW)
     assert open_acl.check_publish(ALICE, "anything").allowed
-    assert open_acl.check_subscribe(ALICE, "#").allowed is False  # overlaps private/#
+    assert open_acl.check_subscribe(ALICE, "#").allowed  # (private/x is kept out on delivery)
+    assert open_acl.check_subscribe(ALICE, "private/+/x").allowed is False
     assert open_acl.check_subscribe(ALICE, "public/#").allowed
     assert Acl(rules).check_publish(ALICE, "anything").allowed is False
     assert Acl().default is DENY
@@ -281,7 +279,7 @@ def test_the_acl_as_a_check_acl_hook(acl: Acl) -> None:
     start = Decision.deny("nobody answered")
     allowed = registry.run_fold(point, (ALICE, PUB, "sensors/alice/1"), start)
     assert allowed.allowed and "acl.conf:2" in allowed.reason
-    denied = registry.run_fold(point, (ALICE, SUB, "#"), start)
+    denied = registry.run_fold(point, (ALICE, SUB, "secrets/#"), start)
     assert not denied.allowed and "acl.conf:6" in denied.reason
     assert registry.run_fold(point, (ALICE, PUB, "unlisted"), start) == Decision.deny(
         "denied: no rule matched"
@@ -314,10 +312,119 @@ def test_an_invalid_topic_in_the_hook_keeps_the_initial_decision(acl: Acl) -> No
     assert registry.run_fold(HookPoint.CLIENT_CHECK_ACL, (ALICE, PUB, "a/#"), start) == start
 
 
-# -- coverage and overlap against brute force ------------------------------------------------
+# -- mosquitto's semantics: subscribe when anything may be received, receive per topic -----
+
+SEMANTICS = [
+    # (rules, default, filter, granted)
+    ("deny all subscribe test/nosubscribe", ALLOW, "#", True),
+    ("deny all subscribe test/nosubscribe", ALLOW, "+/+", True),
+    ("deny all subscribe test/nosubscribe", ALLOW, "test/#", True),
+    ("deny all subscribe test/nosubscribe", ALLOW, "test/+", True),
+    ("deny all subscribe test/nosubscribe", ALLOW, "test/nosubscribe", False),
+    ("deny all subscribe test/nosubscribe", ALLOW, "$share/g/test/nosubscribe", False),
+    ("deny all publish test/nosubscribe", ALLOW, "test/nosubscribe", True),  # not receiving
+    ("allow all subscribe a/#", DENY, "#", True),
+    ("allow all subscribe a/#", DENY, "+", True),  # the topic "a"
+    ("allow all subscribe a/#", DENY, "b/#", False),
+    ("allow all subscribe a/#", DENY, "$SYS/#", False),
+    ("allow all subscribe $SYS/#", DENY, "#", False),  # '#' takes no '$' topic
+    ("deny all all secrets/#", ALLOW, "secrets/#", False),
+    ("deny all all secrets/#", ALLOW, "secrets/x", False),
+    ("deny all all secrets/#", ALLOW, "secrets", False),  # '#' takes the parent level
+    ("deny all all secrets/#", ALLOW, "#", True),
+    ("deny all all secrets/#", ALLOW, "+/x", True),
+    ("deny all subscribe +/+\ndeny all subscribe +", ALLOW, "#", True),  # a/b/c
+    ("deny all subscribe +/+\ndeny all subscribe +", ALLOW, "+/#", True),
+    ("deny all subscribe +/+\ndeny all subscribe +", ALLOW, "+/+", False),
+    ("deny all subscribe #", ALLOW, "$SYS/x", True),  # '#' takes no '$' topic
+    ("deny all subscribe a/b\nallow all subscribe a/+", DENY, "a/b", False),  # first match
+    ("deny all subscribe a/b\nallow all subscribe a/+", DENY, "a/#", True),  # a/c
+    ("allow all subscribe a/+\ndeny all subscribe a/b", DENY, "a/b", True),
+    ("deny all subscribe a/+\nallow all subscribe a/b/#", DENY, "a/#", True),  # a/b/c
+    ("deny all subscribe a/#\nallow all subscribe a/b/#", DENY, "a/#", False),
+    ("deny client other subscribe #", DENY, "#", False),  # another's rule: the default
+    ("deny client c1 subscribe #\nallow all subscribe #", DENY, "x", False),
+    ("deny all subscribe private/%c/#", ALLOW, "private/c1/x", False),
+    ("deny all subscribe private/%c/#", ALLOW, "private/c2/x", True),
+    ("allow all subscribe home/%u/#", DENY, "home/+/x", True),  # home/u1/x
+    ("allow all subscribe home/%u/#", DENY, "home/u2/#", False),
+]
+
+
+@pytest.mark.parametrize(("rules", "default", "topic_filter", "granted"), SEMANTICS)
+def test_a_subscription_is_refused_only_where_every_topic_is_denied(
+    rules: str, default: Permission, topic_filter: str, granted: bool
+) -> None:
+    acl = Acl.parse(rules, "acl.conf", default)
+    decision = acl.check_subscribe(ClientInfo("c1", "u1"), topic_filter)
+    assert decision.allowed is granted, decision.reason
+
+
+RECEIVE = [
+    # (rules, default, topic, received)
+    ("deny all subscribe test/nosubscribe", ALLOW, "test/nosubscribe", False),
+    ("deny all subscribe test/nosubscribe", ALLOW, "test/other", True),
+    ("deny all publish test/nosubscribe", ALLOW, "test/nosubscribe", True),
+    ("deny all all secrets/#", ALLOW, "secrets", False),
+    ("deny all all secrets/#", ALLOW, "secret", True),
+    ("allow all subscribe a/#", DENY, "a/b", True),
+    ("allow all subscribe a/#", DENY, "b", False),
+    ("allow all subscribe #", DENY, "$SYS/x", False),
+    ("deny all subscribe a/b\nallow all subscribe a/+", DENY, "a/b", False),
+    ("deny all subscribe private/%c/#", ALLOW, "private/c1", False),
+    ("deny all subscribe private/%u/#", ALLOW, "private/u1/x", False),
+    ("deny user u2 subscribe x", ALLOW, "x", True),
+]
+
+
+@pytest.mark.parametrize(("rules", "default", "topic", "received"), RECEIVE)
+def test_receiving_is_judged_on_each_topic_by_the_subscribe_rules(
+    rules: str, default: Permission, topic: str, received: bool
+) -> None:
+    acl = Acl.parse(rules, "acl.conf", default)
+    client = ClientInfo("c1", "u1")
+    decision = acl.check_receive(client, topic)
+    assert decision.allowed is received, decision.reason
+    assert acl.may_receive(client, TopicName(topic)) is received
+
+
+def test_a_refusal_names_the_first_rule_that_denies_the_filters_topics() -> None:
+    acl = Acl.parse("deny all subscribe a/x\ndeny all subscribe a/+\n", "acl.conf", ALLOW)
+    assert acl.check_subscribe(ALICE, "a/+").reason == (
+        "denied by rule (acl.conf:1): deny all subscribe a/x"
+    )
+    assert acl.first_match(ALICE, SUB, "a/+") == acl.rules[0]
+    mixed = Acl.parse("deny all all secret/#", "acl.conf")  # (default deny)
+    assert mixed.check_subscribe(ALICE, "#").reason == (
+        "denied by rule (acl.conf:1): deny all all secret/#; no rule matched the rest"
+    )
+    assert acl.first_match(ALICE, SUB, "b/+") is None  # the default grants it
+    assert acl.check_receive(ALICE, "a/y").reason.startswith("denied by rule (acl.conf:2)")
+    with pytest.raises(InvalidTopicError):
+        acl.check_receive(ALICE, "a/+")
+
+
+def test_a_search_past_its_budget_grants() -> None:
+    rules = [(False, Pattern.of(["a", "#"])), (False, Pattern.of(["#"]))]
+    assert search(Pattern.of(["#"]), rules, True).allowed is False
+    verdict = search(Pattern.of(["#"]), rules, True, budget=2)
+    assert (verdict.allowed, verdict.decider, verdict.exact) == (True, None, False)
+
+
+def test_a_filter_of_thousands_of_levels_is_searched_without_recursion() -> None:
+    deep = "/".join(["+"] * 20_000)
+    acl = Acl.parse(f"deny all subscribe {deep}", "acl.conf", ALLOW)
+    assert not acl.check_subscribe(ALICE, deep).allowed
+    assert acl.check_subscribe(ALICE, deep + "/x").allowed
+
+
+# -- the subscribe check against brute force over a small universe of topics ---------------
 
 FILTER_LEVELS = ["a", "", "$x", "+"]
-TOPIC_LEVELS = ["a", "", "$x", "c"]  # "c" stands for every literal the filters do not name
+RULE_LEVELS = [*FILTER_LEVELS, "%c"]
+# A topic level is one the filters name or one they do not ("c" stands for all of those),
+# and no filter is longer than 4 levels before '#': these topics stand for every topic.
+TOPIC_LEVELS = ["a", "", "$x", "c"]
 MAX_TOPIC_LEVELS = 5
 
 
@@ -341,12 +448,12 @@ def valid(text: str) -> bool:
     return True
 
 
-def small_filters(max_prefix: int) -> list[str]:
+def small_filters(levels: list[str], max_prefix: int) -> list[str]:
     found = []
     for length in range(max_prefix + 1):
-        for levels in itertools.product(FILTER_LEVELS, repeat=length):
+        for prefix in itertools.product(levels, repeat=length):
             for tail in ([], ["#"]):
-                text = "/".join([*levels, *tail])
+                text = "/".join([*prefix, *tail])
                 if text and valid(text):
                     found.append(text)
     return found
@@ -363,74 +470,69 @@ def topic_mask(topic_filter: str) -> int:
     return mask
 
 
-def brute_covers(general: str, specific: str) -> bool:
-    return topic_mask(specific) & ~topic_mask(general) == 0
+Rules = list[tuple[Permission, str]]
 
 
-def brute_overlap(one: str, other: str) -> bool:
-    return topic_mask(one) & topic_mask(other) != 0
+def receivable_mask(rules: Rules, default: Permission, client_id: str) -> int:
+    """Bit i is set if the client may receive TOPICS[i]: the first rule matching it
+    decides, else the default; a '%c' rule for the client '+' (unsafe) denies every
+    topic as a deny rule and matches none as an allow rule."""
+    undecided = (1 << len(TOPICS)) - 1
+    allowed = 0
+    for permission, text in rules:
+        if "%c" in text and client_id == "+":
+            mask = (1 << len(TOPICS)) - 1 if permission is DENY else 0
+        else:
+            mask = topic_mask(text.replace("%c", client_id))
+        if permission is ALLOW:
+            allowed |= mask & undecided
+        undecided &= ~mask
+    return allowed | (undecided if default is ALLOW else 0)
 
 
-def test_coverage_and_overlap_agree_with_brute_force_exhaustively() -> None:
-    filters = small_filters(3)
-    assert len(filters) > 150
-    for general in filters:
-        for specific in filters:
-            assert filter_covers(general, specific) is brute_covers(general, specific), (
-                general,
-                specific,
-            )
-            assert filters_overlap(general, specific) is brute_overlap(general, specific), (
-                general,
-                specific,
-            )
+def check_against_brute_force(rules: Rules, default: Permission, client_id: str) -> None:
+    acl = Acl([AclRule(permission, SUB, text) for permission, text in rules], default)
+    client = ClientInfo(client_id)
+    receivable = receivable_mask(rules, default, client_id)
+    for topic_filter in FILTERS:
+        granted = acl.check_subscribe(client, topic_filter).allowed
+        # sound (a refused filter has no receivable topic) and exact (a granted one has)
+        assert granted is bool(topic_mask(topic_filter) & receivable), (rules, topic_filter)
+
+
+FILTERS = small_filters(FILTER_LEVELS, 3)
+
+
+def test_one_rule_against_brute_force_exhaustively() -> None:
+    rule_filters = small_filters(RULE_LEVELS, 2)
+    assert len(FILTERS) > 150 and len(rule_filters) > 50
+    for text in rule_filters:
+        for permission in (ALLOW, DENY):
+            for default in (ALLOW, DENY):
+                check_against_brute_force([(permission, text)], default, "a")
 
 
 @st.composite
-def filters(draw: st.DrawFn) -> str:
-    levels = draw(st.lists(st.sampled_from(FILTER_LEVELS), min_size=0, max_size=4))
+def rule_filters(draw: st.DrawFn) -> str:
+    levels = draw(st.lists(st.sampled_from(RULE_LEVELS), min_size=0, max_size=4))
     if draw(st.booleans()) or not levels or levels == [""]:
         levels.append("#")
     return "/".join(levels)
 
 
-@settings(max_examples=250, deadline=None)
-@given(filters(), filters())
-def test_coverage_agrees_with_brute_force(general: str, specific: str) -> None:
-    assert filter_covers(general, specific) is brute_covers(general, specific)
-    assert filters_overlap(general, specific) is brute_overlap(general, specific)
-    assert filters_overlap(general, specific) is filters_overlap(specific, general)
-    if filter_covers(general, specific) and topic_mask(specific):
-        assert filters_overlap(general, specific)
-
-
-def test_a_shared_filter_is_compared_on_its_filter_part() -> None:
-    assert filter_covers("a/#", "$share/g/a/b")
-    assert not filter_covers("$share/g/a/b", "a/#")
-    assert filters_overlap("$share/g/#", "a")
-
-
-rules_strategy = st.lists(
-    st.tuples(st.sampled_from([ALLOW, DENY]), filters()), min_size=0, max_size=5
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from([ALLOW, DENY]), rule_filters()), max_size=6),
+    st.sampled_from([ALLOW, DENY]),
+    st.sampled_from(["a", "c", "+"]),
 )
-
-
-@settings(max_examples=200, deadline=None)
-@given(rules_strategy, filters(), st.sampled_from([ALLOW, DENY]))
-def test_an_allowed_subscription_only_reaches_allowed_topics(
-    rules: list[tuple[Permission, str]], request_filter: str, default: Permission
+def test_the_subscribe_check_agrees_with_brute_force(
+    rules: Rules, default: Permission, client_id: str
 ) -> None:
-    """Soundness across rules: every topic an allowed filter matches would be allowed
-    by the same rules evaluated topic by topic (first matching rule, else the default)."""
+    check_against_brute_force(rules, default, client_id)
     acl = Acl([AclRule(permission, SUB, text) for permission, text in rules], default)
-    if not acl.check_subscribe(ALICE, request_filter).allowed:
-        return
-    for index, topic in enumerate(TOPICS):
-        if not topic_mask(request_filter) >> index & 1:
-            continue
-        verdict = default
-        for permission, text in rules:
-            if filter_matches_levels(text.split("/"), topic):
-                verdict = permission
-                break
-        assert verdict is ALLOW, ("/".join(topic), rules, request_filter)
+    receivable = receivable_mask(rules, default, client_id)
+    for index in range(0, len(TOPICS), 7):  # (and the receive check, on a sample)
+        topic = "/".join(TOPICS[index])
+        received = acl.may_receive(ClientInfo(client_id), TopicName(topic))
+        assert received is bool(receivable >> index & 1), (rules, topic)
