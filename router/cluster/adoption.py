@@ -86,20 +86,21 @@ class Adoption:
         candidates = [i for i in infos if i and i.node_id == dead and i.expiry]
         owners = await node.subscriptions.owners([i.client_id for i in candidates])
         orphans = [
-            (info.client_id, info.expiry)
+            info
             for info, owner in zip(candidates, owners, strict=True)
             if owner is not None and owner.node_id == dead  # (not resumed elsewhere since)
         ]
         for first in range(0, len(orphans), CONCURRENCY):
             chunk = orphans[first : first + CONCURRENCY]
             results = await asyncio.gather(
-                *(self._adopt_one(client_id, expiry) for client_id, expiry in chunk),
-                return_exceptions=True,
+                *(self._adopt_one(info) for info in chunk), return_exceptions=True
             )
-            for (client_id, _), result in zip(chunk, results, strict=True):
+            for info, result in zip(chunk, results, strict=True):
                 if isinstance(result, BaseException):
                     self.failed += 1
-                    log.error("session %s of dead node %s not adopted: %r", client_id, dead, result)
+                    log.error(
+                        "session %s of dead node %s not adopted: %r", info.client_id, dead, result
+                    )
                 else:
                     self.sessions_adopted += 1
         if orphans:
@@ -134,12 +135,15 @@ class Adoption:
             finally:
                 await channel.aclose()
 
-    async def _adopt_one(self, client_id: str, expiry: int) -> None:
-        """A resume here (which recovers the client's copies from the dead node's inbox:
-        no handoff comes), then away with the session's expiry."""
-        expiry = min(expiry, NEVER)
-        await self._node.connect(client_id, clean_start=False, expiry=expiry)
-        await self._node.put_away(client_id, expiry=expiry)
+    async def _adopt_one(self, info: SessionInfo) -> None:
+        """A resume here under the session's own user name, not authenticated again
+        (the node's ACL judges its copies by it); it recovers the client's copies from
+        the dead node's inbox (no handoff comes); then away with the session's expiry."""
+        expiry = min(info.expiry, NEVER)
+        await self._node.connect(
+            info.client_id, info.username, clean_start=False, expiry=expiry, authenticate=False
+        )
+        await self._node.put_away(info.client_id, expiry=expiry)
 
     def _channel(self, dead: str) -> Channel:
         node = self._node

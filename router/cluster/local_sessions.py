@@ -21,6 +21,8 @@ from collections.abc import AsyncIterator, Callable, Collection, Container, Sequ
 from dataclasses import replace
 from typing import Literal
 
+from router.cluster.delivery_acl import DeliveryAcl
+from router.core.acl import Acl
 from router.core.cached_trie import CachedMatcher
 from router.core.hot_topics import DEFAULT_CACHE, CacheSettings, CacheStats
 from router.core.messages import Delivery, Message
@@ -45,6 +47,11 @@ class ClientSession:
     (:meth:`take_all`). ``expiry`` is the Session Expiry Interval in seconds (0: the
     session ends with its connection); ``away`` is True while no client is connected;
     ``profile`` is what its connection said of itself (MQTT level, keepalive, user name).
+
+    With an ACL on the node (``acl``, :mod:`router.cluster.delivery_acl`), ``receives``
+    caches its decisions for this session's user name and ``receiver`` makes them (both
+    dropped when ``profile`` names another), and the copies :meth:`put_first` and
+    :meth:`release` take from elsewhere are judged too; what it denies is not queued.
     """
 
     def __init__(self, client_id: str, limit: int, overflow: Overflow) -> None:
@@ -57,12 +64,27 @@ class ClientSession:
         self.expiry = 0
         self.away = False
         self.close_reason = "normal"
-        self.profile: tuple[int, int, str | None] = (0, 0, None)  # protocol, keepalive, user
+        self._profile: tuple[int, int, str | None] = (0, 0, None)  # protocol, keepalive, user
+        self.receives: dict[str, bool] = {}
+        self.receiver: Callable[[str], bool] | None = None
+        self.acl: DeliveryAcl | None = None
         self.inflight: dict[int, Delivery] = {}
         self.awaiting_release: set[int] = set()
         self._queue: deque[Delivery] = deque()
         self._held: deque[Delivery] | None = None  # new copies kept aside (see hold)
         self._ready = asyncio.Event()
+
+    @property
+    def profile(self) -> tuple[int, int, str | None]:
+        """(MQTT level, keepalive, user name) as its connection gave them."""
+        return self._profile
+
+    @profile.setter
+    def profile(self, profile: tuple[int, int, str | None]) -> None:
+        if profile[2] != self._profile[2]:
+            self.receives.clear()  # (decisions for another user)
+            self.receiver = None
+        self._profile = profile
 
     def put(self, delivery: Delivery) -> bool:
         """Queue one delivery; False when the overflow policy dropped a message."""
@@ -95,6 +117,8 @@ class ClientSession:
         :meth:`hold`, except those of a message in ``tail`` or ``seen`` (ids of messages
         queued before): a copy that came both ways during a move goes once."""
         held, self._held = self._held, None
+        if self.acl is not None:
+            tail = self.acl.screen(self, tail)
         self._queue.extend(tail)
         if held:
             skip = {d.message_id for d in tail}.union(seen)
@@ -105,6 +129,8 @@ class ClientSession:
     def put_first(self, deliveries: list[Delivery]) -> None:
         """Queue ``deliveries`` ahead of everything queued, in their order (what a
         session held before its client came back goes first); not bounded."""
+        if self.acl is not None:
+            deliveries = self.acl.screen(self, deliveries)
         self._queue.extendleft(reversed(deliveries))
         if deliveries:
             self._ready.set()
@@ -173,6 +199,7 @@ class LocalSessions:
         overflow: Overflow = "drop_oldest",
         *,
         match_cache: CacheSettings | None = DEFAULT_CACHE,
+        acl: Acl | None = None,
     ) -> None:
         if overflow not in OVERFLOW_POLICIES:
             raise ValueError(f"overflow must be one of {OVERFLOW_POLICIES}")
@@ -188,16 +215,25 @@ class LocalSessions:
         self._dropped_closed = 0  # drops of sessions closed since
         self._queue_limit = queue_limit
         self._overflow: Overflow = overflow
+        #: The node's ACL on delivery (None: every copy goes); see :meth:`deliver`.
+        self.acl = DeliveryAcl(acl) if acl is not None else None
 
     # -- sessions --------------------------------------------------------------------
 
-    def open(self, client_id: str) -> ClientSession:
-        """The client's session, created on first use."""
+    def open(
+        self, client_id: str, profile: tuple[int, int, str | None] | None = None
+    ) -> ClientSession:
+        """The client's session, created on first use; with ``profile`` (what its
+        connection says of itself, see :class:`ClientSession`) that is set before any
+        copy comes, so the ACL judges them for that user."""
         session = self._sessions.get(client_id)
         if session is None:
             session = self._sessions[client_id] = ClientSession(
                 client_id, self._queue_limit, self._overflow
             )
+            session.acl = self.acl
+        if profile is not None:
+            session.profile = profile
         return session
 
     def session(self, client_id: str) -> ClientSession:
@@ -213,6 +249,10 @@ class LocalSessions:
 
     def clients(self) -> list[str]:
         return sorted(self._sessions)
+
+    def acl_denied(self) -> int:
+        """Copies the ACL kept from local clients since the start (0 without an ACL)."""
+        return 0 if self.acl is None else self.acl.denied
 
     def dropped(self) -> int:
         """Deliveries dropped by full queues since the start, over every session (those
@@ -260,6 +300,7 @@ class LocalSessions:
         session.close("takenover")
         leaving = self.open(client_id)
         leaving.expiry = session.expiry
+        leaving.profile = session.profile  # (its copies are judged for the same user)
         leaving.away = True
         return leaving
 
@@ -300,8 +341,9 @@ class LocalSessions:
         self, message: Message, client_id: str, only_groups: Collection[str] = ()
     ) -> list[Delivery]:
         """The copies of ``message`` that ``client_id``'s subscriptions here ask for, as
-        :meth:`deliver` with ``only_groups`` would queue them (not queued): none when
-        none of them matches; by default only its plain subscriptions count."""
+        :meth:`deliver` with ``only_groups`` would make them (not queued, not judged by
+        the ACL: the session judges what it takes, see :meth:`ClientSession.put_first`):
+        none when none of them matches; by default only its plain subscriptions count."""
         found = self.trie.subscriptions_for(message.topic, message.publisher, only_groups).get(
             client_id
         )
@@ -325,12 +367,17 @@ class LocalSessions:
         publisher's route match chose the node for them). ``no_local`` subscriptions of
         the publisher itself are skipped. A client gets one copy for all its matching
         plain subscriptions and, apart from it, one for each shared subscription it was
-        chosen for (:func:`copy_parts`). ``observer`` (the node's hooks) is told of every
-        copy and of what the overflow policy dropped for it. Copies made for a single
+        chosen for (:func:`copy_parts`). With an ACL (``acl``), a client that may not
+        receive the topic gets none of them: they are counted and reported
+        (:class:`~router.cluster.delivery_acl.DeliveryAcl`), not queued, not returned;
+        a share group's member chosen and denied leaves that group without the message.
+        ``observer`` (the node's hooks) is told of every queued copy and of what the
+        overflow policy dropped for it. Copies made for a single
         subscription of the same shape (QoS, retain flag, subscription identifier) are
         one :class:`Delivery`, built once, whichever clients they go to.
         """
         matched = self.trie.subscriptions_for(message.topic, message.publisher, only_groups)
+        acl = self.acl
         queued = dropped = 0
         shared: dict[tuple[int, bool, int | None], Delivery] | None = (
             {} if len(matched) > 1 else None
@@ -347,6 +394,13 @@ class LocalSessions:
             if session is None:
                 continue
             parts = (subscriptions,) if len(subscriptions) == 1 else copy_parts(subscriptions)
+            if acl is not None:
+                allowed = session.receives.get(message.topic)
+                if allowed is None:
+                    allowed = acl.judge(session, message.topic)
+                if not allowed:
+                    acl.refuse(client_id, message, len(parts))
+                    continue
             for part in parts:
                 if shared is not None and len(part) == 1:
                     options = part[0].options

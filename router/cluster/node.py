@@ -96,9 +96,10 @@ class RouterNode:
             queue_limit=config.queue_limit,
             overflow=config.overflow,
             match_cache=config.match_cache,
+            acl=config.acl,
         )
         self.hooks = HookRegistry()  # see router.cluster.policy for what the node runs where
-        self._policy = Policy(self.hooks, config.acl)
+        self._policy = Policy(self.hooks, config.acl, self.sessions)
         self.mirror = RouteMirror(config.strategy(), cache=config.match_cache)
         self._arrivals = ArrivalOrder()
         self._visibility = RouteVisibility(
@@ -289,6 +290,7 @@ class RouterNode:
         expiry: int = 0,
         protocol: int = 0,
         keepalive: int = 0,
+        authenticate: bool = True,
     ) -> bool:
         """Attach a client to this node; returns whether a session was present.
 
@@ -300,9 +302,10 @@ class RouterNode:
         queued for it first (:mod:`router.cluster.session_keeper`). ``expiry`` is the
         Session Expiry Interval (0: the session ends with the connection). A session that
         another node served is taken over: that node gets a notice in its inbox.
+        ``authenticate=False``: the node resumes a stored session itself (see Policy.authenticate).
         """
         check_id(client_id, "client id")
-        client = await self._policy.authenticate(client_id, username, password)
+        client = await self._policy.authenticate(client_id, username, password, authenticate)
         await self._keeper.handing_off(client_id)  # (a session moving away from here)
         session = self.sessions.find(client_id)
         if session is not None and client_id in self._claims:
@@ -313,6 +316,7 @@ class RouterNode:
             if clean_start:
                 await self.disconnect(client_id)
             else:
+                session.profile = (protocol, keepalive, username)  # (the ACL judges by it)
                 await self._keeper.settle(client_id, publish_will=False)
                 await self._keeper.come_back(session, None, expiry)
                 await self._mark_open(client_id, expiry, protocol, keepalive, username)
@@ -324,7 +328,7 @@ class RouterNode:
             session = self.sessions.open(client_id)
         else:
             info = await self.session_store.describe(client_id)
-            session = self.sessions.open(client_id)
+            session = self.sessions.open(client_id, (protocol, keepalive, username))
             if info is not None and info.node_id != self.node_id:
                 session.hold()  # (until what its node sends ahead of them has come)
             if info is not None:
@@ -604,6 +608,7 @@ class RouterNode:
             **self._forwarder.stats(),
             **self._inbox.stats(),
             "queue_drops": self.sessions.dropped(),
+            "acl_denied_deliveries": self.sessions.acl_denied(),
             "sessions_taken_over": self._claims.taken_over,
             "sessions_restored": self.sessions_restored,
             "mirror_resyncs": self._sync.resyncs,

@@ -18,7 +18,18 @@ client.check_acl         subscribe (on the filter after ``client.subscribe``) an
                          (a crashing ACL fails closed). A deny raises
                          :class:`NotAuthorizedError` with the decision's reason before
                          anything is written, in Redis or locally; a denied publish is also
-                         reported to ``message.dropped`` with reason ``denied``.
+                         reported to ``message.dropped`` with reason ``denied``. The
+                         built-in ACL grants a subscribe when at least one topic it can
+                         match may be received (:mod:`router.core.acl`).
+(delivery)               not a hook point: with an ACL configured (``NodeConfig.acl``,
+                         ``--acl``), every copy for a local client is judged, before it is
+                         queued, by that ACL's receive check (:meth:`Acl.check_receive
+                         <router.core.acl.Acl.check_receive>`: its subscribe rules on the
+                         topic name) for the user name the session's connection gave; the
+                         ``client.check_acl`` callbacks are not asked (they judge publish and
+                         subscribe only). A denied copy is not queued, is counted
+                         (``acl_denied_deliveries``) and goes to ``message.dropped`` with
+                         reason ``denied`` (:mod:`router.cluster.delivery_acl`).
 client.connected         after a client is attached (not again for one already attached).
 client.disconnected      after ``disconnect`` (reason ``"normal"``) or the node's stop
                          (reason ``"node_stopped"``).
@@ -37,7 +48,9 @@ message.delivered        each copy queued for a local client (the node's "delive
                          is its own). Args ``(client, delivery)``.
 message.dropped          ``no_subscribers`` (no node in the cluster is interested, seen by
                          the publishing node), ``queue_full`` (a client's bounded queue
-                         dropped a copy: the dropped one), ``denied``, ``stopped``.
+                         dropped a copy: the dropped one), ``denied`` (a publish the ACL
+                         refused, with the publisher; a copy the ACL kept from a client,
+                         with that client), ``stopped``.
 message.acked            not run by the node: its clients have no acknowledgements (the MQTT
                          front end will run it for QoS 1/2).
 =======================  ==================================================================
@@ -47,7 +60,9 @@ callback (the registry's ``check``), like a callback that raised.
 
 Cost when nothing is registered: the node reads one flag per publish (``guards_publish``),
 one per subscribe, and passes ``delivery_observer`` (None) to the local delivery; the
-flags are recomputed only when callbacks are registered or removed.
+flags are recomputed only when callbacks are registered or removed. The receive check
+costs a None test per local client without an ACL, and with one a lookup of the
+session's cached decision for the topic.
 """
 
 from __future__ import annotations
@@ -57,7 +72,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from router.cluster.local_sessions import DeliveryObserver
+from router.cluster.local_sessions import DeliveryObserver, LocalSessions
 from router.core.acl import Acl, AclAction, Permission
 from router.core.hooks import (
     Check,
@@ -83,8 +98,13 @@ Subscription = tuple[TopicFilter, SubscriptionOptions]
 class Policy:
     """The hook points of one node, with flags that say which ones have callbacks."""
 
-    def __init__(self, hooks: HookRegistry, acl: Acl | None = None) -> None:
+    def __init__(
+        self, hooks: HookRegistry, acl: Acl | None = None, sessions: LocalSessions | None = None
+    ) -> None:
+        """``acl`` is registered at ``client.check_acl``; the receive check of
+        ``sessions`` (its own ACL, see the module docstring) reports its denials here."""
         self.hooks = hooks
+        self._delivery_acl = sessions.acl if sessions is not None else None
         self._clients: dict[str, ClientInfo] = {}
         self.guards_publish = False
         self.guards_subscribe = False
@@ -103,6 +123,8 @@ class Policy:
         self.reports_drops = active(HookPoint.MESSAGE_DROPPED)
         observed = self.reports_drops or active(HookPoint.MESSAGE_DELIVERED)
         self.delivery_observer = self._observe if observed else None
+        if self._delivery_acl is not None:
+            self._delivery_acl.on_denied = self._denied if self.reports_drops else None
 
     # -- clients ---------------------------------------------------------------------
 
@@ -111,15 +133,21 @@ class Policy:
         return self._clients.get(client_id) or ClientInfo(client_id)
 
     async def authenticate(
-        self, client_id: str, username: str | None, password: str | bytes | None
+        self,
+        client_id: str,
+        username: str | None,
+        password: str | bytes | None,
+        check: bool = True,
     ) -> ClientInfo:
         """Run ``client.authenticate``; returns the client's info if it is accepted.
 
+        Without ``check`` no hook runs: the node resumes a stored session itself, under
+        the user name it was stored with (adoption), and no client is connecting.
         Raises :class:`InvalidIdError` for a username that is not a str and
         :class:`NotAuthorizedError` if the client is refused.
         """
         client = ClientInfo(client_id, username)
-        if not self.hooks.active(HookPoint.CLIENT_AUTHENTICATE):
+        if not check or not self.hooks.active(HookPoint.CLIENT_AUTHENTICATE):
             return client
         decision = await self.hooks.arun_fold(
             HookPoint.CLIENT_AUTHENTICATE, (client, password), NO_AUTHENTICATOR_ALLOWED, _decision
@@ -235,6 +263,10 @@ class Policy:
             self.hooks.run(HookPoint.MESSAGE_DELIVERED, (client, delivery))
         if lost is not None:
             self.dropped(_as_message(lost), DropReason.QUEUE_FULL, client)
+
+    def _denied(self, client_id: str, what: Message | Delivery) -> None:
+        message = what if isinstance(what, Message) else _as_message(what)
+        self.dropped(message, DropReason.DENIED, self.client(client_id))
 
 
 def _as_message(delivery: Delivery) -> Message:

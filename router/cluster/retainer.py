@@ -10,6 +10,8 @@ MQTT rules (REFERENCE.md 4, MQTT 5.0 3.3.1.3 and 3.8.3.1):
   subscription gets none. Each copy carries retain=1, QoS min(subscription, message),
   the subscription's identifier and the expiry interval left.
 * Live copies keep retain=1 only with retain-as-published (:mod:`router.cluster.local_sessions`).
+* With an ACL on the node, a retained message goes only to a client that may receive its
+  topic (a subscription to ``#`` is granted where ``secrets/#`` is denied).
 
 Expired messages are invisible at once; a background task also removes them from Redis
 every ``clear_interval`` seconds, a bounded batch at a time.
@@ -100,7 +102,9 @@ class Retainer:
         """Queue the retained messages a new subscription gets; returns how many.
 
         ``observer`` (the node's hooks) is told of every copy and of what the client's
-        overflow policy dropped for it, as for live deliveries.
+        overflow policy dropped for it, as for live deliveries. With an ACL on the node,
+        a message whose topic the client may not receive is not queued (counted and
+        reported as for live deliveries: :mod:`router.cluster.delivery_acl`).
         """
         if (
             options.retain_handling == 2
@@ -109,6 +113,7 @@ class Retainer:
         ):
             return 0
         session = self._sessions.session(client_id)
+        acl = self._sessions.acl
         ids = () if options.subscription_identifier is None else (options.subscription_identifier,)
         queued = 0
         async for retained in self.store.matching(topic_filter, batch_size=DELIVERY_BATCH):
@@ -123,6 +128,9 @@ class Retainer:
                 expiry_interval=retained.expiry_interval,
                 properties=retained.properties,
             )
+            if acl is not None and not acl.judge(session, delivery.topic):
+                acl.refuse(client_id, delivery)
+                continue
             lost = session.offer(delivery)
             queued += lost is None
             if observer is not None:

@@ -59,7 +59,8 @@ point                        args                               fold accumulator
 message the embedding program publishes itself; for ``message.dropped`` the subscriber
 whose copy was dropped, else the publisher or None); ``action`` an
 :class:`router.core.acl.AclAction`; for ``client.check_acl`` ``topic`` is the topic name of a
-publish or the filter of a subscribe; ``reason`` of ``message.dropped`` is a
+publish or the filter of a subscribe (what a client may receive is judged on each delivery
+by the node's configured ACL, not at this point); ``reason`` of ``message.dropped`` is a
 :class:`DropReason`. How the node folds each point (what None means, which rewrites it
 accepts) is written in :mod:`router.cluster.policy`.
 """
