@@ -35,11 +35,14 @@ Life of a node (one process, one *incarnation*):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from types import TracebackType
 from typing import Any
+
+from redis.exceptions import RedisError
 
 from router.cluster.adoption import Adoption
 from router.cluster.claims import SessionClaims
@@ -48,7 +51,7 @@ from router.cluster.dispatcher import Dispatcher
 from router.cluster.forwarding import Forwarder, InboxReader
 from router.cluster.inbox import Kick, Notice, Takeover
 from router.cluster.liveness import Liveness
-from router.cluster.local_sessions import ClientSession, LocalSessions
+from router.cluster.local_sessions import ClientSession, CountChange, LocalSessions
 from router.cluster.mirror_sync import MirrorSync
 from router.cluster.policy import Policy
 from router.cluster.restoration import restore_sessions
@@ -62,10 +65,10 @@ from router.core.guid import GuidGenerator, node_part_for
 from router.core.hooks import HookRegistry
 from router.core.hot_topics import cache_counters
 from router.core.messages import Delivery, MessageProperties, Outgoing, PublishResult
-from router.core.options import make_options
+from router.core.options import SubscriptionOptions, make_options
 from router.core.route_mirror import RouteMirror
 from router.core.topics import TopicFilter, parse_shared, validate_filter
-from router.errors import InvalidOptionsError, SessionOwnershipError
+from router.errors import InvalidOptionsError, RouterError, SessionOwnershipError
 from router.state.connection import check_eviction
 from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
@@ -306,7 +309,7 @@ class RouterNode:
         """
         check_id(client_id, "client id")
         client = await self._policy.authenticate(client_id, username, password, authenticate)
-        await self._keeper.handing_off(client_id)  # (a session moving away from here)
+        await self._keeper.handing_off(client_id)  # (a session that just left: it is back)
         session = self.sessions.find(client_id)
         if session is not None and client_id in self._claims:
             if not session.away:
@@ -317,28 +320,34 @@ class RouterNode:
                 await self.disconnect(client_id)
             else:
                 session.profile = (protocol, keepalive, username)  # (the ACL judges by it)
-                await self._keeper.settle(client_id, publish_will=False)
+                await self._keeper.settle(client_id, publish_will=False, wait_tail=False)
                 await self._keeper.come_back(session, None, expiry)
                 await self._mark_open(client_id, expiry, protocol, keepalive, username)
                 await self._policy.attached(client, new=False)
                 return True
         info: SessionInfo | None = None
-        if clean_start:
-            claimed = await self._claims.claim(client_id)
-            session = self.sessions.open(client_id)
-        else:
-            info = await self.session_store.describe(client_id)
-            session = self.sessions.open(client_id, (protocol, keepalive, username))
-            if info is not None and info.node_id != self.node_id:
-                session.hold()  # (until what its node sends ahead of them has come)
-            if info is not None:
-                stored = await self.subscriptions.subscriptions(client_id)
-                changes = self.sessions.restore(
-                    client_id, {validate_filter(f): o for f, o in stored.items()}
-                )
-                await self._write_routes(changes)
-            recovery = await self._adoption.mark(info)
-            claimed = await self._claims.claim(client_id, keep_state=info is not None)
+        try:
+            if clean_start:
+                await self._drop_unclaimed(client_id)  # (what a handoff kept here)
+                claimed = await self._claims.claim(client_id)
+                session = self.sessions.open(client_id)
+            else:
+                info = await self.session_store.describe(client_id)
+                if info is None:
+                    await self._drop_unclaimed(client_id)
+                session = self.sessions.open(client_id, (protocol, keepalive, username))
+                if info is not None and info.node_id != self.node_id:
+                    session.hold()  # (until what its node sends ahead of them has come)
+                if info is not None:
+                    stored = await self.subscriptions.subscriptions(client_id)
+                    await self._write_routes(
+                        self._restore(client_id, {validate_filter(f): o for f, o in stored.items()})
+                    )
+                recovery = await self._adoption.mark(info)
+                claimed = await self._claims.claim(client_id, keep_state=info is not None)
+        except BaseException:
+            await self._drop_unclaimed(client_id)  # (the retry starts afresh)
+            raise
         session.expiry = expiry
         if claimed is not None:
             await self._claims.notify_previous(client_id, claimed, resume=info is not None)
@@ -353,6 +362,31 @@ class RouterNode:
         await self._mark_open(client_id, expiry, protocol, keepalive, username)
         await self._policy.attached(client, new=claimed is not None)
         return info is not None
+
+    def _restore(
+        self, client_id: str, stored: dict[TopicFilter, SubscriptionOptions]
+    ) -> list[CountChange]:
+        """Make the client's local subscriptions those ``stored`` for its session (an away
+        session kept here by a handoff may hold some it has dropped since); the route
+        changes."""
+        changes = self.sessions.restore(client_id, stored)
+        for topic_filter in [
+            f for f in self.sessions.trie.subscriptions(client_id) if f not in stored
+        ]:
+            _existed, change = self.sessions.unsubscribe(client_id, topic_filter)
+            if change is not None:
+                changes.append(change)
+        return changes
+
+    async def _drop_unclaimed(self, client_id: str) -> None:
+        """Close a local session of the client that this node holds no claim for: the away
+        session a handoff kept for a client back here (not resuming after all), or what
+        a connect that failed before its claim opened. Its route changes are written when
+        Redis takes them (the route writer keeps them)."""
+        session = self.sessions.find(client_id)
+        if session is not None and client_id not in self._claims:
+            with contextlib.suppress(RouterError, RedisError):
+                await self._handed(session)
 
     async def _mark_open(
         self, client_id: str, expiry: int, protocol: int, keepalive: int, username: str | None

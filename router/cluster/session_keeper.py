@@ -13,16 +13,26 @@ connection. The node that holds it:
   will with a delay, one for the will (whichever comes first publishes it).
 * **client back** (:meth:`come_back`, on this node or another): the timers stop, the
   spiller finishes, and what the queue holds goes first into the session.
-* **taken over by another node** (:meth:`hand_off`): what the node holds goes to the queue.
-  For ``handoff_grace`` seconds more the node keeps the session's filters (its routes)
-  and gathers the copies still sent here: a publishing node's route mirror may not have
-  caught up with the move yet (it may even have seen this node's routes go before the
-  new node's come). Those go to the queue too, then the *handoff marker* of the new
-  claim's epoch, carrying the inbound QoS 2 ids still awaiting PUBREL, and the routes go.
-  The new owner (:meth:`take_queued`) drains the queue until it sees that marker
-  (bounded by ``handoff_timeout``: the old node may be dead) and puts it all ahead of
-  what reached it directly meanwhile (a copy that came both ways once), so no copy is
-  lost or reordered by the move unless a mirror lags by more than the grace.
+* **taken over by another node** (:meth:`hand_off`): what the node holds goes to the
+  queue, then the *handoff marker* of the new claim's epoch, carrying the inbound QoS 2
+  ids still awaiting PUBREL. For ``handoff_grace`` seconds more the node keeps the
+  session's filters (its routes) and gathers the copies still sent here: a publishing
+  node's route mirror may not have caught up with the move yet (it may even have seen
+  this node's routes go before the new node's come). Those go to the queue too (the
+  session's *tail*), then the tail end marker, and the routes go. The new owner
+  (:meth:`come_back`) waits until the marker is in the queue before it reads anything
+  (until then the old node may itself still be reading the tail of an earlier move to
+  it), then drains the queue up to it (bounded by ``handoff_timeout``: the old node may
+  be dead), answers the client, and reads the tail in the background; what reaches it
+  directly meanwhile waits behind the tail (a copy that came both ways once). So no
+  copy is lost or reordered by the move unless a mirror lags by more than the grace.
+* **back during the grace**: a client that connects again to the node its session just
+  left ends that node's grace at once (:meth:`handing_off`): the node writes the tail
+  end and keeps the session's filters for the session that resumes there. Likewise a
+  client that leaves, or comes back to, the node whose tail it is still reading does
+  not wait for that tail: leaving, what the session holds goes to the queue once the
+  tail is in (the tail is older); coming back, the session simply goes on. Nothing in
+  a move waits for a grace, so a client that reconnects at once is answered at once.
 * **session end** (the interval passed): the node's timer ends it here; if the node died,
   Redis expires its keys anyway and the routes went with the node.
 
@@ -76,6 +86,16 @@ class Markers:
 
 
 @dataclass
+class _Move:
+    """A session being handed on from this node: the task that hands it on, the away
+    session that gathers its copies in the grace, and whether its client came back."""
+
+    task: asyncio.Task[None]
+    leaving: ClientSession
+    back: asyncio.Event
+
+
+@dataclass
 class _Away:
     """The queue, timers and spiller of one away session."""
 
@@ -120,7 +140,7 @@ class SessionKeeper:
         self._end_session = end_session
         self._away: dict[str, _Away] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._handoffs: dict[str, asyncio.Task[None]] = {}  # sessions moving away
+        self._handoffs: dict[str, _Move] = {}  # sessions moving away
         self._tails: dict[str, asyncio.Task[None]] = {}  # sessions moving here
         self._stopping = asyncio.Event()  # (cuts the grace of handoffs short)
         self.queued = 0
@@ -146,10 +166,10 @@ class SessionKeeper:
         will: Outgoing | None = None,
         will_delay: int = 0,
     ) -> None:
-        """The client left; keep its session (see the module docstring). The tail of a
-        move to this node comes first."""
+        """The client left; keep its session (see the module docstring). While the tail
+        of a move to this node is still being read, what the session holds goes to the
+        queue once that tail is in (the spiller's first batch): it is newer."""
         client_id = session.client_id
-        await self.tail_taken(client_id)
         session.away = True
         await self.store.mark_away(
             client_id, owner, expiry=session.expiry, awaiting_release=session.awaiting_release
@@ -157,7 +177,9 @@ class SessionKeeper:
         queue = self.queue(client_id, session.expiry)  # (one for the spiller's life)
         await queue.ensure()  # (a reader idle longer than the interval had expired)
         away = self._away[client_id] = _Away(queue)
-        await self._spill(queue, session.take_all())
+        tail = self._tails.get(client_id)
+        if tail is None:
+            await self._spill(queue, session.take_all())
         loop = asyncio.get_running_loop()
         if session.expiry < NEVER:
             away.end = loop.call_later(session.expiry, self._spawn, self._expire, client_id)
@@ -166,12 +188,19 @@ class SessionKeeper:
             if will_delay < session.expiry:
                 away.will = loop.call_later(will_delay, self._spawn, self._will_due, client_id)
         away.spiller = asyncio.create_task(
-            self._spill_forever(session, away), name=f"spill:{client_id}"
+            self._spill_forever(session, away, tail), name=f"spill:{client_id}"
         )
 
-    async def _spill_forever(self, session: ClientSession, away: _Away) -> None:
-        """Move the session's copies to Redis as they come. A batch taken from the session
+    async def _spill_forever(
+        self, session: ClientSession, away: _Away, tail: asyncio.Task[None] | None
+    ) -> None:
+        """Move the session's copies to Redis as they come; with a ``tail`` under way,
+        everything the session holds once it is in, first. A batch taken from the session
         is shielded from cancellation: :meth:`settle` waits for it instead."""
+        if tail is not None:
+            await asyncio.wait([tail])
+            away.spilling = asyncio.ensure_future(self._spill_batch(away.queue, session.take_all()))
+            await asyncio.shield(away.spilling)
         while True:
             delivery = await session.get()
             if delivery is None:
@@ -232,12 +261,14 @@ class SessionKeeper:
 
     # -- the session goes on -------------------------------------------------------------
 
-    async def settle(self, client_id: str, *, publish_will: bool) -> None:
+    async def settle(self, client_id: str, *, publish_will: bool, wait_tail: bool = True) -> None:
         """The session stops being away here (its client is back, or it moves or ends):
         stop its timers and spiller; the pending will is published with
         ``publish_will`` (the session ended), else dropped (a connection came back).
-        The tail of a move to this node comes first."""
-        await self.tail_taken(client_id)
+        With ``wait_tail`` the tail of a move to this node comes first (a client back on
+        this node does not wait for it: :meth:`come_back`)."""
+        if wait_tail:
+            await self.tail_taken(client_id)
         away = self._away.pop(client_id, None)
         if away is None:
             return
@@ -261,14 +292,16 @@ class SessionKeeper:
         """Another node claimed the session with ``epoch`` (resuming it): queue what the
         closed ``session`` holds and the handoff marker; then for ``handoff_grace``
         seconds what reaches ``leaving`` (the away session that keeps its filters here)
-        and the tail end marker; then ``handed()`` (the node ends ``leaving``). Runs in
-        the background: :meth:`handing_off` waits for it."""
+        and the tail end marker; then ``handed()`` (the node ends ``leaving``), unless
+        the client came back here meanwhile (:meth:`handing_off`: the node keeps
+        ``leaving`` for it). Runs in the background."""
         client_id = session.client_id
+        back = asyncio.Event()
 
         async def move() -> None:
             try:
                 await self.settle(client_id, publish_will=False)
-                await self._queue_handoff(session, leaving, epoch)
+                await self._queue_handoff(session, leaving, epoch, back)
             except (RouterError, RedisError):
                 log.warning(
                     "handing on the session of %s failed; its new node recovers its copies "
@@ -277,28 +310,38 @@ class SessionKeeper:
                 )  # fmt: skip
             finally:
                 try:
-                    await handed()
+                    if not back.is_set():
+                        await handed()
                 except (RouterError, RedisError):  # (a route writer keeps its changes)
                     log.warning("routes of %s not removed yet", client_id, exc_info=True)
 
         task = asyncio.create_task(move(), name=f"handoff:{client_id}")
-        self._handoffs[client_id] = task
-        task.add_done_callback(lambda _: self._handoffs.pop(client_id, None))
+        handoff = self._handoffs[client_id] = _Move(task, leaving, back)
+        task.add_done_callback(lambda _: self._forget_handoff(client_id, handoff))
+
+    def _forget_handoff(self, client_id: str, handoff: _Move) -> None:
+        if self._handoffs.get(client_id) is handoff:
+            del self._handoffs[client_id]
 
     async def _queue_handoff(
-        self, session: ClientSession, leaving: ClientSession, epoch: int
+        self, session: ClientSession, leaving: ClientSession, epoch: int, back: asyncio.Event
     ) -> None:
-        """What the closed ``session`` holds, the handoff marker, then (with a grace) what
-        reaches ``leaving`` meanwhile and the tail end marker."""
+        """What the closed ``session`` holds, the handoff marker, then (with a grace, cut
+        short when the client is ``back`` here or the node stops) what reaches
+        ``leaving`` meanwhile and the tail end marker."""
         queue = self.queue(session.client_id, session.expiry)
         awaiting = sorted(session.awaiting_release)
         try:
             await self._spill(queue, session.take_all())
             if self.handoff_grace > 0:
                 await queue.mark_handoff(epoch, awaiting, tail=True)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.handoff_grace):
-                        await self._stopping.wait()
+                ends = [asyncio.ensure_future(e.wait()) for e in (self._stopping, back)]
+                try:
+                    await asyncio.wait(ends, timeout=self.handoff_grace,
+                                       return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                finally:
+                    for end in ends:
+                        end.cancel()
                 await self._spill(queue, leaving.take_all())
                 await queue.mark_tail_end(epoch)
             else:
@@ -308,10 +351,16 @@ class SessionKeeper:
             await queue.aclose()
 
     async def handing_off(self, client_id: str) -> None:
-        """Return once a handoff of the client's session that is under way has ended."""
-        task = self._handoffs.get(client_id)
-        if task is not None:
-            await asyncio.wait([task])
+        """The client connects to this node again: end the grace of a handoff of its
+        session that is under way and return once the tail end is written. The away
+        session that gathered the copies stays (for the session that resumes here; what
+        reaches it from now on is held back, behind what the new owner hands back), or
+        goes with the handoff's end if none was under way."""
+        move = self._handoffs.get(client_id)
+        if move is not None:
+            move.leaving.hold()
+            move.back.set()
+            await asyncio.wait([move.task])
 
     async def come_back(
         self,
@@ -331,10 +380,19 @@ class SessionKeeper:
         has come the copies that reach the session here are held back (``session.hold``,
         by the caller, before this node's routes were written). No handoff from
         ``previous``: it is presumed dead; its inbox's copies for the client are
-        recovered from the ``recovery`` mark (:mod:`router.cluster.adoption`)."""
+        recovered from the ``recovery`` mark (:mod:`router.cluster.adoption`). Without
+        ``handoff``, while the tail of a move to this node is still being read, nothing
+        is drained: the queue holds that tail only, and its reader releases the session."""
         session.away = False
+        if handoff is None and session.client_id in self._tails:
+            session.awaiting_release.update(stored)
+            session.expiry = expiry
+            self.sessions_resumed += 1
+            return
         taken, markers, handed = await self._drain(
-            session, None if handoff is None else lambda d: handoff in (m.epoch for m in d.handoffs)
+            session,
+            None if handoff is None else lambda d: handoff in (m.epoch for m in d.handoffs),
+            handoff,
         )
         marker = next((m for m in markers.handoffs if m.epoch == handoff), None)
         tail = marker is not None and marker.tail and handoff not in markers.tail_ends
@@ -391,12 +449,16 @@ class SessionKeeper:
             await asyncio.wait([task])
 
     async def _drain(
-        self, session: ClientSession, came: Callable[[Drained], bool] | None
+        self,
+        session: ClientSession,
+        came: Callable[[Drained], bool] | None,
+        handoff: int | None = None,
     ) -> tuple[list[Delivery], Markers, bool]:
         """Drain the session's queue for its client: every delivery in order (expired
         ones dropped, counted) and the markers read, until ``came`` finds the marker
         awaited in a read, at most ``handoff_timeout``; returns whether it came. With
-        ``came`` None: what the queue holds now."""
+        ``came`` None: what the queue holds now. With ``handoff``, nothing is read before
+        the handoff marker of that epoch is in the queue (within the same bound)."""
         queue = self.queue(session.client_id, session.expiry)
         deliveries: list[Delivery] = []
         markers = Markers()
@@ -405,6 +467,8 @@ class SessionKeeper:
         deadline = loop.time() + self.handoff_timeout
         try:
             await queue.ensure()
+            if handoff is not None:
+                await _handed_off(queue, handoff, deadline)
             while True:
                 drained = await queue.drain()
                 deliveries += drained.deliveries
@@ -439,7 +503,7 @@ class SessionKeeper:
         then stop every spiller and timer (the node is stopping; Redis keeps the
         sessions)."""
         self._stopping.set()
-        moves = [*self._handoffs.values(), *self._tails.values()]
+        moves = [*(move.task for move in self._handoffs.values()), *self._tails.values()]
         if moves:
             await asyncio.wait(moves)
         for client_id in list(self._away):
@@ -458,3 +522,19 @@ class SessionKeeper:
             "expired_dropped": self.expired_dropped,
             "handoff_tails_lost": self.tails_lost,
         }
+
+
+async def _handed_off(queue: SessionQueue, epoch: int, deadline: float) -> None:
+    """Return once the handoff marker of ``epoch`` is in ``queue`` (nothing is read: until
+    then the node that writes it may still be reading the queue, the tail of an earlier
+    move to it), or at ``deadline`` (loop time)."""
+    loop = asyncio.get_running_loop()
+    wakeups = queue.channel.wakeups
+    while True:
+        generation = await wakeups.arm()  # (before the check: a marker after it wakes us)
+        if await queue.handed_off(epoch):
+            return
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return
+        await wakeups.wait(generation, min(remaining, 0.5))

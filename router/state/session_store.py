@@ -347,6 +347,12 @@ class SessionQueue:
         """Append the tail end marker for the claim of ``epoch``."""
         await self.channel.publish([ChannelMessage(f"{HANDOFF_END}{epoch}", b"")])
 
+    async def handed_off(self, epoch: int) -> bool:
+        """Whether the handoff marker of ``epoch`` was appended (read or not): one key
+        read, the marker's dedup entry, which lives as long as the queue's messages."""
+        [key] = self._keys.channel_dedup(self.channel.name, [f"{HANDOFF}{epoch}"])
+        return bool(await self._redis.exists(key))
+
     async def drain(self, max: int = 1000) -> Drained:
         """Take up to ``max`` queued messages: they are acknowledged and deleted here, so
         the caller owns them now. A message that cannot be read is skipped."""

@@ -36,3 +36,17 @@ async def test_a_move_reads_back_in_order_with_its_markers(
     assert drained.handoffs == [Handoff(7, (3, 5), tail=True), Handoff(8, ())]
     assert drained.tail_ends == (7,)
     assert not drained.more
+
+
+async def test_a_handoff_marker_is_known_to_be_there_before_and_after_it_is_read(
+    redis_client: RedisClient, keys: Keys
+) -> None:
+    queue = SessionQueue(redis_client, keys, "roamer", 600)
+    await queue.ensure()
+    assert not await queue.handed_off(7)
+    await queue.mark_handoff(7, tail=True)
+    assert await queue.handed_off(7)
+    await queue.drain()
+    assert await queue.handed_off(7)
+    assert not await queue.handed_off(8)
+    await queue.aclose()
