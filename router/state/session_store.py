@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import count
+from itertools import count, takewhile
 from typing import Any, Final, Literal
 
 import msgpack  # type: ignore[import-untyped,unused-ignore]
@@ -323,15 +323,23 @@ class SessionQueue:
         return len(messages), dropped
 
     async def _trim(self, limit: int) -> int:
-        """Drop the oldest waiting messages beyond ``limit``; returns how many."""
+        """Drop the oldest waiting messages beyond ``limit``, but never a marker nor what
+        waits behind one: a moved session's new owner reads up to its marker, and the
+        queue may hold more than ``limit`` until it has. Returns how many were dropped."""
         excess = await self.backlog() - limit
         if excess <= 0:
             return 0
         result = await self.channel.fetch(READER, max=min(excess, 10_000))
-        if result.ack_handle is not None:
-            await self.channel.ack(READER, result.ack_handle)
-            await self._discard([m.clock for m in result.messages])
-        return len(result.messages)
+        dropped = list(
+            takewhile(lambda m: not m.id.startswith((HANDOFF, HANDOFF_END)), result.messages)
+        )
+        handle = result.ack_handle
+        if len(dropped) < len(result.messages):
+            handle = self.channel.handle(READER, dropped[-1].clock) if dropped else None
+        if handle is not None:
+            await self.channel.ack(READER, handle)
+            await self._discard([m.clock for m in dropped])
+        return len(dropped)
 
     async def mark_handoff(
         self, epoch: int, awaiting_release: Sequence[int] = (), *, tail: bool = False

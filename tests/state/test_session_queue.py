@@ -50,3 +50,25 @@ async def test_a_handoff_marker_is_known_to_be_there_before_and_after_it_is_read
     assert await queue.handed_off(7)
     assert not await queue.handed_off(8)
     await queue.aclose()
+
+
+async def test_the_queue_limit_never_drops_a_marker_nor_what_comes_after_it(
+    redis_client: RedisClient, keys: Keys
+) -> None:
+    """drop_oldest makes room from the oldest copies before the first marker only: the
+    new owner of a moved session reads up to its handoff marker (a marker dropped made
+    it wait ``handoff_timeout`` for it); the queue holds more than its limit meanwhile."""
+    queue = SessionQueue(redis_client, keys, "roamer", 600)
+    await queue.ensure()
+    await queue.append([copy(n) for n in range(1, 4)], 3, "drop_oldest")
+    await queue.mark_handoff(7, tail=True)
+    stored, dropped = await queue.append([copy(4), copy(5)], 3, "drop_oldest")
+    assert (stored, dropped) == (2, 3)  # copies 1 to 3 made room (the marker counts)
+    stored, dropped = await queue.append([copy(6)], 3, "drop_oldest")
+    assert (stored, dropped) == (1, 0)  # the marker is the oldest: four wait
+
+    drained = await queue.drain()
+    await queue.aclose()
+
+    assert drained.handoffs == [Handoff(7, (), tail=True)]
+    assert [d.payload for d in drained.deliveries] == [b"4", b"5", b"6"]
