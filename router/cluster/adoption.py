@@ -101,7 +101,7 @@ class Adoption:
                     log.error(
                         "session %s of dead node %s not adopted: %r", info.client_id, dead, result
                     )
-                else:
+                elif result:
                     self.sessions_adopted += 1
         if orphans:
             log.warning("adopted the %d persistent sessions of dead node %s", len(orphans), dead)
@@ -135,15 +135,25 @@ class Adoption:
             finally:
                 await channel.aclose()
 
-    async def _adopt_one(self, info: SessionInfo) -> None:
+    async def _adopt_one(self, info: SessionInfo) -> bool:
         """A resume here under the session's own user name, not authenticated again
         (the node's ACL judges its copies by it); it recovers the client's copies from
-        the dead node's inbox (no handoff comes); then away with the session's expiry."""
+        the dead node's inbox (no handoff comes); then away with the session's expiry.
+        One step for the client (no connect of it here runs in between), and only while
+        the dead node still owns the session: a client that resumed it meanwhile (here,
+        or on another node) keeps it. Returns whether the session was adopted."""
+        node = self._node
+        client_id = info.client_id
         expiry = min(info.expiry, NEVER)
-        await self._node.connect(
-            info.client_id, info.username, clean_start=False, expiry=expiry, authenticate=False
-        )
-        await self._node.put_away(info.client_id, expiry=expiry)
+        async with node.client_locks.hold(client_id):
+            [owner] = await node.subscriptions.owners([client_id])
+            if owner is None or owner.node_id != info.node_id or node.serves(client_id):
+                return False
+            await node.connect(
+                client_id, info.username, clean_start=False, expiry=expiry, authenticate=False
+            )
+            await node.put_away(client_id, expiry=expiry)
+        return True
 
     def _channel(self, dead: str) -> Channel:
         node = self._node

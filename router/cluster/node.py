@@ -44,8 +44,9 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from router.cluster.adoption import Adoption
-from router.cluster.claims import SessionClaims
+from router.cluster.adoption import Adoption, Recovery
+from router.cluster.claims import Claimed, SessionClaims
+from router.cluster.client_locks import ClientLocks
 from router.cluster.config import NodeConfig
 from router.cluster.dispatcher import Dispatcher
 from router.cluster.forwarding import Forwarder, InboxReader
@@ -133,6 +134,7 @@ class RouterNode:
         self._claims = SessionClaims(
             self.node_id, self.subscriptions, self._forwarder, self._on_taken_over
         )
+        self.client_locks = ClientLocks()  # (connect, put_away and adoption, per client)
         self.session_store = SessionStore(redis, self.keys, self.subscriptions)
         self._kickers: list[Callable[[str], bool]] = []
         self.retained = RetainedStore(redis, self.keys, config.retained)
@@ -306,10 +308,35 @@ class RouterNode:
         Session Expiry Interval (0: the session ends with the connection). A session that
         another node served is taken over: that node gets a notice in its inbox.
         ``authenticate=False``: the node resumes a stored session itself (see Policy.authenticate).
+
+        One connect or put away of a client at a time on a node (:attr:`client_locks`).
+        A connect that fails (Redis failed: CONNACK 0x88) leaves no client attached: one
+        that failed before its claim closes what it opened here; after it, the session
+        stays here, away, with what its resume had got, and the next connect goes on
+        with it (:meth:`SessionKeeper.come_back
+        <router.cluster.session_keeper.SessionKeeper.come_back>`).
         """
         check_id(client_id, "client id")
+        async with self.client_locks.hold(client_id):
+            return await self._connect(
+                client_id, username, password, clean_start, expiry, protocol, keepalive,
+                authenticate,
+            )  # fmt: skip
+
+    async def _connect(
+        self,
+        client_id: str,
+        username: str | None,
+        password: str | bytes | None,
+        clean_start: bool,
+        expiry: int,
+        protocol: int,
+        keepalive: int,
+        authenticate: bool,
+    ) -> bool:
         client = await self._policy.authenticate(client_id, username, password, authenticate)
         await self._keeper.handing_off(client_id)  # (a session that just left: it is back)
+        profile = (protocol, keepalive, username)
         session = self.sessions.find(client_id)
         if session is not None and client_id in self._claims:
             if not session.away:
@@ -319,49 +346,78 @@ class RouterNode:
             if clean_start:
                 await self.disconnect(client_id)
             else:
-                session.profile = (protocol, keepalive, username)  # (the ACL judges by it)
+                session.profile = profile  # (the ACL judges by it)
                 await self._keeper.settle(client_id, publish_will=False, wait_tail=False)
-                await self._keeper.come_back(session, None, expiry)
-                await self._mark_open(client_id, expiry, protocol, keepalive, username)
+                await self._take_on(session, expiry, profile)
                 await self._policy.attached(client, new=False)
                 return True
-        info: SessionInfo | None = None
         try:
-            if clean_start:
-                await self._drop_unclaimed(client_id)  # (what a handoff kept here)
-                claimed = await self._claims.claim(client_id)
-                session = self.sessions.open(client_id)
-            else:
-                info = await self.session_store.describe(client_id)
-                if info is None:
-                    await self._drop_unclaimed(client_id)
-                session = self.sessions.open(client_id, (protocol, keepalive, username))
-                if info is not None and info.node_id != self.node_id:
-                    session.hold()  # (until what its node sends ahead of them has come)
-                if info is not None:
-                    stored = await self.subscriptions.subscriptions(client_id)
-                    await self._write_routes(
-                        self._restore(client_id, {validate_filter(f): o for f, o in stored.items()})
-                    )
-                recovery = await self._adoption.mark(info)
-                claimed = await self._claims.claim(client_id, keep_state=info is not None)
+            session, claimed, info, recovery = await self._claim_here(
+                client_id, clean_start, profile
+            )
         except BaseException:
             await self._drop_unclaimed(client_id)  # (the retry starts afresh)
             raise
         session.expiry = expiry
-        if claimed is not None:
-            await self._claims.notify_previous(client_id, claimed, resume=info is not None)
-            if info is not None:
-                previous = claimed.previous
-                moved = previous is not None and previous.node_id != self.node_id
-                epoch = claimed.owner.epoch if moved else None
-                await self._keeper.come_back(session, epoch, expiry, info.awaiting_release,
-                                             previous, recovery)  # fmt: skip
-            elif expiry:
-                await self._keeper.reset_queue(client_id, expiry)
-        await self._mark_open(client_id, expiry, protocol, keepalive, username)
+        await self._take_on(session, expiry, profile, claimed, info, recovery)
         await self._policy.attached(client, new=claimed is not None)
         return info is not None
+
+    async def _claim_here(
+        self, client_id: str, clean_start: bool, profile: tuple[int, int, str | None]
+    ) -> tuple[ClientSession, Claimed | None, SessionInfo | None, Recovery | None]:
+        """Open the client's session here and claim it (with its stored subscriptions
+        and routes, unless ``clean_start``); returns the session, the new claim (None:
+        held already), the stored description and the mark of its old node's inbox."""
+        if clean_start:
+            await self._drop_unclaimed(client_id)  # (what a handoff kept here)
+            claimed = await self._claims.claim(client_id)
+            return self.sessions.open(client_id), claimed, None, None
+        info = await self.session_store.describe(client_id)
+        if info is None:
+            await self._drop_unclaimed(client_id)
+        session = self.sessions.open(client_id, profile)
+        if info is not None and info.node_id != self.node_id:
+            session.hold()  # (until what its node sends ahead of them has come)
+        if info is not None:
+            stored = await self.subscriptions.subscriptions(client_id)
+            await self._write_routes(
+                self._restore(client_id, {validate_filter(f): o for f, o in stored.items()})
+            )
+        recovery = await self._adoption.mark(info)
+        claimed = await self._claims.claim(client_id, keep_state=info is not None)
+        return session, claimed, info, recovery
+
+    async def _take_on(
+        self,
+        session: ClientSession,
+        expiry: int,
+        profile: tuple[int, int, str | None],
+        claimed: Claimed | None = None,
+        info: SessionInfo | None = None,
+        recovery: Recovery | None = None,
+    ) -> None:
+        """Resume the session the node just claimed (from ``info``, told to the previous
+        owner), or start it, or (nothing claimed) go on with the one it holds; then mark
+        it open. Should Redis fail, no client is attached: the next connect goes on."""
+        client_id = session.client_id
+        try:
+            if claimed is None and session.away:
+                await self._keeper.come_back(session, None, expiry)
+            elif claimed is not None:
+                await self._claims.notify_previous(client_id, claimed, resume=info is not None)
+                if info is not None:
+                    previous = claimed.previous
+                    moved = previous is not None and previous.node_id != self.node_id
+                    epoch = claimed.owner.epoch if moved else None
+                    await self._keeper.come_back(session, epoch, expiry, info.awaiting_release,
+                                                 previous, recovery)  # fmt: skip
+                elif expiry:
+                    await self._keeper.reset_queue(client_id, expiry)
+            await self._mark_open(client_id, expiry, *profile)
+        except BaseException:
+            session.away = True
+            raise
 
     def _restore(
         self, client_id: str, stored: dict[TopicFilter, SubscriptionOptions]
@@ -413,6 +469,12 @@ class RouterNode:
         messages for it; with a ``will``, publish it after ``will_delay`` seconds unless
         the client is back by then (or when the session ends, if sooner). A session with
         an interval of 0 ends now, as :meth:`disconnect` (and its will goes at once)."""
+        async with self.client_locks.hold(client_id):
+            await self._put_away(client_id, expiry, will, will_delay)
+
+    async def _put_away(
+        self, client_id: str, expiry: int | None, will: Outgoing | None, will_delay: int
+    ) -> None:
         session = self.sessions.find(client_id)
         owner = self._claims.held(client_id)
         if session is None or owner is None or session.away:

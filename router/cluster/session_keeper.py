@@ -49,12 +49,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
 from router.cluster.adoption import Adoption, Recovery
 from router.cluster.local_sessions import ClientSession, Overflow
+from router.cluster.resumes import Read, Resume, tail_follows, wait_for_marker
 from router.cluster.tasks import stop_task
 from router.core.messages import Delivery, Outgoing
 from router.errors import RouterError
@@ -64,7 +65,6 @@ from router.state.session_store import (
     NEVER,
     READER,
     Drained,
-    Handoff,
     SessionQueue,
     SessionStore,
 )
@@ -74,15 +74,8 @@ log = logging.getLogger(__name__)
 
 #: Deliveries the spiller moves to Redis in one call, at most.
 SPILL_BATCH = 500
-
-
-@dataclass
-class Markers:
-    """The handoff markers one drain of a session queue read, and the epochs of the tail
-    end markers among them."""
-
-    handoffs: list[Handoff] = field(default_factory=list)
-    tail_ends: set[int] = field(default_factory=set)
+#: Seconds before the spiller tries again a batch Redis did not take.
+SPILL_RETRY = 0.5
 
 
 @dataclass
@@ -101,7 +94,7 @@ class _Away:
 
     queue: SessionQueue
     spiller: asyncio.Task[None] | None = None
-    spilling: asyncio.Future[None] | None = None  # the batch on its way to Redis
+    spilling: asyncio.Future[bool] | None = None  # the batch on its way to Redis (taken?)
     end: asyncio.TimerHandle | None = None
     will: asyncio.TimerHandle | None = None
     pending_will: Outgoing | None = None
@@ -142,6 +135,7 @@ class SessionKeeper:
         self._tasks: set[asyncio.Task[None]] = set()
         self._handoffs: dict[str, _Move] = {}  # sessions moving away
         self._tails: dict[str, asyncio.Task[None]] = {}  # sessions moving here
+        self._unfinished: dict[str, Resume] = {}  # resumes that failed half-way
         self._stopping = asyncio.Event()  # (cuts the grace of handoffs short)
         self.queued = 0
         self.queue_drops = 0
@@ -179,7 +173,7 @@ class SessionKeeper:
         away = self._away[client_id] = _Away(queue)
         tail = self._tails.get(client_id)
         if tail is None:
-            await self._spill(queue, session.take_all())
+            await self._spill_batch(queue, session.take_all(), session)
         loop = asyncio.get_running_loop()
         if session.expiry < NEVER:
             away.end = loop.call_later(session.expiry, self._spawn, self._expire, client_id)
@@ -196,12 +190,18 @@ class SessionKeeper:
     ) -> None:
         """Move the session's copies to Redis as they come; with a ``tail`` under way,
         everything the session holds once it is in, first. A batch taken from the session
-        is shielded from cancellation: :meth:`settle` waits for it instead."""
+        is shielded from cancellation: :meth:`settle` waits for it instead. A batch that
+        Redis does not take goes back into the session, tried again after
+        :data:`SPILL_RETRY` seconds."""
+        batch: list[Delivery] = []
         if tail is not None:
             await asyncio.wait([tail])
-            away.spilling = asyncio.ensure_future(self._spill_batch(away.queue, session.take_all()))
-            await asyncio.shield(away.spilling)
+            batch = session.take_all()
         while True:
+            if batch:
+                away.spilling = asyncio.ensure_future(self._spill_batch(away.queue, batch, session))
+                if not await asyncio.shield(away.spilling):
+                    await asyncio.sleep(SPILL_RETRY)
             delivery = await session.get()
             if delivery is None:
                 return
@@ -210,15 +210,21 @@ class SessionKeeper:
                 next_one = await session.get()
                 if next_one is not None:
                     batch.append(next_one)
-            away.spilling = asyncio.ensure_future(self._spill_batch(away.queue, batch))
-            await asyncio.shield(away.spilling)
 
-    async def _spill_batch(self, queue: SessionQueue, batch: list[Delivery]) -> None:
+    async def _spill_batch(
+        self, queue: SessionQueue, batch: list[Delivery], session: ClientSession
+    ) -> bool:
+        """Queue ``batch`` in Redis; False when Redis did not take it: then it is back at
+        the head of ``session`` (nothing acknowledged is dropped for it; kept within the
+        session's own queue limit)."""
         try:
             await self._spill(queue, batch)
-        except (RouterError, RedisError):
-            self.queue_drops += len(batch)
-            log.warning("could not queue %d messages for %s", len(batch), queue.client_id)
+        except (RouterError, RedisError) as error:
+            session.put_first(batch)
+            log.warning("could not queue %d messages for %s yet: %s", len(batch),
+                        queue.client_id, error)  # fmt: skip
+            return False
+        return True
 
     async def _spill(self, queue: SessionQueue, deliveries: list[Delivery]) -> None:
         kept = [d for d in deliveries if d.qos > 0]
@@ -269,6 +275,8 @@ class SessionKeeper:
         this node does not wait for it: :meth:`come_back`)."""
         if wait_tail:
             await self.tail_taken(client_id)
+        if publish_will:
+            self._unfinished.pop(client_id, None)  # (the session ends)
         away = self._away.pop(client_id, None)
         if away is None:
             return
@@ -326,12 +334,20 @@ class SessionKeeper:
     async def _queue_handoff(
         self, session: ClientSession, leaving: ClientSession, epoch: int, back: asyncio.Event
     ) -> None:
-        """What the closed ``session`` holds, the handoff marker, then (with a grace, cut
-        short when the client is ``back`` here or the node stops) what reaches
-        ``leaving`` meanwhile and the tail end marker."""
-        queue = self.queue(session.client_id, session.expiry)
+        """What the closed ``session`` holds (after what a resume here that failed
+        half-way had got), the handoff marker, then (with a grace, cut short when the
+        client is ``back`` here or the node stops) what reaches ``leaving`` meanwhile
+        and the tail end marker."""
+        client_id = session.client_id
+        queue = self.queue(client_id, session.expiry)
+        unfinished = self._unfinished.pop(client_id, None)
         awaiting = sorted(session.awaiting_release)
         try:
+            if unfinished is not None:  # (older than what the session holds)
+                if not unfinished.recovered:
+                    await self._recover(client_id, unfinished)
+                await self._spill(queue, unfinished.read.deliveries)
+                awaiting = sorted({*awaiting, *unfinished.stored})
             await self._spill(queue, session.take_all())
             if self.handoff_grace > 0:
                 await queue.mark_handoff(epoch, awaiting, tail=True)
@@ -382,38 +398,75 @@ class SessionKeeper:
         ``previous``: it is presumed dead; its inbox's copies for the client are
         recovered from the ``recovery`` mark (:mod:`router.cluster.adoption`). Without
         ``handoff``, while the tail of a move to this node is still being read, nothing
-        is drained: the queue holds that tail only, and its reader releases the session."""
+        is drained: the queue holds that tail only, and its reader releases the session.
+
+        Should Redis fail under it, the error is raised and the session is left away
+        (no client attached) with what the resume had got: the next one here goes on
+        from there (:class:`Resume`), so the retry of a refused CONNECT gets it all."""
+        client_id = session.client_id
         session.away = False
-        if handoff is None and session.client_id in self._tails:
-            session.awaiting_release.update(stored)
-            session.expiry = expiry
-            self.sessions_resumed += 1
-            return
-        taken, markers, handed = await self._drain(
-            session,
-            None if handoff is None else lambda d: handoff in (m.epoch for m in d.handoffs),
-            handoff,
-        )
-        marker = next((m for m in markers.handoffs if m.epoch == handoff), None)
-        tail = marker is not None and marker.tail and handoff not in markers.tail_ends
+        resume = self._unfinished.pop(client_id, None)
+        if resume is None:
+            if handoff is None and client_id in self._tails:
+                session.awaiting_release.update(stored)
+                session.expiry = expiry
+                self.sessions_resumed += 1
+                return
+            deadline = asyncio.get_running_loop().time() + self.handoff_timeout
+            resume = Resume(handoff, previous, recovery, deadline)
+        resume.stored.update(stored)
+        try:
+            await self._read_back(session, resume)
+        except BaseException:
+            session.away = True
+            self._unfinished[client_id] = resume
+            raise
         self.sessions_resumed += 1
-        if not handed and previous is not None:
-            taken += await self._adoption.recover_for(previous.node_id, session.client_id,
-                                                      recovery)  # fmt: skip
-        elif not tail:
-            await self._adoption.release(recovery)
+        markers = resume.read.markers
         for found in markers.handoffs:
             session.awaiting_release.update(found.awaiting_release)
-        session.awaiting_release.update(stored)
+        session.awaiting_release.update(resume.stored)
+        taken = resume.read.deliveries
         session.put_first(taken)
         session.expiry = expiry
         seen = {d.message_id for d in taken}
-        if handoff is not None and tail:
-            self._tails[session.client_id] = asyncio.create_task(
-                self._take_tail(session, handoff, seen, previous, recovery)
+        if tail_follows(resume):
+            assert resume.handoff is not None
+            self._tails[client_id] = asyncio.create_task(
+                self._take_tail(session, resume.handoff, seen, resume.previous, resume.recovery)
             )
         else:
             session.release([], seen)
+
+    async def _read_back(self, session: ClientSession, resume: Resume) -> None:
+        """The Redis part of :meth:`come_back`: drain the queue (the first time up to the
+        handoff marker awaited, within the resume's deadline), then recover the copies
+        of a previous node that did not hand the session on."""
+        epoch = resume.handoff
+        if resume.waited or epoch is None:
+            await self._drain(session, None, None, resume.read, resume.deadline)
+            resume.handed = resume.handed or epoch is None  # (none awaited: none missing)
+        else:
+            came = await self._drain(
+                session, lambda d: epoch in (m.epoch for m in d.handoffs), epoch, resume.read,
+                resume.deadline,
+            )  # fmt: skip
+            resume.handed = came
+        resume.waited = True
+        if not resume.recovered:
+            await self._recover(session.client_id, resume)
+
+    async def _recover(self, client_id: str, resume: Resume) -> None:
+        """Read the previous node's inbox for the client when that node did not hand the
+        session on (its copies join what the resume took), else drop the mark."""
+        previous = resume.previous
+        if not resume.handed and previous is not None:
+            resume.read.deliveries += await self._adoption.recover_for(
+                previous.node_id, client_id, resume.recovery
+            )
+        elif not tail_follows(resume):
+            await self._adoption.release(resume.recovery)
+        resume.recovered = True
 
     async def _take_tail(
         self,
@@ -426,9 +479,11 @@ class SessionKeeper:
         """Read the tail the previous node sends after its handoff marker, up to its tail
         end marker (at most ``handoff_timeout``: else that node died in its grace, and
         its inbox's copies are recovered), then release the session's held copies."""
-        tail: list[Delivery] = []
+        read = Read()
+        tail = read.deliveries
+        deadline = asyncio.get_running_loop().time() + self.handoff_timeout
         try:
-            tail, _, ended = await self._drain(session, lambda d: epoch in d.tail_ends)
+            ended = await self._drain(session, lambda d: epoch in d.tail_ends, None, read, deadline)
             if ended or previous is None:
                 await self._adoption.release(recovery)
             else:
@@ -452,28 +507,31 @@ class SessionKeeper:
         self,
         session: ClientSession,
         came: Callable[[Drained], bool] | None,
-        handoff: int | None = None,
-    ) -> tuple[list[Delivery], Markers, bool]:
-        """Drain the session's queue for its client: every delivery in order (expired
-        ones dropped, counted) and the markers read, until ``came`` finds the marker
-        awaited in a read, at most ``handoff_timeout``; returns whether it came. With
-        ``came`` None: what the queue holds now. With ``handoff``, nothing is read before
-        the handoff marker of that epoch is in the queue (within the same bound)."""
+        handoff: int | None,
+        read: Read,
+        deadline: float,
+    ) -> bool:
+        """Drain the session's queue for its client into ``read``: every delivery in order
+        (expired ones dropped, counted) and the markers, until ``came`` finds the marker
+        awaited in a read, at most until ``deadline`` (loop time); returns whether it
+        came. With ``came`` None: what the queue holds now. With ``handoff``, nothing is
+        read before the handoff marker of that epoch is in the queue (within the same
+        bound)."""
         queue = self.queue(session.client_id, session.expiry)
-        deliveries: list[Delivery] = []
-        markers = Markers()
         found = came is None
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.handoff_timeout
         try:
             await queue.ensure()
             if handoff is not None:
-                await _handed_off(queue, handoff, deadline)
+                await wait_for_marker(queue, handoff, deadline)
             while True:
                 drained = await queue.drain()
-                deliveries += drained.deliveries
-                markers.handoffs += drained.handoffs
-                markers.tail_ends.update(drained.tail_ends)
+                now = time.time()
+                live = [d for d in drained.deliveries if d.expires_at is None or d.expires_at > now]
+                self.expired_dropped += len(drained.deliveries) - len(live)
+                read.deliveries += live
+                read.markers.handoffs += drained.handoffs
+                read.markers.tail_ends.update(drained.tail_ends)
                 found = found or (came is not None and came(drained))
                 if drained.more:
                     continue
@@ -484,10 +542,7 @@ class SessionKeeper:
                     await queue.channel.fetch(READER, max=1, wait=min(remaining, 0.5))
         finally:
             await queue.aclose()
-        now = time.time()
-        live = [d for d in deliveries if d.expires_at is None or d.expires_at > now]
-        self.expired_dropped += len(deliveries) - len(live)
-        return live, markers, found
+        return found
 
     async def reset_queue(self, client_id: str, expiry: int) -> None:
         """Forget whatever a session's queue held (a new session under an old id); the
@@ -522,19 +577,3 @@ class SessionKeeper:
             "expired_dropped": self.expired_dropped,
             "handoff_tails_lost": self.tails_lost,
         }
-
-
-async def _handed_off(queue: SessionQueue, epoch: int, deadline: float) -> None:
-    """Return once the handoff marker of ``epoch`` is in ``queue`` (nothing is read: until
-    then the node that writes it may still be reading the queue, the tail of an earlier
-    move to it), or at ``deadline`` (loop time)."""
-    loop = asyncio.get_running_loop()
-    wakeups = queue.channel.wakeups
-    while True:
-        generation = await wakeups.arm()  # (before the check: a marker after it wakes us)
-        if await queue.handed_off(epoch):
-            return
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            return
-        await wakeups.wait(generation, min(remaining, 0.5))

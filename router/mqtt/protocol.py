@@ -259,7 +259,7 @@ class MqttConnection:
                         publisher=client_id, expiry_interval=will.expiry_interval,
                         properties=will.properties,
                     )  # fmt: skip
-        except (RouterError, ConnectionError) as error:
+        except (RouterError, RedisError, ConnectionError) as error:  # (the session stays)
             log.warning("closing MQTT client %s: %s", client_id, error)
         finally:
             self.server.forget(self)

@@ -1,0 +1,77 @@
+"""How far the resume of a moved session got: what a new owner reads back from the
+session's queue (:mod:`router.cluster.session_keeper`), kept between attempts.
+
+A resume drains the queue up to the previous node's handoff marker, then reads that
+node's inbox if no handoff came. Redis may fail half-way: :class:`Resume` keeps what was
+read and acknowledged (it is nowhere else now), what is still to do, and the deadline of
+the wait, so the next attempt on the node goes on from there instead of starting over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from router.cluster.adoption import Recovery
+from router.core.messages import Delivery
+from router.state.session_store import Handoff, SessionQueue
+from router.state.subscriptions import Owner
+
+
+@dataclass
+class Markers:
+    """The handoff markers one drain of a session queue read, and the epochs of the tail
+    end markers among them."""
+
+    handoffs: list[Handoff] = field(default_factory=list)
+    tail_ends: set[int] = field(default_factory=set)
+
+
+@dataclass
+class Read:
+    """What drains of a session's queue read so far: the live deliveries in order and
+    the markers (kept as they come: a drain that fails half-way loses nothing it read)."""
+
+    deliveries: list[Delivery] = field(default_factory=list)
+    markers: Markers = field(default_factory=Markers)
+
+
+@dataclass
+class Resume:
+    """A resume of a session here: what it was given, and how far it got. One that failed
+    half-way (Redis failed under it) is kept: the next resume of the session here, or
+    its handoff to another node, goes on with it. ``deadline`` (loop time) bounds the
+    wait for the previous node's handoff over every attempt."""
+
+    handoff: int | None
+    previous: Owner | None
+    recovery: Recovery | None
+    deadline: float
+    stored: set[int] = field(default_factory=set)
+    read: Read = field(default_factory=Read)
+    waited: bool = False  # the wait for the handoff marker ended
+    handed: bool = False  # the marker came
+    recovered: bool = False  # the previous node's inbox was read (or its mark released)
+
+
+async def wait_for_marker(queue: SessionQueue, epoch: int, deadline: float) -> None:
+    """Return once the handoff marker of ``epoch`` is in ``queue`` (nothing is read: until
+    then the node that writes it may still be reading the queue, the tail of an earlier
+    move to it), or at ``deadline`` (loop time)."""
+    loop = asyncio.get_running_loop()
+    wakeups = queue.channel.wakeups
+    while True:
+        generation = await wakeups.arm()  # (before the check: a marker after it wakes us)
+        if await queue.handed_off(epoch):
+            return
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return
+        await wakeups.wait(generation, min(remaining, 0.5))
+
+
+def tail_follows(resume: Resume) -> bool:
+    """Whether the handoff marker the resume read says a tail follows (not read yet)."""
+    markers = resume.read.markers
+    marker = next((m for m in markers.handoffs if m.epoch == resume.handoff), None)
+    return marker is not None and marker.tail and resume.handoff not in markers.tail_ends
