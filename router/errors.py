@@ -62,6 +62,11 @@ class SessionOwnershipError(StateError):
     """A node changed a client's state after another node (or a newer epoch) took it over."""
 
 
+class SessionStateError(RouterError):
+    """A local session was asked to move between states its lifecycle does not allow
+    (router.cluster.sessions.states): a defect of the node, reported instead of acted on."""
+
+
 class SubscriptionNotFoundError(StateError, LookupError):
     """The channel subscriber (its cursor) or the channel clock does not exist (anymore)."""
 

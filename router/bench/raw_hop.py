@@ -31,6 +31,7 @@ from redis.asyncio.client import PubSub
 from router.bench.cluster_node import STAMP, Recorder, commands, say
 from router.errors import BenchSetupError
 from router.ops.node_process import settle_collector
+from router.state.connection import subscriber
 
 SENT: Final = struct.Struct("!d")
 """After :data:`STAMP`: when the PUBLISH was called (``time.monotonic()``)."""
@@ -47,8 +48,10 @@ def sent_at(payload: bytes) -> float:
 
 async def subscribed(redis: Redis, channel: str) -> PubSub:
     """A PubSub subscribed to ``channel``, once Redis confirmed it (a message PUBLISHed
-    after this returns reaches it); :class:`BenchSetupError` without a confirmation."""
-    pubsub = redis.pubsub()
+    after this returns reaches it); :class:`BenchSetupError` without a confirmation.
+    Through :func:`~router.state.connection.subscriber`, as the nodes subscribe: the peer
+    pays what the router pays per message, no more."""
+    pubsub = subscriber(redis)
     await pubsub.subscribe(channel)
     try:
         async with asyncio.timeout(SUBSCRIBE_TIMEOUT):

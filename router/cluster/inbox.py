@@ -44,7 +44,7 @@ class Takeover:
     """A notice for the node that served a client's session before: another node took the
     session of ``client_id`` over with owner epoch ``epoch`` (MQTT-3.1.4-3); ``resume``
     says the new node goes on with the session (clean start 0), so this node hands on
-    what it holds for the client (see :mod:`router.cluster.session_keeper`)."""
+    what it holds for the client (see :mod:`router.cluster.sessions.keeper`)."""
 
     client_id: str
     epoch: int

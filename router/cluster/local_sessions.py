@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Literal
 
 from router.cluster.delivery_acl import DeliveryAcl
+from router.cluster.sessions.states import SessionState, check_move
 from router.core.acl import Acl
 from router.core.cached_trie import CachedMatcher
 from router.core.hot_topics import DEFAULT_CACHE, CacheSettings, CacheStats
@@ -45,7 +46,8 @@ class ClientSession:
     whose PUBREL has not come. The MQTT connection keeps them here, so that whoever ends
     the session (the connection, a takeover, the node) can hand them on with the queue
     (:meth:`take_all`). ``expiry`` is the Session Expiry Interval in seconds (0: the
-    session ends with its connection); ``away`` is True while no client is connected;
+    session ends with its connection); ``state`` is where it is in its lifecycle
+    (:mod:`router.cluster.sessions.states`: changed with :meth:`move_to` only);
     ``profile`` is what its connection said of itself (MQTT level, keepalive, user name).
 
     With an ACL on the node (``acl``, :mod:`router.cluster.delivery_acl`), ``receives``
@@ -62,7 +64,7 @@ class ClientSession:
         self.dropped = 0
         self.closed = False
         self.expiry = 0
-        self.away = False
+        self._state = SessionState.ATTACHING
         self.close_reason = "normal"
         self._profile: tuple[int, int, str | None] = (0, 0, None)  # protocol, keepalive, user
         self.receives: dict[str, bool] = {}
@@ -73,6 +75,21 @@ class ClientSession:
         self._queue: deque[Delivery] = deque()
         self._held: deque[Delivery] | None = None  # new copies kept aside (see hold)
         self._ready = asyncio.Event()
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def away(self) -> bool:
+        """No client is attached and its copies go to its Redis queue (AWAY)."""
+        return self._state is SessionState.AWAY
+
+    def move_to(self, state: SessionState) -> None:
+        """Go to ``state``; :class:`SessionStateError` for a move its lifecycle does not
+        allow (:data:`~router.cluster.sessions.states.TRANSITIONS`)."""
+        check_move(self.client_id, self._state, state)
+        self._state = state
 
     @property
     def profile(self) -> tuple[int, int, str | None]:
@@ -172,6 +189,7 @@ class ClientSession:
         return held
 
     def close(self, reason: str = "normal") -> None:
+        self.move_to(SessionState.CLOSED)
         self.closed = True
         self.close_reason = reason
         self._ready.set()
@@ -301,7 +319,7 @@ class LocalSessions:
         leaving = self.open(client_id)
         leaving.expiry = session.expiry
         leaving.profile = session.profile  # (its copies are judged for the same user)
-        leaving.away = True
+        leaving.move_to(SessionState.LEAVING)
         return leaving
 
     def restore(

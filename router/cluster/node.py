@@ -24,9 +24,9 @@ Life of a node (one process, one *incarnation*):
    its routes for ``handoff_grace`` seconds more, for copies sent by mirrors that have
    not caught up yet) and reports reason ``takenover``.
    Should a notice be lost, each heartbeat also audits the claims of local sessions
-   (:mod:`router.cluster.claims`). A session with a Session Expiry Interval outlives
+   (:mod:`router.cluster.sessions.claims`). A session with a Session Expiry Interval outlives
    its connection (:meth:`RouterNode.put_away`) and resumes on any node, what was
-   queued for it first (:mod:`router.cluster.session_keeper`).
+   queued for it first (:mod:`router.cluster.sessions`).
 5. ``stop``: remove its routes, deregister, announce; other nodes drop its routes.
    A node that dies instead is purged by the others once its heartbeat expires; its inbox
    keeps messages until the channel TTL, for a restart under the same node id.
@@ -35,30 +35,24 @@ Life of a node (one process, one *incarnation*):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from types import TracebackType
 from typing import Any
 
-from redis.exceptions import RedisError
-
-from router.cluster.adoption import Adoption, Recovery
-from router.cluster.claims import Claimed, SessionClaims
-from router.cluster.client_locks import ClientLocks
 from router.cluster.config import NodeConfig
 from router.cluster.dispatcher import Dispatcher
 from router.cluster.forwarding import Forwarder, InboxReader
-from router.cluster.inbox import Kick, Notice, Takeover
+from router.cluster.inbox import Kick, Notice
 from router.cluster.liveness import Liveness
-from router.cluster.local_sessions import ClientSession, CountChange, LocalSessions
+from router.cluster.local_sessions import LocalSessions
 from router.cluster.mirror_sync import MirrorSync
 from router.cluster.policy import Policy
-from router.cluster.restoration import restore_sessions
 from router.cluster.retainer import Retainer
 from router.cluster.route_writer import Reconciliation, RouteWriter
-from router.cluster.session_keeper import SessionKeeper
+from router.cluster.sessions.adoption import Adoption
+from router.cluster.sessions.lifecycle import SessionLifecycle
 from router.cluster.supervisor import Supervisor
 from router.cluster.traffic_log import TrafficLog
 from router.cluster.visibility import ArrivalOrder, RouteVisibility
@@ -66,10 +60,10 @@ from router.core.guid import GuidGenerator, node_part_for
 from router.core.hooks import HookRegistry
 from router.core.hot_topics import cache_counters
 from router.core.messages import Delivery, MessageProperties, Outgoing, PublishResult
-from router.core.options import SubscriptionOptions, make_options
+from router.core.options import make_options
 from router.core.route_mirror import RouteMirror
 from router.core.topics import TopicFilter, parse_shared, validate_filter
-from router.errors import InvalidOptionsError, RouterError, SessionOwnershipError
+from router.errors import InvalidOptionsError
 from router.state.connection import check_eviction
 from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
@@ -77,8 +71,7 @@ from router.state.retained_store import RetainedStore
 from router.state.route_acks import RouteAcks
 from router.state.routes import RouteChange, RouteStore
 from router.state.scripts import RedisClient, redis_errors
-from router.state.session_store import SessionInfo, SessionStore
-from router.state.subscriptions import Owner, SubscriptionStore
+from router.state.subscriptions import SubscriptionStore
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +102,6 @@ class RouterNode:
         self._visibility = RouteVisibility(
             RouteAcks(redis, self.keys), self.node_id, self.mirror.nodes, config.heartbeat_ttl
         )
-        self._adoption = Adoption(self)
         self._sync = MirrorSync(
             redis,
             self.keys,
@@ -119,7 +111,7 @@ class RouterNode:
             self.node_id,
             config.heartbeat_interval,
             may_purge=lambda: self.liveness.steady(),  # noqa: PLW0108 (made below)
-            on_purged=self._adoption.adopt,
+            on_purged=lambda dead: self._adoption.adopt(dead),  # noqa: PLW0108 (made below)
             on_ack=self._visibility.on_ack,
         )
         self._writer = RouteWriter(
@@ -131,11 +123,6 @@ class RouterNode:
             self._on_routes_claimed,
         )
         self._forwarder = Forwarder(redis, self.keys, config.inbox_expire)
-        self._claims = SessionClaims(
-            self.node_id, self.subscriptions, self._forwarder, self._on_taken_over
-        )
-        self.client_locks = ClientLocks()  # (connect, put_away and adoption, per client)
-        self.session_store = SessionStore(redis, self.keys, self.subscriptions)
         self._kickers: list[Callable[[str], bool]] = []
         self.retained = RetainedStore(redis, self.keys, config.retained)
         self._retainer = Retainer(self.retained, self.sessions)
@@ -156,18 +143,14 @@ class RouterNode:
             self._arrivals,
             config.publish_timeout,
         )
-        self._keeper = SessionKeeper(
-            redis,
-            self.keys,
-            self.session_store,
-            max_queued=config.max_queued,
-            overflow=config.overflow,
-            handoff_timeout=config.handoff_timeout,
-            handoff_grace=config.handoff_grace,
-            adoption=self._adoption,
-            publish_will=self._dispatcher.publish,
-            end_session=self._end_session,
-        )
+        self._lifecycle = SessionLifecycle(
+            redis, self.keys, config, self.sessions, self.subscriptions, self._policy,
+            self._forwarder, write_routes=self._write_routes,
+            publish_will=self._dispatcher.publish, running=lambda: self._running,
+        )  # fmt: skip
+        self._claims, self._keeper = self._lifecycle.claims, self._lifecycle.keeper
+        self.session_store = self._lifecycle.store
+        self._adoption = Adoption(self._lifecycle)
         self._inbox = InboxReader(
             redis, self.keys, self.node_id, config.inbox_expire, self._dispatcher.dispatch,
             self._on_notice, poll=config.inbox_poll,
@@ -177,7 +160,6 @@ class RouterNode:
         self._generation: str | None = None
         self._running = False
         self._taken_over = asyncio.Event()
-        self.sessions_restored = 0
         self._supervisor = Supervisor(self.node_id, grace=config.heartbeat_ttl)
         self.liveness = Liveness(
             self.node_id, self.registry, self._supervisor, config.heartbeat_interval,
@@ -256,16 +238,14 @@ class RouterNode:
     async def _rejoin(self) -> None:
         """The others purged this node (it missed heartbeats), or Redis lost its keys: join
         again as a new incarnation, and write back what Redis lost of the sessions here
-        (:mod:`router.cluster.restoration`)."""
+        (:mod:`router.cluster.sessions.restoration`)."""
         log.warning("node %s was purged as dead; registering again", self.node_id)
         self.incarnation = uuid.uuid4().hex
         self._writer.incarnation = self.incarnation
         await self.registry.register(self.node_id, self.incarnation)
         await self._claim()
         await self._sync.announce()
-        self.sessions_restored += await restore_sessions(
-            self._claims, self.sessions, self.subscriptions, self.session_store, self._keeper
-        )
+        await self._lifecycle.restore()
 
     def _on_routes_applied(self, changes: list[RouteChange]) -> None:
         if changes and self._generation is not None:
@@ -304,157 +284,17 @@ class RouterNode:
         attached client that connects again is authenticated again and keeps its session.
         With ``clean_start`` earlier state is dropped; without it a session kept for the
         client (on this node or another) goes on here: its subscriptions, and what was
-        queued for it first (:mod:`router.cluster.session_keeper`). ``expiry`` is the
-        Session Expiry Interval (0: the session ends with the connection). A session that
-        another node served is taken over: that node gets a notice in its inbox.
-        ``authenticate=False``: the node resumes a stored session itself (see Policy.authenticate).
-
-        One connect or put away of a client at a time on a node (:attr:`client_locks`).
-        A connect that fails (Redis failed: CONNACK 0x88) leaves no client attached: one
-        that failed before its claim closes what it opened here; after it, the session
-        stays here, away, with what its resume had got, and the next connect goes on
-        with it (:meth:`SessionKeeper.come_back
-        <router.cluster.session_keeper.SessionKeeper.come_back>`).
+        queued for it first. ``expiry`` is the Session Expiry Interval (0: the session
+        ends with the connection). A session that another node served is taken over:
+        that node gets a notice in its inbox. ``authenticate=False``: the node resumes a
+        stored session itself (see Policy.authenticate). A connect that fails (Redis
+        failed: CONNACK 0x88) leaves no client attached, and the next connect goes on
+        from where it stopped (:mod:`router.cluster.sessions.lifecycle`).
         """
-        check_id(client_id, "client id")
-        async with self.client_locks.hold(client_id):
-            return await self._connect(
-                client_id, username, password, clean_start, expiry, protocol, keepalive,
-                authenticate,
-            )  # fmt: skip
-
-    async def _connect(
-        self,
-        client_id: str,
-        username: str | None,
-        password: str | bytes | None,
-        clean_start: bool,
-        expiry: int,
-        protocol: int,
-        keepalive: int,
-        authenticate: bool,
-    ) -> bool:
-        client = await self._policy.authenticate(client_id, username, password, authenticate)
-        await self._keeper.handing_off(client_id)  # (a session that just left: it is back)
-        profile = (protocol, keepalive, username)
-        session = self.sessions.find(client_id)
-        if session is not None and client_id in self._claims:
-            if not session.away:
-                session.expiry = expiry
-                await self._policy.attached(client, new=False)
-                return True
-            if clean_start:
-                await self.disconnect(client_id)
-            else:
-                session.profile = profile  # (the ACL judges by it)
-                await self._keeper.settle(client_id, publish_will=False, wait_tail=False)
-                await self._take_on(session, expiry, profile)
-                await self._policy.attached(client, new=False)
-                return True
-        try:
-            session, claimed, info, recovery = await self._claim_here(
-                client_id, clean_start, profile
-            )
-        except BaseException:
-            await self._drop_unclaimed(client_id)  # (the retry starts afresh)
-            raise
-        session.expiry = expiry
-        await self._take_on(session, expiry, profile, claimed, info, recovery)
-        await self._policy.attached(client, new=claimed is not None)
-        return info is not None
-
-    async def _claim_here(
-        self, client_id: str, clean_start: bool, profile: tuple[int, int, str | None]
-    ) -> tuple[ClientSession, Claimed | None, SessionInfo | None, Recovery | None]:
-        """Open the client's session here and claim it (with its stored subscriptions
-        and routes, unless ``clean_start``); returns the session, the new claim (None:
-        held already), the stored description and the mark of its old node's inbox."""
-        if clean_start:
-            await self._drop_unclaimed(client_id)  # (what a handoff kept here)
-            claimed = await self._claims.claim(client_id)
-            return self.sessions.open(client_id), claimed, None, None
-        info = await self.session_store.describe(client_id)
-        if info is None:
-            await self._drop_unclaimed(client_id)
-        session = self.sessions.open(client_id, profile)
-        if info is not None and info.node_id != self.node_id:
-            session.hold()  # (until what its node sends ahead of them has come)
-        if info is not None:
-            stored = await self.subscriptions.subscriptions(client_id)
-            await self._write_routes(
-                self._restore(client_id, {validate_filter(f): o for f, o in stored.items()})
-            )
-        recovery = await self._adoption.mark(info)
-        claimed = await self._claims.claim(client_id, keep_state=info is not None)
-        return session, claimed, info, recovery
-
-    async def _take_on(
-        self,
-        session: ClientSession,
-        expiry: int,
-        profile: tuple[int, int, str | None],
-        claimed: Claimed | None = None,
-        info: SessionInfo | None = None,
-        recovery: Recovery | None = None,
-    ) -> None:
-        """Resume the session the node just claimed (from ``info``, told to the previous
-        owner), or start it, or (nothing claimed) go on with the one it holds; then mark
-        it open. Should Redis fail, no client is attached: the next connect goes on."""
-        client_id = session.client_id
-        try:
-            if claimed is None and session.away:
-                await self._keeper.come_back(session, None, expiry)
-            elif claimed is not None:
-                await self._claims.notify_previous(client_id, claimed, resume=info is not None)
-                if info is not None:
-                    previous = claimed.previous
-                    moved = previous is not None and previous.node_id != self.node_id
-                    epoch = claimed.owner.epoch if moved else None
-                    await self._keeper.come_back(session, epoch, expiry, info.awaiting_release,
-                                                 previous, recovery)  # fmt: skip
-                elif expiry:
-                    await self._keeper.reset_queue(client_id, expiry)
-            await self._mark_open(client_id, expiry, *profile)
-        except BaseException:
-            session.away = True
-            raise
-
-    def _restore(
-        self, client_id: str, stored: dict[TopicFilter, SubscriptionOptions]
-    ) -> list[CountChange]:
-        """Make the client's local subscriptions those ``stored`` for its session (an away
-        session kept here by a handoff may hold some it has dropped since); the route
-        changes."""
-        changes = self.sessions.restore(client_id, stored)
-        for topic_filter in [
-            f for f in self.sessions.trie.subscriptions(client_id) if f not in stored
-        ]:
-            _existed, change = self.sessions.unsubscribe(client_id, topic_filter)
-            if change is not None:
-                changes.append(change)
-        return changes
-
-    async def _drop_unclaimed(self, client_id: str) -> None:
-        """Close a local session of the client that this node holds no claim for: the away
-        session a handoff kept for a client back here (not resuming after all), or what
-        a connect that failed before its claim opened. Its route changes are written when
-        Redis takes them (the route writer keeps them)."""
-        session = self.sessions.find(client_id)
-        if session is not None and client_id not in self._claims:
-            with contextlib.suppress(RouterError, RedisError):
-                await self._handed(session)
-
-    async def _mark_open(
-        self, client_id: str, expiry: int, protocol: int, keepalive: int, username: str | None
-    ) -> None:
-        session, owner = self.sessions.find(client_id), self._claims.held(client_id)
-        if session is not None:
-            session.profile = (protocol, keepalive, username)
-        if owner is not None:
-            await self.session_store.mark_open(
-                client_id, owner, expiry=expiry, protocol=protocol, keepalive=keepalive,
-                username=username,
-            )  # fmt: skip
+        return await self._lifecycle.connect(
+            client_id, username, password, clean_start=clean_start, expiry=expiry,
+            protocol=protocol, keepalive=keepalive, authenticate=authenticate,
+        )  # fmt: skip
 
     async def put_away(
         self,
@@ -469,57 +309,16 @@ class RouterNode:
         messages for it; with a ``will``, publish it after ``will_delay`` seconds unless
         the client is back by then (or when the session ends, if sooner). A session with
         an interval of 0 ends now, as :meth:`disconnect` (and its will goes at once)."""
-        async with self.client_locks.hold(client_id):
-            await self._put_away(client_id, expiry, will, will_delay)
+        await self._lifecycle.put_away(client_id, expiry=expiry, will=will, will_delay=will_delay)
 
-    async def _put_away(
-        self, client_id: str, expiry: int | None, will: Outgoing | None, will_delay: int
-    ) -> None:
-        session = self.sessions.find(client_id)
-        owner = self._claims.held(client_id)
-        if session is None or owner is None or session.away:
-            return
-        if expiry is not None:
-            session.expiry = expiry
-        if not session.expiry:
-            if will is not None:
-                await self._dispatcher.publish(will)
-            await self.disconnect(client_id)
-            return
-        try:
-            await self._keeper.put_away(session, owner, will, will_delay)
-        except SessionOwnershipError:
-            log.warning("client %s was taken over while leaving", client_id)
+    async def disconnect(self, client_id: str) -> None:
+        """End the client's session: its subscriptions end, its queue closes, its state
+        (a persistent session's queue too) is removed."""
+        await self._lifecycle.disconnect(client_id)
 
-    async def _end_session(self, client_id: str) -> None:
-        """The Session Expiry Interval of an away session passed: end it."""
-        owner = self._claims.release(client_id)
-        await self._keeper.settle(client_id, publish_will=True)
-        try:
-            await self._close_session(client_id, "expired", owner)
-        except SessionOwnershipError:
-            log.info("session of %s ended in Redis already", client_id)
-
-    async def _on_taken_over(self, client_id: str, notice: Takeover | None) -> None:
-        """Another node claimed the session: close the local copy; when the session goes
-        on there, hand on what this node holds and gathers for it in the handoff's grace
-        (:meth:`SessionKeeper.hand_off <router.cluster.session_keeper.SessionKeeper.hand_off>`)."""
-        session = self.sessions.find(client_id)
-        if session is not None and notice is not None and notice.resume and session.expiry:
-            leaving = self.sessions.hand_on(session)
-            self._keeper.hand_off(session, leaving, notice.epoch, lambda: self._handed(leaving))
-        else:
-            changes = self.sessions.disconnect(client_id, "takenover")
-            await self._keeper.settle(client_id, publish_will=True)
-            await self._write_routes(changes)
-        await self._policy.detached(client_id, "takenover")
-
-    async def _handed(self, leaving: ClientSession) -> None:
-        """A session handed on (its grace over): its filters and routes go from here."""
-        if self.sessions.find(leaving.client_id) is leaving:
-            changes = self.sessions.disconnect(leaving.client_id, "takenover")
-            if self._running:
-                await self._write_routes(changes)
+    def serves(self, client_id: str) -> bool:
+        """True while this node holds the client's session (its claim in Redis)."""
+        return self._lifecycle.serves(client_id)
 
     async def _on_notice(self, notice: Notice) -> None:
         if isinstance(notice, Kick):
@@ -608,34 +407,10 @@ class RouterNode:
                 await self._write_routes([change])
         return existed
 
-    async def disconnect(self, client_id: str) -> None:
-        """End the client's session: its subscriptions end, its queue closes, its state
-        (a persistent session's queue too) is removed."""
-        owner = self._claims.release(client_id)
-        await self._keeper.settle(client_id, publish_will=True)
-        await self._close_session(client_id, "normal", owner)
-
-    async def _close_session(self, client_id: str, reason: str, owner: Owner | None) -> None:
-        """Close the local session and write the route changes; with ``owner``, also
-        remove the client's state from Redis (fenced by that claim)."""
-        session = self.sessions.find(client_id)
-        changes = self.sessions.disconnect(client_id, reason)
-        written = asyncio.ensure_future(self._write_routes(changes))
-        if owner is not None:
-            await self.subscriptions.remove_client(client_id, owner=owner)
-            if session is not None and session.expiry:
-                await self._keeper.reset_queue(client_id, 1)  # (gone with the session)
-        await written
-        await self._policy.detached(client_id, reason)
-
     async def _write_routes(self, changes: list[tuple[TopicFilter, int]]) -> None:
         if changes:
             await asyncio.gather(*(self._writer.submit(r, c) for r, c in changes))
             await self._sync.announce()
-
-    def serves(self, client_id: str) -> bool:
-        """True while this node holds the client's session (its claim in Redis)."""
-        return client_id in self._claims
 
     def messages(self, client_id: str) -> AsyncIterator[Delivery]:
         """The client's deliveries, in order, until it disconnects."""
@@ -706,11 +481,11 @@ class RouterNode:
             "queue_drops": self.sessions.dropped(),
             "acl_denied_deliveries": self.sessions.acl_denied(),
             "sessions_taken_over": self._claims.taken_over,
-            "sessions_restored": self.sessions_restored,
+            "sessions_restored": self._lifecycle.sessions_restored,
             "mirror_resyncs": self._sync.resyncs,
             "nodes_purged": self._sync.purged,
             "sessions_adopted": self._adoption.sessions_adopted,
-            "copies_recovered": self._adoption.copies_recovered,
+            "copies_recovered": self._lifecycle.copies_recovered,
             "routes": len(self.sessions.routes()),
             "route_batches_failed": self._writer.failed_batches,
             "redis_errors": redis_errors(self._redis),

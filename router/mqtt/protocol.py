@@ -17,7 +17,7 @@ The life of a connection:
 2. Sessions: a Session Expiry Interval (5.0; capped by ``session_expiry_max`` and then
    announced in CONNACK) or clean session 0 (3.1.1: ``session_expiry_max``) keeps the
    session after the connection, on any node of the cluster
-   (:mod:`router.cluster.session_keeper`): CONNACK says Session Present, copies that were
+   (:mod:`router.cluster.sessions.keeper`): CONNACK says Session Present, copies that were
    in flight go again with their packet ids and DUP (a released one as PUBREL), and
    inbound QoS 2 ids awaiting PUBREL are remembered. DISCONNECT may change the interval
    (not from 0: 0x82).

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from router.cluster.adoption import Adoption
 from router.cluster.config import NodeConfig
 from router.cluster.inbox import Forward, Kick, pack_batch, pack_notice
 from router.cluster.node import RouterNode
+from router.cluster.sessions.adoption import Adoption
 from router.core.messages import Message
 from router.core.topics import TopicName
 from router.errors import RouteWriteError

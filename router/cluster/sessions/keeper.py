@@ -53,9 +53,10 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from router.cluster.adoption import Adoption, Recovery
 from router.cluster.local_sessions import ClientSession, Overflow
-from router.cluster.resumes import Read, Resume, tail_follows, wait_for_marker
+from router.cluster.sessions.recovery import InboxRecovery, Recovery
+from router.cluster.sessions.resumes import Read, Resume, tail_follows, wait_for_marker
+from router.cluster.sessions.states import SessionState
 from router.cluster.tasks import stop_task
 from router.core.messages import Delivery, Outgoing
 from router.errors import RouterError
@@ -117,7 +118,7 @@ class SessionKeeper:
         overflow: Overflow,
         handoff_timeout: float,
         handoff_grace: float,
-        adoption: Adoption,
+        recovery: InboxRecovery,
         publish_will: Callable[[Outgoing], Awaitable[object]],
         end_session: Callable[[str], Awaitable[None]],
     ) -> None:
@@ -128,7 +129,7 @@ class SessionKeeper:
         self.overflow: Overflow = overflow
         self.handoff_timeout = handoff_timeout
         self.handoff_grace = handoff_grace
-        self._adoption = adoption
+        self._recovery = recovery
         self._publish_will = publish_will
         self._end_session = end_session
         self._away: dict[str, _Away] = {}
@@ -164,7 +165,7 @@ class SessionKeeper:
         of a move to this node is still being read, what the session holds goes to the
         queue once that tail is in (the spiller's first batch): it is newer."""
         client_id = session.client_id
-        session.away = True
+        session.move_to(SessionState.AWAY)
         await self.store.mark_away(
             client_id, owner, expiry=session.expiry, awaiting_release=session.awaiting_release
         )
@@ -192,12 +193,16 @@ class SessionKeeper:
         everything the session holds once it is in, first. A batch taken from the session
         is shielded from cancellation: :meth:`settle` waits for it instead. A batch that
         Redis does not take goes back into the session, tried again after
-        :data:`SPILL_RETRY` seconds."""
+        :data:`SPILL_RETRY` seconds. It spills only while the session is AWAY: a batch
+        taken as the session stopped being away goes back into it, and the spiller ends."""
         batch: list[Delivery] = []
         if tail is not None:
             await asyncio.wait([tail])
             batch = session.take_all()
         while True:
+            if batch and session.state is not SessionState.AWAY:
+                session.put_first(batch)
+                return
             if batch:
                 away.spilling = asyncio.ensure_future(self._spill_batch(away.queue, batch, session))
                 if not await asyncio.shield(away.spilling):
@@ -396,7 +401,7 @@ class SessionKeeper:
         has come the copies that reach the session here are held back (``session.hold``,
         by the caller, before this node's routes were written). No handoff from
         ``previous``: it is presumed dead; its inbox's copies for the client are
-        recovered from the ``recovery`` mark (:mod:`router.cluster.adoption`). Without
+        recovered from the ``recovery`` mark (:mod:`router.cluster.sessions.recovery`). Without
         ``handoff``, while the tail of a move to this node is still being read, nothing
         is drained: the queue holds that tail only, and its reader releases the session.
 
@@ -404,7 +409,7 @@ class SessionKeeper:
         (no client attached) with what the resume had got: the next one here goes on
         from there (:class:`Resume`), so the retry of a refused CONNECT gets it all."""
         client_id = session.client_id
-        session.away = False
+        session.move_to(SessionState.ATTACHING)
         resume = self._unfinished.pop(client_id, None)
         if resume is None:
             if handoff is None and client_id in self._tails:
@@ -418,7 +423,7 @@ class SessionKeeper:
         try:
             await self._read_back(session, resume)
         except BaseException:
-            session.away = True
+            session.move_to(SessionState.AWAY)
             self._unfinished[client_id] = resume
             raise
         self.sessions_resumed += 1
@@ -461,11 +466,11 @@ class SessionKeeper:
         session on (its copies join what the resume took), else drop the mark."""
         previous = resume.previous
         if not resume.handed and previous is not None:
-            resume.read.deliveries += await self._adoption.recover_for(
+            resume.read.deliveries += await self._recovery.recover_for(
                 previous.node_id, client_id, resume.recovery
             )
         elif not tail_follows(resume):
-            await self._adoption.release(resume.recovery)
+            await self._recovery.release(resume.recovery)
         resume.recovered = True
 
     async def _take_tail(
@@ -485,9 +490,9 @@ class SessionKeeper:
         try:
             ended = await self._drain(session, lambda d: epoch in d.tail_ends, None, read, deadline)
             if ended or previous is None:
-                await self._adoption.release(recovery)
+                await self._recovery.release(recovery)
             else:
-                tail += await self._adoption.recover_for(previous.node_id, session.client_id,
+                tail += await self._recovery.recover_for(previous.node_id, session.client_id,
                                                          recovery)  # fmt: skip
         except (RouterError, RedisError):
             self.tails_lost += 1

@@ -3,7 +3,7 @@
 A FLUSHALL, or a Redis restart without persistence, takes every key: the claims on the
 sessions, their subscriptions and descriptions, the away sessions' queues. The nodes
 still hold all of it in memory. A node notices when its heartbeat finds it unregistered
-(:meth:`~router.cluster.node.RouterNode` joins again, routes and all) and then writes back,
+(the node joins again, routes and all) and then writes back,
 for each session it serves (:func:`restore_sessions`):
 
 1. its claim, with the same epoch, unless some node owns the session now (a node that
@@ -24,9 +24,9 @@ import logging
 
 from redis.exceptions import RedisError
 
-from router.cluster.claims import SessionClaims
 from router.cluster.local_sessions import LocalSessions
-from router.cluster.session_keeper import SessionKeeper
+from router.cluster.sessions.claims import SessionClaims
+from router.cluster.sessions.keeper import SessionKeeper
 from router.errors import RouterError
 from router.state.session_store import SessionStore
 from router.state.subscriptions import SubscriptionStore

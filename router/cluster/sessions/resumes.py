@@ -1,5 +1,5 @@
 """How far the resume of a moved session got: what a new owner reads back from the
-session's queue (:mod:`router.cluster.session_keeper`), kept between attempts.
+session's queue (:mod:`router.cluster.sessions.keeper`), kept between attempts.
 
 A resume drains the queue up to the previous node's handoff marker, then reads that
 node's inbox if no handoff came. Redis may fail half-way: :class:`Resume` keeps what was
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from router.cluster.adoption import Recovery
+from router.cluster.sessions.recovery import Recovery
 from router.core.messages import Delivery
 from router.state.session_store import Handoff, SessionQueue
 from router.state.subscriptions import Owner

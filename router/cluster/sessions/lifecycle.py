@@ -1,0 +1,370 @@
+"""The life of the sessions on one node: attach, put away, hand on, end.
+
+One object, :class:`SessionLifecycle`, moves every local session through its states
+(:mod:`router.cluster.sessions.states`) and keeps Redis in step: the claim on the session
+(:mod:`~router.cluster.sessions.claims`), its stored subscriptions and description, its
+queue while its client is away and the handoff when it moves
+(:mod:`~router.cluster.sessions.keeper`), copies a dead node left
+(:mod:`~router.cluster.sessions.recovery`). The rest of the node reaches it through its
+public methods and gives it three things: how to write route changes, how to publish a
+will, and whether the node still runs.
+
+One connect, put away or adoption of a client at a time (:attr:`SessionLifecycle.locks`):
+each runs whole before the next for the same client id begins. Every wait is bounded: Redis
+calls by their timeouts, a handoff by ``handoff_timeout``, the grace by ``handoff_grace``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from redis.exceptions import RedisError
+
+from router.cluster.config import NodeConfig
+from router.cluster.forwarding import Forwarder
+from router.cluster.inbox import Takeover
+from router.cluster.local_sessions import ClientSession, CountChange, LocalSessions
+from router.cluster.policy import Policy
+from router.cluster.sessions.claims import Claimed, SessionClaims
+from router.cluster.sessions.client_locks import ClientLocks
+from router.cluster.sessions.keeper import SessionKeeper
+from router.cluster.sessions.recovery import InboxRecovery, Recovery
+from router.cluster.sessions.restoration import restore_sessions
+from router.cluster.sessions.states import SessionState
+from router.core.messages import Outgoing
+from router.core.options import SubscriptionOptions
+from router.core.topics import TopicFilter, validate_filter
+from router.errors import RouterError, SessionOwnershipError
+from router.state.keys import Keys, check_id
+from router.state.scripts import RedisClient
+from router.state.session_store import SessionInfo, SessionStore
+from router.state.subscriptions import Owner, SubscriptionStore
+
+log = logging.getLogger(__name__)
+
+Profile = tuple[int, int, str | None]
+"""What a connection says of itself: MQTT level, keepalive, user name."""
+
+
+class SessionLifecycle:
+    """The sessions of one node through their lifecycle (see the module docstring).
+
+    ``write_routes(changes)`` writes route count changes to the node's route set and
+    announces them; ``publish_will(will)`` publishes a will; ``running()`` is False once
+    the node stops (a handoff's end then leaves the routes to the node's purge).
+    """
+
+    def __init__(
+        self,
+        redis: RedisClient,
+        keys: Keys,
+        config: NodeConfig,
+        sessions: LocalSessions,
+        subscriptions: SubscriptionStore,
+        policy: Policy,
+        forwarder: Forwarder,
+        *,
+        write_routes: Callable[[list[CountChange]], Awaitable[None]],
+        publish_will: Callable[[Outgoing], Awaitable[object]],
+        running: Callable[[], bool],
+    ) -> None:
+        self.node_id = config.node_id
+        self.sessions = sessions
+        self.subscriptions = subscriptions
+        self.store = SessionStore(redis, keys, subscriptions)
+        self._policy = policy
+        self._write_routes = write_routes
+        self._publish_will = publish_will
+        self._running = running
+        self.claims = SessionClaims(self.node_id, subscriptions, forwarder, self._on_taken_over)
+        self.locks = ClientLocks()
+        self._recovery = InboxRecovery(redis, keys, self.node_id, config.inbox_expire, sessions)
+        self.keeper = SessionKeeper(
+            redis,
+            keys,
+            self.store,
+            max_queued=config.max_queued,
+            overflow=config.overflow,
+            handoff_timeout=config.handoff_timeout,
+            handoff_grace=config.handoff_grace,
+            recovery=self._recovery,
+            publish_will=publish_will,
+            end_session=self._end_session,
+        )
+        self.sessions_restored = 0
+
+    @property
+    def copies_recovered(self) -> int:
+        return self._recovery.copies_recovered
+
+    async def connect(
+        self,
+        client_id: str,
+        username: str | None = None,
+        password: str | bytes | None = None,
+        *,
+        clean_start: bool = True,
+        expiry: int = 0,
+        protocol: int = 0,
+        keepalive: int = 0,
+        authenticate: bool = True,
+    ) -> bool:
+        """Attach a client to this node; returns whether a session was present.
+
+        ``client.authenticate`` hooks judge the credentials (none registered: everyone is
+        accepted); a refusal raises :class:`NotAuthorizedError` and changes nothing. An
+        attached client that connects again is authenticated again and keeps its session.
+        With ``clean_start`` earlier state is dropped; without it a session kept for the
+        client (on this node or another) goes on here: its subscriptions, and what was
+        queued for it first (:mod:`router.cluster.sessions.keeper`). ``expiry`` is the
+        Session Expiry Interval (0: the session ends with the connection). A session that
+        another node served is taken over: that node gets a notice in its inbox.
+        ``authenticate=False``: the node resumes a stored session itself (see Policy.authenticate).
+
+        One connect or put away of a client at a time on a node (:attr:`locks`).
+        A connect that fails (Redis failed: CONNACK 0x88) leaves no client attached: one
+        that failed before its claim closes what it opened here; after it, the session
+        stays here, away, with what its resume had got, and the next connect goes on
+        with it (:meth:`SessionKeeper.come_back
+        <router.cluster.sessions.keeper.SessionKeeper.come_back>`).
+        """
+        check_id(client_id, "client id")
+        async with self.locks.hold(client_id):
+            return await self._connect(
+                client_id, username, password, clean_start, expiry, protocol, keepalive,
+                authenticate,
+            )  # fmt: skip
+
+    async def _connect(
+        self,
+        client_id: str,
+        username: str | None,
+        password: str | bytes | None,
+        clean_start: bool,
+        expiry: int,
+        protocol: int,
+        keepalive: int,
+        authenticate: bool,
+    ) -> bool:
+        client = await self._policy.authenticate(client_id, username, password, authenticate)
+        await self.keeper.handing_off(client_id)  # (a session that just left: it is back)
+        profile = (protocol, keepalive, username)
+        session = self.sessions.find(client_id)
+        if session is not None and client_id in self.claims:
+            if not session.away:
+                session.expiry = expiry
+                await self._policy.attached(client, new=False)
+                return True
+            if clean_start:
+                await self.disconnect(client_id)
+            else:
+                session.profile = profile  # (the ACL judges by it)
+                await self.keeper.settle(client_id, publish_will=False, wait_tail=False)
+                await self._take_on(session, expiry, profile)
+                await self._policy.attached(client, new=False)
+                return True
+        try:
+            session, claimed, info, recovery = await self._claim_here(
+                client_id, clean_start, profile
+            )
+        except BaseException:
+            await self._drop_unclaimed(client_id)  # (the retry starts afresh)
+            raise
+        session.expiry = expiry
+        await self._take_on(session, expiry, profile, claimed, info, recovery)
+        await self._policy.attached(client, new=claimed is not None)
+        return info is not None
+
+    async def _claim_here(
+        self, client_id: str, clean_start: bool, profile: tuple[int, int, str | None]
+    ) -> tuple[ClientSession, Claimed | None, SessionInfo | None, Recovery | None]:
+        """Open the client's session here and claim it (with its stored subscriptions
+        and routes, unless ``clean_start``); returns the session, the new claim (None:
+        held already), the stored description and the mark of its old node's inbox."""
+        if clean_start:
+            await self._drop_unclaimed(client_id)  # (what a handoff kept here)
+            claimed = await self.claims.claim(client_id)
+            return self.sessions.open(client_id), claimed, None, None
+        info = await self.store.describe(client_id)
+        if info is None:
+            await self._drop_unclaimed(client_id)
+        session = self.sessions.open(client_id, profile)
+        session.move_to(SessionState.ATTACHING)  # (a session kept here: away, or leaving)
+        if info is not None and info.node_id != self.node_id:
+            session.hold()  # (until what its node sends ahead of them has come)
+        if info is not None:
+            stored = await self.subscriptions.subscriptions(client_id)
+            await self._write_routes(
+                self._restore(client_id, {validate_filter(f): o for f, o in stored.items()})
+            )
+        recovery = await self._recovery.mark(info)
+        claimed = await self.claims.claim(client_id, keep_state=info is not None)
+        return session, claimed, info, recovery
+
+    async def _take_on(
+        self,
+        session: ClientSession,
+        expiry: int,
+        profile: tuple[int, int, str | None],
+        claimed: Claimed | None = None,
+        info: SessionInfo | None = None,
+        recovery: Recovery | None = None,
+    ) -> None:
+        """Resume the session the node just claimed (from ``info``, told to the previous
+        owner), or start it, or (nothing claimed) go on with the one it holds; then mark
+        it open. Should Redis fail, no client is attached: the next connect goes on."""
+        client_id = session.client_id
+        try:
+            if claimed is None and session.away:
+                await self.keeper.come_back(session, None, expiry)
+            elif claimed is not None:
+                await self.claims.notify_previous(client_id, claimed, resume=info is not None)
+                if info is not None:
+                    previous = claimed.previous
+                    moved = previous is not None and previous.node_id != self.node_id
+                    epoch = claimed.owner.epoch if moved else None
+                    await self.keeper.come_back(session, epoch, expiry, info.awaiting_release,
+                                                 previous, recovery)  # fmt: skip
+                elif expiry:
+                    await self.keeper.reset_queue(client_id, expiry)
+            await self._mark_open(client_id, expiry, *profile)
+        except BaseException:
+            session.move_to(SessionState.AWAY)
+            raise
+        session.move_to(SessionState.CONNECTED)
+
+    def _restore(
+        self, client_id: str, stored: dict[TopicFilter, SubscriptionOptions]
+    ) -> list[CountChange]:
+        """Make the client's local subscriptions those ``stored`` for its session (an away
+        session kept here by a handoff may hold some it has dropped since); the route
+        changes."""
+        changes = self.sessions.restore(client_id, stored)
+        for topic_filter in [
+            f for f in self.sessions.trie.subscriptions(client_id) if f not in stored
+        ]:
+            _existed, change = self.sessions.unsubscribe(client_id, topic_filter)
+            if change is not None:
+                changes.append(change)
+        return changes
+
+    async def _drop_unclaimed(self, client_id: str) -> None:
+        """Close a local session of the client that this node holds no claim for: the away
+        session a handoff kept for a client back here (not resuming after all), or what
+        a connect that failed before its claim opened. Its route changes are written when
+        Redis takes them (the route writer keeps them)."""
+        session = self.sessions.find(client_id)
+        if session is not None and client_id not in self.claims:
+            with contextlib.suppress(RouterError, RedisError):
+                await self._handed(session)
+
+    async def _mark_open(
+        self, client_id: str, expiry: int, protocol: int, keepalive: int, username: str | None
+    ) -> None:
+        session, owner = self.sessions.find(client_id), self.claims.held(client_id)
+        if session is not None:
+            session.profile = (protocol, keepalive, username)
+        if owner is not None:
+            await self.store.mark_open(
+                client_id, owner, expiry=expiry, protocol=protocol, keepalive=keepalive,
+                username=username,
+            )  # fmt: skip
+
+    async def put_away(
+        self,
+        client_id: str,
+        *,
+        expiry: int | None = None,
+        will: Outgoing | None = None,
+        will_delay: int = 0,
+    ) -> None:
+        """The client's connection ended without ending its session: keep the session for
+        its Session Expiry Interval (``expiry`` replaces it when given) and queue QoS 1/2
+        messages for it; with a ``will``, publish it after ``will_delay`` seconds unless
+        the client is back by then (or when the session ends, if sooner). A session with
+        an interval of 0 ends now, as :meth:`disconnect` (and its will goes at once)."""
+        async with self.locks.hold(client_id):
+            await self._put_away(client_id, expiry, will, will_delay)
+
+    async def _put_away(
+        self, client_id: str, expiry: int | None, will: Outgoing | None, will_delay: int
+    ) -> None:
+        session = self.sessions.find(client_id)
+        owner = self.claims.held(client_id)
+        if session is None or owner is None or session.away:
+            return
+        if expiry is not None:
+            session.expiry = expiry
+        if not session.expiry:
+            if will is not None:
+                await self._publish_will(will)
+            await self.disconnect(client_id)
+            return
+        try:
+            await self.keeper.put_away(session, owner, will, will_delay)
+        except SessionOwnershipError:
+            log.warning("client %s was taken over while leaving", client_id)
+
+    async def _end_session(self, client_id: str) -> None:
+        """The Session Expiry Interval of an away session passed: end it."""
+        owner = self.claims.release(client_id)
+        await self.keeper.settle(client_id, publish_will=True)
+        try:
+            await self._close_session(client_id, "expired", owner)
+        except SessionOwnershipError:
+            log.info("session of %s ended in Redis already", client_id)
+
+    async def _on_taken_over(self, client_id: str, notice: Takeover | None) -> None:
+        """Another node claimed the session: close the local copy; when the session goes
+        on there, hand on what this node holds and gathers for it in the handoff's grace
+        (:meth:`SessionKeeper.hand_off <router.cluster.sessions.keeper.SessionKeeper.hand_off>`)."""
+        session = self.sessions.find(client_id)
+        if session is not None and notice is not None and notice.resume and session.expiry:
+            leaving = self.sessions.hand_on(session)
+            self.keeper.hand_off(session, leaving, notice.epoch, lambda: self._handed(leaving))
+        else:
+            changes = self.sessions.disconnect(client_id, "takenover")
+            await self.keeper.settle(client_id, publish_will=True)
+            await self._write_routes(changes)
+        await self._policy.detached(client_id, "takenover")
+
+    async def _handed(self, leaving: ClientSession) -> None:
+        """A session handed on (its grace over): its filters and routes go from here."""
+        if self.sessions.find(leaving.client_id) is leaving:
+            changes = self.sessions.disconnect(leaving.client_id, "takenover")
+            if self._running():
+                await self._write_routes(changes)
+
+    async def disconnect(self, client_id: str) -> None:
+        """End the client's session: its subscriptions end, its queue closes, its state
+        (a persistent session's queue too) is removed."""
+        owner = self.claims.release(client_id)
+        await self.keeper.settle(client_id, publish_will=True)
+        await self._close_session(client_id, "normal", owner)
+
+    async def _close_session(self, client_id: str, reason: str, owner: Owner | None) -> None:
+        """Close the local session and write the route changes; with ``owner``, also
+        remove the client's state from Redis (fenced by that claim)."""
+        session = self.sessions.find(client_id)
+        changes = self.sessions.disconnect(client_id, reason)
+        written = asyncio.ensure_future(self._write_routes(changes))
+        if owner is not None:
+            await self.subscriptions.remove_client(client_id, owner=owner)
+            if session is not None and session.expiry:
+                await self.keeper.reset_queue(client_id, 1)  # (gone with the session)
+        await written
+        await self._policy.detached(client_id, reason)
+
+    def serves(self, client_id: str) -> bool:
+        """True while this node holds the client's session (its claim in Redis)."""
+        return client_id in self.claims
+
+    async def restore(self) -> None:
+        """Write back what Redis lost of the sessions this node serves
+        (:mod:`router.cluster.sessions.restoration`)."""
+        self.sessions_restored += await restore_sessions(
+            self.claims, self.sessions, self.subscriptions, self.store, self.keeper
+        )

@@ -1,0 +1,132 @@
+"""Copies a dead node never delivered: read back from its inbox for the sessions it held.
+
+A node that dies leaves in its inbox the copies routed to it between its death and its
+purge (and those it had not read yet). The node that resumes one of its sessions (a
+client back elsewhere, or an adoption, :mod:`router.cluster.sessions.adoption`) reads
+them for that client (:meth:`InboxRecovery.recover_for`) without consuming them: the dead
+node's other clients may resume elsewhere, and the inbox expires with its TTL.
+
+Before it claims such a session, a node marks where the dead node's reader stood
+(:meth:`InboxRecovery.mark`, a copy of the reader's cursor), so that a restart of the dead
+node under its id, which reads its inbox's backlog, cannot move the recovery past those
+copies.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Final
+
+from router.cluster.inbox import Forward, unpack_record
+from router.cluster.local_sessions import LocalSessions
+from router.core.messages import Delivery
+from router.errors import MalformedMessageError, SubscriptionNotFoundError
+from router.state.channels import Channel
+from router.state.keys import Keys
+from router.state.scripts import RedisClient
+from router.state.session_store import SessionInfo
+
+log = logging.getLogger(__name__)
+
+FETCH: Final = 256
+"""Inbox records read at a time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """Where the reader of ``dead``'s inbox stood before a session was claimed from it:
+    the subscriber ``cursor`` of that inbox reads on from there."""
+
+    dead: str
+    cursor: str
+
+
+class InboxRecovery:
+    """Marks and reads dead nodes' inboxes for the sessions this node resumes (see the
+    module docstring); counts the copies it recovered."""
+
+    def __init__(
+        self, redis: RedisClient, keys: Keys, node_id: str, inbox_expire: float,
+        sessions: LocalSessions,
+    ) -> None:  # fmt: skip
+        self._redis = redis
+        self._keys = keys
+        self._node_id = node_id
+        self._inbox_expire = inbox_expire
+        self._sessions = sessions
+        self.copies_recovered = 0
+
+    async def mark(self, info: SessionInfo | None) -> Recovery | None:
+        """Before a session of ``info`` is claimed from another node: a copy of that
+        node's inbox cursor, for :meth:`recover_for` (None when the session was this
+        node's or its old node has no inbox)."""
+        if info is None or info.node_id == self._node_id:
+            return None
+        cursor = f"recovery-{uuid.uuid4().hex}"
+        channel = self._channel(info.node_id)
+        try:
+            made = await channel.copy_cursor(info.node_id, cursor)
+        finally:
+            await channel.aclose()
+        return Recovery(info.node_id, cursor) if made else None
+
+    async def release(self, recovery: Recovery | None) -> None:
+        """Drop a mark that is not needed (the old node handed the session on)."""
+        if recovery is not None:
+            channel = self._channel(recovery.dead)
+            try:
+                await channel.remove_subscriber(recovery.cursor)
+            finally:
+                await channel.aclose()
+
+    def _channel(self, dead: str) -> Channel:
+        return Channel(self._redis, self._keys.inbox(dead), self._inbox_expire, self._keys)
+
+    async def recover_for(
+        self, dead: str, client_id: str, recovery: Recovery | None = None
+    ) -> list[Delivery]:
+        """The copies for ``client_id`` (as its subscriptions here ask for them) left in
+        the inbox of ``dead``, which held its session and did not hand it on: from the
+        ``recovery`` mark made before the claim, else from the dead node's cursor. Read
+        without acknowledging: the dead node's other clients may resume elsewhere."""
+        channel = self._channel(dead)
+        reader = recovery.cursor if recovery is not None and recovery.dead == dead else dead
+        copies: list[Delivery] = []
+        after: int | None = None
+        try:
+            while True:
+                try:
+                    result, after = await channel.read(reader, FETCH, after)
+                except SubscriptionNotFoundError:  # (retired, or expired)
+                    break
+                for stored in result.messages:
+                    for forward in _forwards(stored.content):
+                        copies += self._sessions.copies_for(forward.message, client_id)
+                if not result.more:
+                    break
+        finally:
+            if reader != dead:
+                await channel.remove_subscriber(reader)
+            await channel.aclose()
+        if recovery is not None and recovery.dead != dead:
+            await self.release(recovery)
+        self.copies_recovered += len(copies)
+        if copies:
+            log.warning(
+                "recovered %d copies for %s from dead node %s", len(copies), client_id, dead
+            )
+        return copies
+
+
+def _forwards(content: bytes) -> list[Forward]:
+    """The plain forwards of one inbox record (none for a notice, a share group's copy
+    or an unreadable record)."""
+    try:
+        record = unpack_record(content)
+    except MalformedMessageError:
+        return []
+    if not isinstance(record, list):
+        return []
+    return [forward for forward in record if not forward.groups]
