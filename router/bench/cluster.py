@@ -36,7 +36,9 @@ Phases:
    run to run, the ratio says what the router adds to the hop it cannot avoid;
 5. *convergence*: a subscribe on node C (its own process) returns, then the time until
    A's route mirror (this process) routes the topic to C; 0 if A could route it before
-   the subscribe returned. ``time.monotonic()`` is one clock for every process of a
+   the subscribe returned (``convergence_p50/p99_ms``), and how long each subscribe took
+   (``subscribe_p50/p99_ms``: what a SUBACK waits for, every other live node's mirror
+   holding the route included). ``time.monotonic()`` is one clock for every process of a
    Linux machine.
 """
 
@@ -280,10 +282,13 @@ async def offered_load(publish: Publish, rate: float, seconds: float) -> int:
     return total
 
 
-async def convergence(node: RouterNode, worker: Worker, worker_id: str, rounds: int) -> list[float]:
+async def convergence(
+    node: RouterNode, worker: Worker, worker_id: str, rounds: int
+) -> tuple[list[float], list[float]]:
     """Milliseconds from ``subscribe`` returning on ``worker``'s node (another process)
-    to ``node``'s route mirror routing the topic to it; 0 when it routed it before."""
-    samples = []
+    to ``node``'s route mirror routing the topic to it (0 when it routed it before), and
+    milliseconds each ``subscribe`` took (what a SUBACK waits for)."""
+    samples, took = [], []
     for index in range(rounds):
         topic = validate_topic(f"conv/{index}")
         answer = asyncio.ensure_future(asyncio.to_thread(worker.ask, f"subscribe {topic}"))
@@ -292,9 +297,10 @@ async def convergence(node: RouterNode, worker: Worker, worker_id: str, rounds: 
                 break  # the worker failed: await raises it below
             await asyncio.sleep(0)  # the mirror follows Redis in this loop's tasks
         routable = time.monotonic()
-        returned = (await answer)["returned"]
-        samples.append(max(0.0, 1000 * (routable - returned)))
-    return samples
+        answered = await answer
+        samples.append(max(0.0, 1000 * (routable - answered["returned"])))
+        took.append(1000 * answered["took"])
+    return samples, took
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -354,7 +360,7 @@ async def run_async(url: str, config: ClusterBenchConfig) -> dict[str, Any]:
             report = await asyncio.to_thread(interested.ask, f"report {sent_by_prefix}")
             hop = await raw_hop_figures(redis, raw_hop, channel, config)
             idle_report = await asyncio.to_thread(idle.ask, "report")
-            samples = await convergence(node, idle, "bench-c", config.convergence_rounds)
+            samples, took = await convergence(node, idle, "bench-c", config.convergence_rounds)
             stats = node.stats()
         finally:
             await node.stop()
@@ -396,6 +402,8 @@ async def run_async(url: str, config: ClusterBenchConfig) -> dict[str, Any]:
         "convergence_rounds": len(samples),
         "convergence_p50_ms": round(percentile(samples, 0.5), 3),
         "convergence_p99_ms": round(percentile(samples, 0.99), 3),
+        "subscribe_p50_ms": round(percentile(took, 0.5), 3),
+        "subscribe_p99_ms": round(percentile(took, 0.99), 3),
         "forwards_per_publish": cut(forwarded / published, 3) if published else None,
         "forward_batches": stats["forward_batches"],
         "uninterested_forwards": idle_report["stats"]["received"],

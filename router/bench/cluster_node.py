@@ -165,8 +165,10 @@ async def serve(args: argparse.Namespace) -> None:
                 sent = json.loads(argument) if argument else {}
                 say({"stats": node.stats(), "prefixes": recorder.report(sent)})
             elif command == "subscribe":
+                called = time.monotonic()
                 await node.subscribe("probe", argument)
-                say({"returned": time.monotonic()})
+                returned = time.monotonic()
+                say({"returned": returned, "took": returned - called})
     finally:
         if consumer is not None:
             consumer.cancel()

@@ -36,6 +36,8 @@ FIELDS = (
     "p99_vs_raw_target_met",
     "convergence_p50_ms",
     "convergence_p99_ms",
+    "subscribe_p50_ms",
+    "subscribe_p99_ms",
     "forwards_per_publish",
     "uninterested_forwards",
 )
@@ -135,3 +137,4 @@ def test_convergence_is_measured_across_processes(
     report = json.loads(result.output)
     assert report["convergence_rounds"] == 5
     assert 0 <= report["convergence_p50_ms"] <= report["convergence_p99_ms"]
+    assert 0 < report["subscribe_p50_ms"] <= report["subscribe_p99_ms"]

@@ -1,7 +1,7 @@
 """``router bench soak``: a short soak with every kind of fault loses no acknowledged
 QoS 1 message and reports every figure; bad options are one ``Error:`` line.
 
-The short run (30 s of load, a fault every 8 s: kill -9 of node 2, a Redis restart,
+The short run (21 s of load, a fault every 6 s: kill -9 of node 2, a Redis restart,
 kill -9 of node 3) is the bench's own proof; its long form is `router bench soak` with
 its defaults, whose figures are in docs/RELIABILITY.md.
 """
@@ -32,8 +32,8 @@ def test_a_short_soak_with_every_fault_loses_nothing_and_reports_every_figure() 
     result = CliRunner().invoke(
         app,
         [
-            "bench", "soak", "--minutes", "0.5", "--fault-every", "8", "--subscriptions", "600",
-            "--qos1-rate", "90", "--qos0-rate", "90", "--churn", "30", "--sample-seconds", "2",
+            "bench", "soak", "--minutes", "0.35", "--fault-every", "6", "--subscriptions", "600",
+            "--qos1-rate", "90", "--qos0-rate", "90", "--churn", "30", "--sample-seconds", "1.5",
             "--json",
         ],
     )  # fmt: skip
