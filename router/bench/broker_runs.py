@@ -22,24 +22,19 @@ same latency run (``mosquitto_p99_latency_ms``; ``p99_vs_mosquitto`` is ours ove
 that on a machine whose absolute p99 swings from run to run the two still compare.
 
 The router nodes run with ``ROUTER_OPTIONS`` (queues and inflight windows as unbounded
-as mosquitto's here). With ``ROUTER_BENCH_PROFILE=DIR`` in the environment each node runs
+as mosquitto's here) and, with ``acl``, ``--acl FILE`` (what the ACL's per-delivery
+receive check costs: the file's rules should let every message of the load through, or
+the run reports them lost). With ``ROUTER_BENCH_PROFILE=DIR`` in the environment each node runs
 under cProfile and writes ``DIR/<node id>.prof`` when it stops.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import importlib.util
 import math
 import multiprocessing
 import os
-import shutil
 import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -47,15 +42,21 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from multiprocessing.connection import Connection, wait
-from pathlib import Path
 from typing import Any, Final
 
-import redis
-
 from router.errors import BenchSetupError
-from router.ops.embedded_redis import embedded_redis, free_port
-from router.state.keys import Keys
+from router.ops.embedded_redis import embedded_redis
 
+from .brokers import (
+    AMQTT_VERSION,
+    ROUTER_OPTIONS,
+    Address,
+    amqtt,
+    mosquitto,
+    mosquitto_binary,
+    mosquitto_version,
+    router_nodes,
+)
 from .checks import check_positive, check_redis
 from .cpu_meter import cpu_seconds, cpu_us_per_message
 from .mqtt_load import (
@@ -77,28 +78,6 @@ from .mqtt_load import (
     subscriber_main,
 )
 
-AMQTT_VERSION: Final = "0.12.1"
-ROUTER_OPTIONS: Final = ("--queue-limit", "1000000", "--mqtt-max-inflight", "65535")
-MOSQUITTO_CONFIG: Final = """\
-listener {port} 127.0.0.1
-allow_anonymous true
-set_tcp_nodelay true
-persistence false
-max_queued_messages 10000000
-max_inflight_messages 0
-log_dest stderr
-"""
-AMQTT_CONFIG: Final = """\
-listeners:
-  default:
-    type: tcp
-    bind: 127.0.0.1:{port}
-plugins:
-  amqtt.plugins.authentication.AnonymousAuthPlugin:
-    allow_anonymous: true
-"""
-START_TIMEOUT: Final = 30.0
-STOP_TIMEOUT: Final = 10.0
 BROKERS: Final = ("router_two_nodes", "router_one_node", "mosquitto", "amqtt")
 # Targets of the product (reported, never enforced).
 TARGET_QOS0_VS_AMQTT: Final = 3.0
@@ -107,8 +86,6 @@ TARGET_QOS1_VS_AMQTT: Final = 3.0
 TARGET_P99_MS: Final = 10.0
 MAX_LATENCY_MESSAGES: Final = 10_000_000
 """At most this many messages in the latency phase (``--rate`` x ``--seconds``)."""
-
-Address = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -125,6 +102,10 @@ class MqttBenchConfig:
     drain_seconds: float = 3.0
     skip_mosquitto: bool = False
     skip_amqtt: bool = False
+    acl: str | None = None
+
+    def router_options(self) -> tuple[str, ...]:
+        return ROUTER_OPTIONS if self.acl is None else (*ROUTER_OPTIONS, "--acl", self.acl)
 
     def __post_init__(self) -> None:
         check_positive(rate=self.rate, seconds=self.seconds, drain_seconds=self.drain_seconds)
@@ -145,176 +126,6 @@ class MqttBenchConfig:
 
 
 # -- processes -------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _process(
-    name: str, args: list[str], ready: Callable[[Path], bool], env: dict[str, str] | None = None
-) -> Iterator[subprocess.Popen[bytes]]:
-    """Start ``args`` with its output in a log file, wait until ``ready(log)``; on exit
-    SIGTERM, then SIGKILL after ``STOP_TIMEOUT``. Raises :class:`BenchSetupError` (with
-    the end of the log) if it exits or is not ready within ``START_TIMEOUT``."""
-    with tempfile.TemporaryDirectory(prefix="router-bench-mqtt-") as directory:
-        log = Path(directory) / f"{name}.log"
-        with log.open("wb") as output:
-            process = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                env=env, cwd=directory,
-            )  # fmt: skip
-        try:
-            deadline = time.monotonic() + START_TIMEOUT
-            while not ready(log):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    tail = log.read_text(errors="replace")[-2000:]
-                    code = process.returncode
-                    state = "was not ready in time" if code is None else f"exited with {code}"
-                    raise BenchSetupError(f"{name} {state}:\n{tail}")
-                time.sleep(0.05)
-            yield process
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def _listening(port: int) -> Callable[[Path], bool]:
-    def ready(_: Path) -> bool:
-        with socket.socket() as probe:
-            return probe.connect_ex(("127.0.0.1", port)) == 0
-
-    return ready
-
-
-def _logged(text: str) -> Callable[[Path], bool]:
-    return lambda log: text in log.read_text(errors="replace")
-
-
-def _node_command(node_id: str) -> tuple[list[str], dict[str, str]]:
-    """How to start ``router node run`` in this interpreter (under cProfile when
-    ``ROUTER_BENCH_PROFILE`` names a directory)."""
-    env = dict(os.environ)
-    profile = os.environ.get("ROUTER_BENCH_PROFILE")
-    if not profile:
-        return [sys.executable, "-c", "from router.cli import main; main()"], env
-    env["ROUTER_BENCH_PROFILE_OUT"] = str(Path(profile).resolve() / f"{node_id}.prof")
-    code = (
-        "import cProfile, os; from router.cli import main; "
-        "cProfile.run('main()', os.environ['ROUTER_BENCH_PROFILE_OUT'])"
-    )
-    return [sys.executable, "-c", code], env
-
-
-@contextlib.contextmanager
-def router_nodes(url: str, count: int, pids: list[int]) -> Iterator[list[Address]]:
-    """``count`` router nodes on ``url`` under a fresh prefix; yields their MQTT addresses
-    (their process ids appended to ``pids``) and deletes the prefix's keys after the nodes
-    stopped."""
-    prefix = f"mb{uuid.uuid4().hex[:8]}"
-    addresses: list[Address] = []
-    try:
-        with contextlib.ExitStack() as stack:
-            for number in range(1, count + 1):
-                node_id, port = f"{prefix}-{number}", free_port()
-                command, env = _node_command(node_id)
-                args = [
-                    *command, "node", "run", "--redis", url, "--prefix", prefix,
-                    "--node-id", node_id, "--mqtt", f"127.0.0.1:{port}", *ROUTER_OPTIONS,
-                ]  # fmt: skip
-                ready = _logged(f"node {node_id} ready")
-                pids.append(stack.enter_context(_process(node_id, args, ready, env)).pid)
-                addresses.append(("127.0.0.1", port))
-            yield addresses
-    finally:
-        delete_prefix(url, prefix)
-
-
-def delete_prefix(url: str, prefix: str) -> None:
-    """Best effort: the keys the nodes left (none if they left cleanly)."""
-    client = redis.Redis.from_url(url)
-    try:
-        names = list(client.scan_iter(match=Keys(prefix).pattern(), count=1000))
-        for first in range(0, len(names), 1000):
-            client.unlink(*names[first : first + 1000])
-    except redis.RedisError:
-        pass  # (Redis stopped with us on Ctrl-C: nothing to clean)
-    finally:
-        client.close()
-
-
-def mosquitto_binary() -> str:
-    found = shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin:/usr/local/sbin")
-    if found is None:
-        raise BenchSetupError("no mosquitto: apt-get install mosquitto, or --skip-mosquitto")
-    return found
-
-
-def mosquitto_version() -> str:
-    answer = subprocess.run(
-        [mosquitto_binary(), "-h"], capture_output=True, text=True, timeout=10, check=False
-    )
-    return answer.stdout.split("\n", 1)[0].removeprefix("mosquitto version ").strip()
-
-
-@contextlib.contextmanager
-def mosquitto(pids: list[int]) -> Iterator[Address]:
-    port = free_port()
-    with tempfile.TemporaryDirectory(prefix="router-bench-mosquitto-") as directory:
-        config = Path(directory) / "mosquitto.conf"
-        config.write_text(MOSQUITTO_CONFIG.format(port=port))
-        config.chmod(0o644)
-        args = [mosquitto_binary(), "-c", str(config)]
-        with _process("mosquitto", args, _listening(port)) as process:
-            pids.append(process.pid)
-            yield ("127.0.0.1", port)
-
-
-def amqtt_home() -> Path:
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "router" / f"bench-amqtt-{AMQTT_VERSION}"
-
-
-def ensure_amqtt() -> Path:
-    """The ``amqtt`` script of the bench's own virtualenv, created (under a file lock)
-    on first use with pip; raises :class:`BenchSetupError` if pip cannot install it."""
-    home = amqtt_home()
-    script, complete = home / "bin" / "amqtt", home / ".complete"
-    if complete.exists():
-        return script
-    home.parent.mkdir(parents=True, exist_ok=True)
-    with (home.parent / f"{home.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if complete.exists():
-            return script
-        shutil.rmtree(home, ignore_errors=True)
-        own_pip = importlib.util.find_spec("pip") is not None
-        steps = [[sys.executable, "-m", "venv", *(["--without-pip"] if own_pip else []), str(home)]]
-        pip = [sys.executable, "-m", "pip", "--python", str(home / "bin" / "python")]
-        if not own_pip:
-            pip = [str(home / "bin" / "python"), "-m", "pip"]
-        steps.append(
-            [*pip, "install", "-q", "--disable-pip-version-check", f"amqtt=={AMQTT_VERSION}"]
-        )
-        for step in steps:
-            done = subprocess.run(step, capture_output=True, text=True, timeout=600, check=False)
-            if done.returncode != 0:
-                raise BenchSetupError(f"installing amqtt failed: {done.stderr[-2000:]}")
-        complete.write_text(AMQTT_VERSION)
-    return script
-
-
-@contextlib.contextmanager
-def amqtt(pids: list[int]) -> Iterator[Address]:
-    script = ensure_amqtt()
-    port = free_port()
-    with tempfile.TemporaryDirectory(prefix="router-bench-amqtt-") as directory:
-        config = Path(directory) / "amqtt.yaml"
-        config.write_text(AMQTT_CONFIG.format(port=port))
-        with _process("amqtt", [str(script), "-c", str(config)], _listening(port)) as process:
-            pids.append(process.pid)
-            yield ("127.0.0.1", port)
 
 
 # -- one run of the load -----------------------------------------------------------------------
@@ -488,10 +299,11 @@ def run(url: str | None = None, config: MqttBenchConfig | None = None) -> dict[s
         if url is None:
             url = stack.enter_context(embedded_redis())
         pids: dict[str, list[int]] = {name: [] for name in BROKERS}
-        with router_nodes(url, 2, pids["router_two_nodes"]) as (first, second):
+        options = config.router_options()
+        with router_nodes(url, 2, pids["router_two_nodes"], options) as (first, second):
             each_qos("router_two_nodes", first, second, pids["router_two_nodes"])
             latency = run_load(first, second, config.latency_plan(f"latency-{nonce}"))
-        with router_nodes(url, 1, pids["router_one_node"]) as (only,):
+        with router_nodes(url, 1, pids["router_one_node"], options) as (only,):
             each_qos("router_one_node", only, only, pids["router_one_node"])
         mosquitto_latency = None
         if not config.skip_mosquitto:
@@ -588,7 +400,7 @@ def report(
         "rate": config.rate,
         "seconds": config.seconds,
         "drain_seconds": config.drain_seconds,
-        "router_options": " ".join(ROUTER_OPTIONS),
+        "router_options": " ".join(config.router_options()),
         "mosquitto_version": None if config.skip_mosquitto else mosquitto_version(),
         "amqtt_version": None if config.skip_amqtt else AMQTT_VERSION,
         "cpus": os.cpu_count(),

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from router.bench.broker_runs import cut, delete_prefix, percentile
+from router.bench.broker_runs import cut, percentile
+from router.bench.brokers import delete_prefix
 from router.bench.checks import check_directory, check_positive, check_redis
 from router.bench.soak_clients import (
     ChurnClient,

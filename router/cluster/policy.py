@@ -58,6 +58,11 @@ message.acked            not run by the node: its clients have no acknowledgemen
 A rewrite a fold cannot use (a bad filter or topic, a changed id) is logged and skips that
 callback (the registry's ``check``), like a callback that raised.
 
+With the built-in ACL as the only ``client.check_acl`` callback, a publish is judged
+without the fold: the ACL's answer per publisher and topic is cached
+(:data:`PUBLISH_DECISIONS` at most, forgotten together when full); a denial is judged
+again through the ACL for its reason.
+
 Cost when nothing is registered: the node reads one flag per publish (``guards_publish``),
 one per subscribe, and passes ``delivery_observer`` (None) to the local delivery; the
 flags are recomputed only when callbacks are registered or removed. The receive check
@@ -70,7 +75,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from router.cluster.local_sessions import DeliveryObserver, LocalSessions
 from router.core.acl import Acl, AclAction, Permission
@@ -93,6 +98,8 @@ NO_AUTHENTICATOR_ALLOWED = Decision.deny("no authentication hook accepted the cl
 NO_ACL_ALLOWED = Decision.deny("no ACL hook allowed it")
 
 Subscription = tuple[TopicFilter, SubscriptionOptions]
+PUBLISH_DECISIONS: Final = 100_000
+"""The built-in ACL's publish decisions a node keeps (and as many prepared publishers)."""
 
 
 class Policy:
@@ -104,6 +111,10 @@ class Policy:
         """``acl`` is registered at ``client.check_acl``; the receive check of
         ``sessions`` (its own ACL, see the module docstring) reports its denials here."""
         self.hooks = hooks
+        self._acl = acl
+        self._sole_acl: Acl | None = None  # the ACL, when it is the only check_acl callback
+        self._publishers: dict[ClientInfo, Callable[[str], bool]] = {}
+        self._may_publish: dict[tuple[ClientInfo, str], bool] = {}
         self._delivery_acl = sessions.acl if sessions is not None else None
         self._clients: dict[str, ClientInfo] = {}
         self.guards_publish = False
@@ -121,6 +132,12 @@ class Policy:
         self.guards_publish = acl or active(HookPoint.MESSAGE_PUBLISH)
         self.guards_subscribe = acl or active(HookPoint.CLIENT_SUBSCRIBE)
         self.reports_drops = active(HookPoint.MESSAGE_DROPPED)
+        only = self._acl is not None and self.hooks.callbacks(HookPoint.CLIENT_CHECK_ACL) == (
+            self._acl.hook,
+        )
+        self._sole_acl = self._acl if only else None
+        self._publishers.clear()
+        self._may_publish.clear()
         observed = self.reports_drops or active(HookPoint.MESSAGE_DELIVERED)
         self.delivery_observer = self._observe if observed else None
         if self._delivery_acl is not None:
@@ -222,7 +239,7 @@ class Policy:
         """
         for message in messages:
             publisher = self.publisher(message)
-            if publisher is None:
+            if publisher is None or self._may_publish_fast(publisher, message.topic):
                 continue
             decision = await self.check(publisher, AclAction.PUBLISH, message.topic)
             if not decision.allowed:
@@ -233,6 +250,25 @@ class Policy:
         if not self.hooks.active(HookPoint.MESSAGE_PUBLISH):
             return list(messages)
         return [await self._fold_publish(message) for message in messages]
+
+    def _may_publish_fast(self, publisher: ClientInfo, topic: str) -> bool:
+        """True when the built-in ACL, the only ``client.check_acl`` callback, allows it
+        (cached); False when it denies, or when other callbacks must be asked."""
+        acl = self._sole_acl
+        if acl is None:
+            return False
+        key = (publisher, topic)
+        allowed = self._may_publish.get(key)
+        if allowed is None:
+            decide = self._publishers.get(publisher)
+            if decide is None:
+                if len(self._publishers) >= PUBLISH_DECISIONS:
+                    self._publishers.clear()
+                decide = self._publishers[publisher] = acl.publisher(publisher)
+            if len(self._may_publish) >= PUBLISH_DECISIONS:
+                self._may_publish.clear()
+            allowed = self._may_publish[key] = decide(topic)
+        return allowed
 
     async def _fold_publish(self, message: Message) -> Message | None:
         publisher = self.publisher(message)

@@ -342,9 +342,17 @@ class Acl:
         """:meth:`may_receive` for one client: a function of a validated topic name, with
         the rules that apply to the client filled in and split once (the delivery path
         keeps one per session; make another when the client's user name changes)."""
+        return self._decider(client, AclAction.SUBSCRIBE)
+
+    def publisher(self, client: ClientInfo) -> Callable[[str], bool]:
+        """:meth:`check_publish`'s answer alone for one client, as :meth:`receiver` gives
+        it for receiving: a function of a validated topic name."""
+        return self._decider(client, AclAction.PUBLISH)
+
+    def _decider(self, client: ClientInfo, action: AclAction) -> Callable[[str], bool]:
         prepared: list[tuple[bool, list[str] | None]] = []  # (allows?, levels; None: all)
         for rule in self._rules:
-            if rule.applies_to(client, AclAction.SUBSCRIBE):
+            if rule.applies_to(client, action):
                 levels = rule.levels_for(client)
                 if levels is not None:
                     prepared.append((rule.permission is Permission.ALLOW, levels))

@@ -234,6 +234,10 @@ class HookRegistry:
         """True if ``point`` has at least one callback (False for an unknown point)."""
         return bool(self._chains.get(point))
 
+    def callbacks(self, point: str) -> tuple[Callback, ...]:
+        """The callbacks at ``point``, in the order they run (none for an unknown point)."""
+        return tuple(entry.callback for entry in self._chains.get(point, ()))
+
     def points(self) -> list[str]:
         """Every hook point this registry accepts, sorted."""
         return sorted(self._chains)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -121,3 +122,26 @@ def test_each_message_has_fanout_subscribers(
     assert all(not receivers[p] for p in range(publishers, 7))
     if fanout == 1:  # the bench's first plan: p % S == s
         assert all(receivers[p] == [p % subscribers] for p in range(publishers))
+
+
+def test_bench_mqtt_runs_the_nodes_with_an_acl(redis_standalone_url: str, tmp_path: Path) -> None:
+    """With ``--acl`` the nodes judge every delivery: a topic the file denies receiving
+    goes to nobody (counted lost, as the bench must), the rest arrives once."""
+    acl = tmp_path / "acl.conf"
+    acl.write_text("deny all subscribe bench/p000/t000\nallow all all bench/#\n")
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench", "mqtt", "--redis", redis_standalone_url, "--messages", "200",
+            "--publishers", "2", "--subscribers", "2", "--rate", "200", "--seconds", "0.5",
+            "--drain-seconds", "0.5", "--skip-mosquitto", "--skip-amqtt", "--acl", str(acl),
+            "--json",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["router_options"].endswith(f"--acl {acl}")
+    for broker in ("router_two_nodes", "router_one_node"):
+        # 100 messages of publisher 0, seq % 100 == 0 on bench/p000/t000: one each run
+        assert report["qos1"]["lost_by_broker"][broker] == 1
+        assert report["qos1"]["duplicates_by_broker"][broker] == 0
