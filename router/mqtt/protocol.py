@@ -3,6 +3,9 @@
 Bytes arrive from a listener (TCP, TLS, WebSocket: they only move bytes), packets come
 out of a :class:`~router.mqtt.codec.PacketReader`, and each one becomes a call on the
 :class:`~router.cluster.node.RouterNode`; deliveries of the node go back as PUBLISH.
+What is answered without the node (CONNECT admission and refusals, CONNACK properties,
+DISCONNECT, the QoS 1/2 acknowledgements both ways) is decided without I/O in
+:mod:`router.mqtt.exchange`; this class does the reading, the node calls and the writing.
 
 The life of a connection:
 
@@ -55,7 +58,6 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import TYPE_CHECKING, Final, Protocol
 
 from redis.exceptions import RedisError
@@ -77,6 +79,17 @@ from router.errors import (
     UnsupportedProtocolVersionError,
 )
 from router.mqtt.codec import PacketReader, encode, encode_puback
+from router.mqtt.exchange import (
+    Acknowledgements,
+    Action,
+    Refuse,
+    Release,
+    admit,
+    connack_properties,
+    disconnect,
+    disconnect_ends,
+    refusal,
+)
 from router.mqtt.inbound import InboundLimits
 from router.mqtt.outgoing import Outbox, PublishEncoder, carried_properties
 from router.mqtt.packets import (
@@ -99,7 +112,7 @@ from router.mqtt.packets import (
     UnsubAck,
     Unsubscribe,
 )
-from router.mqtt.properties import NO_PROPERTIES, Properties
+from router.mqtt.properties import NO_PROPERTIES
 from router.mqtt.reason_codes import ReasonCode
 from router.mqtt.settings import MqttSettings
 
@@ -152,6 +165,7 @@ class MqttConnection:
             self.settings.topic_alias_maximum, self.settings.receive_maximum
         )
         self._session = ClientSession("", 1, "drop_oldest")  # the node's, once attached
+        self._acks = Acknowledgements(self._session.inflight, self._session.awaiting_release, True)
         self._session_expiry = 0
         self._deliverer: asyncio.Task[None] | None = None
         self._ended = asyncio.Event()
@@ -293,14 +307,10 @@ class MqttConnection:
         self.reader.level = self.level
         self.connect = connect
         v5 = self.level >= MQTT_5
-        client_id = connect.client_id
-        assigned = None
-        if not client_id:
-            if not v5 and not connect.clean_start:
-                return self._refuse(RC.CLIENT_IDENTIFIER_NOT_VALID)
-            client_id = assigned = f"auto-{uuid.uuid4().hex}"
-        if connect.username is None and not self.settings.allow_anonymous:
-            return self._refuse(RC.NOT_AUTHORIZED)
+        admitted = admit(connect, self.settings, lambda: f"auto-{uuid.uuid4().hex}")
+        if isinstance(admitted, Refuse):
+            return self._refuse(admitted.code)
+        client_id = admitted.client_id
         previous = self.server.owner(client_id)
         if previous is not None:
             previous.end(RC.SESSION_TAKEN_OVER)
@@ -309,10 +319,7 @@ class MqttConnection:
                     await previous.finished()
             except TimeoutError:  # (the old one is still letting go: the client may retry)
                 return self._refuse(RC.SERVER_BUSY)
-        requested = connect.properties.session_expiry_interval
-        if not v5:
-            requested = 0 if connect.clean_start else self.settings.session_expiry_max
-        self._session_expiry = min(requested or 0, self.settings.session_expiry_max)
+        self._session_expiry = admitted.expiry
         try:
             if connect.clean_start and previous is None and self.node.serves(client_id):
                 await self.node.disconnect(client_id)  # a clean start drops a local session
@@ -321,18 +328,16 @@ class MqttConnection:
                 clean_start=connect.clean_start, expiry=self._session_expiry,
                 protocol=self.level, keepalive=connect.keepalive,
             )  # fmt: skip
-        except InvalidIdError:
-            return self._refuse(RC.CLIENT_IDENTIFIER_NOT_VALID)
-        except NotAuthorizedError:
-            bad_password = connect.password is not None
-            return self._refuse(RC.BAD_USER_NAME_OR_PASSWORD if bad_password else RC.NOT_AUTHORIZED)
+        except (InvalidIdError, NotAuthorizedError) as error:
+            return self._refuse(refusal(connect, error))
         except (StateError, RedisError) as error:  # (Redis refused or is gone)
             log.warning("refusing MQTT client %s: %s", client_id, error)
-            return self._refuse(RC.SERVER_UNAVAILABLE)
+            return self._refuse(refusal(connect, error))
         self.client_id = client_id
         self.server.attach(self)
         self.keepalive = connect.keepalive
         self._session = self.node.sessions.session(client_id)
+        self._acks = Acknowledgements(self._session.inflight, self._session.awaiting_release, v5)
         asked = connect.properties
         window = min(self.settings.max_inflight, asked.receive_maximum or 0xFFFF)
         self._outbox = Outbox(
@@ -342,30 +347,10 @@ class MqttConnection:
         )  # fmt: skip
         properties = NO_PROPERTIES
         if v5:
-            properties = self._connack_properties(connect, assigned)
+            properties, self.keepalive = connack_properties(connect, self.settings, admitted)
         self._write(ConnAck(present, RC.SUCCESS, properties))
         self._deliverer = asyncio.create_task(self._deliver(), name=f"mqtt:{client_id}")
         return True
-
-    def _connack_properties(self, connect: Connect, assigned: str | None) -> Properties:
-        settings = self.settings
-        keepalive = None
-        if settings.max_keepalive and (
-            connect.keepalive > settings.max_keepalive or connect.keepalive == 0
-        ):
-            keepalive = self.keepalive = settings.max_keepalive
-        expiry = connect.properties.session_expiry_interval
-        granted = (
-            self._session_expiry if expiry is not None and expiry != self._session_expiry else None
-        )
-        return Properties(
-            assigned_client_identifier=assigned,
-            server_keep_alive=keepalive,
-            session_expiry_interval=granted,  # (announced only when cut down)
-            receive_maximum=settings.receive_maximum,
-            maximum_packet_size=settings.max_packet_size,
-            topic_alias_maximum=settings.topic_alias_maximum,
-        )
 
     def _refuse(self, code: int) -> bool:
         self.server.count_close(code)
@@ -400,25 +385,13 @@ class MqttConnection:
             await self._on_publish(packet)
         elif kind is PubAck or kind is PubComp:
             assert isinstance(packet, PubAck | PubComp)
-            self._outbox.release(packet.packet_id)
+            self._act(self._acks.on_done(packet))
         elif kind is PubRec:
             assert isinstance(packet, PubRec)
-            inflight = self._session.inflight
-            sent = inflight.get(packet.packet_id)
-            if packet.reason_code >= 0x80:
-                self._outbox.release(packet.packet_id)
-            elif sent is not None:
-                inflight[packet.packet_id] = replace(sent, released=True)
-                self._write(PubRel(packet.packet_id))
-            else:
-                self._write(PubRel(packet.packet_id, RC.PACKET_IDENTIFIER_NOT_FOUND))
+            self._act(self._acks.on_pubrec(packet))
         elif kind is PubRel:
             assert isinstance(packet, PubRel)
-            awaiting = self._session.awaiting_release
-            known = packet.packet_id in awaiting
-            awaiting.discard(packet.packet_id)
-            code = RC.SUCCESS if known else RC.PACKET_IDENTIFIER_NOT_FOUND
-            self._write(PubComp(packet.packet_id, code))
+            self._write(self._acks.on_pubrel(packet))
         elif kind is Subscribe:
             assert isinstance(packet, Subscribe)
             await self._on_subscribe(packet)
@@ -436,16 +409,18 @@ class MqttConnection:
             raise MqttProtocolError(f"a client may not send {kind.__name__}")
 
     def _on_disconnect(self, packet: Disconnect) -> None:
-        expiry = packet.properties.session_expiry_interval
+        expiry = disconnect(packet, self.connect, self.settings)
         if expiry is not None:
-            if expiry and self._asked_expiry() == 0:
-                raise MqttProtocolError("a Session Expiry Interval of 0 at CONNECT is final")
-            self._session_expiry = min(expiry, self.settings.session_expiry_max)
-        raise ConnectionEndedError(None, keep_will=packet.reason_code != RC.NORMAL_DISCONNECTION)
+            self._session_expiry = expiry
+        raise disconnect_ends(packet)
 
-    def _asked_expiry(self) -> int:
-        connect = self.connect
-        return 0 if connect is None else connect.properties.session_expiry_interval or 0
+    def _act(self, actions: list[Action]) -> None:
+        for action in actions:
+            if type(action) is Release:
+                self._outbox.release(action.packet_id)
+            else:
+                assert not isinstance(action, Release)
+                self._write(action)
 
     async def _on_publishes(self, packets: list[Publish]) -> None:
         """Publish QoS 0/1 packets as one batch; should the batch be refused as a whole
@@ -487,13 +462,13 @@ class MqttConnection:
         """Publish one packet; ``resolved``: its topic, its alias resolved already."""
         self.server.messages_received += 1
         v5 = self.level >= MQTT_5
-        qos, packet_id = packet.qos, packet.packet_id
-        awaiting = self._session.awaiting_release
+        qos = packet.qos
         if resolved is None:
-            self._limits.check_quota(packet, awaiting)
+            self._limits.check_quota(packet, self._session.awaiting_release)
         topic = self._limits.topic(packet) if resolved is None else resolved
-        if qos == 2 and packet_id is not None and packet_id in awaiting:
-            self._write(PubRec(packet_id))  # a resend: published already
+        again = self._acks.resent(packet)
+        if again is not None:  # (published already)
+            self._write(again)
             return
         expiry = packet.properties.message_expiry_interval
         code = RC.SUCCESS
@@ -513,12 +488,9 @@ class MqttConnection:
             ) from None
         except NotAuthorizedError:
             code = RC.NOT_AUTHORIZED
-        if qos == 1 and packet_id is not None:
-            self._write(PubAck(packet_id, code if v5 else 0))
-        elif qos == 2 and packet_id is not None:
-            if code < 0x80:
-                awaiting.add(packet_id)
-            self._write(PubRec(packet_id, code if v5 else 0))
+        ack = self._acks.published(packet, code)
+        if ack is not None:
+            self._write(ack)
 
     async def _on_subscribe(self, packet: Subscribe) -> None:
         v5 = self.level >= MQTT_5
