@@ -123,6 +123,11 @@ class ClientSession:
             self._ready.set()
         return lost
 
+    @property
+    def holding(self) -> bool:
+        """True between :meth:`hold` and :meth:`release`."""
+        return self._held is not None
+
     def hold(self) -> None:
         """Keep new copies aside (bounded as the queue) until :meth:`release`: a resumed
         session whose older copies are still on their way from its previous node."""

@@ -208,20 +208,22 @@ class MirrorSync:
     # -- membership ------------------------------------------------------------------
 
     async def refresh(self) -> None:
-        """Load live nodes that are new, drop nodes that are not alive, catch up the rest.
+        """Load registered nodes that are new, drop nodes no longer registered, catch up
+        the rest.
 
-        Nodes whose heartbeat expired are dropped only while this node may judge them
-        dead (it is steady, as for a purge): after an outage of Redis (or of the
-        registry's master) every heartbeat looks expired to the first node whose own beat
-        lands again, and dropping the others would leave what it publishes until their
-        next beat without a route. Meanwhile copies keep going to their inboxes, which a
-        node that did die leaves to the one that purges it."""
-        live = {node.node_id for node in await self._registry.live_nodes()}
+        A node whose heartbeat expired stays routed until it is purged, and one that
+        starts loads it too: its sessions have no route anywhere else until the node
+        that purges it adopts them, so copies for them go to its inbox meanwhile, from
+        which a resume or the adoption recovers them (:mod:`router.cluster.sessions.
+        recovery`). A purged node is dropped only while this node is steady (after an
+        outage of Redis a node must not judge the others from a registry it cannot read
+        yet)."""
+        registered = {node.node_id for node in await self._registry.nodes()}
         if self._may_purge():
             for node_id in self._mirror.nodes():
-                if node_id != self._node_id and node_id not in live:
+                if node_id != self._node_id and node_id not in registered:
                     self._drop(node_id)
-        for node_id in sorted(live - {self._node_id}):
+        for node_id in sorted(registered - {self._node_id}):
             self.request(node_id)
 
     async def purge_dead(self) -> None:

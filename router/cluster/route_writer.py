@@ -69,26 +69,40 @@ class RouteWriter:
         self._on_claimed = on_claimed
         self._pending: dict[TopicFilter, int] = {}
         self._waiters: list[asyncio.Future[None]] = []
+        self._writing: list[asyncio.Future[None]] = []  # the callers of the batch under way
+        self._stopped = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.failed_batches = 0
 
     def start(self) -> None:
+        self._stopped = False
         self._task = asyncio.create_task(self._run(), name=f"route-writer:{self._node_id}")
 
     async def stop(self) -> None:
+        """Stop writing. Every caller still waiting, for a batch under way too, and any
+        that submits from now on gets :class:`RouteWriteError` (the node stops: a stopped
+        node's routes go with its purge)."""
+        self._stopped = True
         await stop_task(self._task)
         self._task = None
-        for waiter in self._waiters:
+        stopped = RouteWriteError(self._node_id, RuntimeError("the route writer stopped"))
+        for waiter in [*self._writing, *self._waiters]:
             if not waiter.done():
-                waiter.set_exception(asyncio.CancelledError("route writer stopped"))
-        self._waiters.clear()
+                waiter.set_exception(stopped)
+        self._writing, self._waiters = [], []
 
     def submit(self, route: TopicFilter, count: int) -> asyncio.Future[None]:
-        """Queue a change; the future resolves when it is durable in Redis."""
+        """Queue a change; the future resolves when it is durable in Redis (or fails
+        with :class:`RouteWriteError`, see :meth:`stop` and the module docstring)."""
         self._pending.pop(route, None)
         self._pending[route] = count
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._stopped:
+            waiter.set_exception(
+                RouteWriteError(self._node_id, RuntimeError("the route writer stopped"))
+            )
+            return waiter
         self._waiters.append(waiter)
         self._wake.set()
         return waiter
@@ -99,7 +113,8 @@ class RouteWriter:
             await self._wake.wait()
             self._wake.clear()
             batch, self._pending = self._pending, {}
-            waiters, self._waiters = self._waiters, []
+            waiters = self._writing = self._waiters
+            self._waiters = []
             if not batch:
                 continue
             try:

@@ -33,9 +33,14 @@ SHORT_TTL = 0.05
 
 
 @pytest.mark.parametrize("steady", [False, True])
-async def test_a_peer_whose_heartbeat_expired_is_dropped_only_by_a_steady_node(
+async def test_a_peer_stays_routed_until_it_is_purged_and_is_dropped_only_by_a_steady_node(
     keys: Keys, steady: bool
 ) -> None:
+    """A peer whose heartbeat expired keeps its routes until it is purged: its sessions
+    have no other route until the purging node adopts them, so copies go to its inbox
+    (a joining node loads it too). Once purged, a steady node drops it; one that is not
+    steady keeps it (after a Redis outage it must not judge from a registry it cannot
+    read yet)."""
     redis = fakeredis.FakeAsyncRedis()
     routes = RouteStore(redis, keys)
     registry = NodeRegistry(redis, keys, ttl=SHORT_TTL, routes=routes)
@@ -43,6 +48,8 @@ async def test_a_peer_whose_heartbeat_expired_is_dropped_only_by_a_steady_node(
     await routes.claim("a", "ia", {"news": 1})
     mirror = RouteMirror()
     sync = MirrorSync(redis, keys, routes, registry, mirror, "b", 1.0, may_purge=lambda: steady)
+    joining = RouteMirror()
+    late = MirrorSync(redis, keys, routes, registry, joining, "c", 1.0, may_purge=lambda: True)
     try:
         await sync.reload("a")
         assert set(mirror.match("news").nodes) == {"a"}
@@ -52,9 +59,16 @@ async def test_a_peer_whose_heartbeat_expired_is_dropped_only_by_a_steady_node(
 
         await eventually(expired, 5.0, "a's heartbeat expired")
         await sync.refresh()
-        # Not steady: a may be beating again any moment (the outage was everyone's).
+        assert set(mirror.match("news").nodes) == {"a"}
+        await late.refresh()
+        await eventually(lambda: "a" in joining.nodes(), 5.0, "a joining node loaded a")
+
+        await registry.purge("a", "ia")
+        await sync.refresh()
         assert set(mirror.match("news").nodes) == (set() if steady else {"a"})
     finally:
+        await sync.stop()
+        await late.stop()
         await redis.aclose()
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from router.cluster.config import NodeConfig
 from router.cluster.inbox import Forward, Kick, pack_batch, pack_notice
+from router.cluster.mirror_sync import MirrorSync
 from router.cluster.node import RouterNode
 from router.cluster.sessions.adoption import Adoption
 from router.core.messages import Message
@@ -232,3 +233,35 @@ async def test_a_node_whose_start_outlasts_the_ttl_is_not_purged_while_it_starts
     assert a.stats()["nodes_purged"] == 0
     assert b.stats()["nodes_purged"] == 0 and b.running
     assert {node.node_id for node in await a.registry.live_nodes()} == {"a", "b"}
+
+
+async def test_a_node_that_starts_after_another_died_routes_to_it_until_it_is_purged(
+    start_node: StartNode,
+    redis_connect: Callable[..., Any],
+    keys: Keys,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the model-based session test: a node that started after b's heartbeat
+    expired, and before anyone purged b, did not load b's routes, so a QoS 1 message for
+    b's persistent session went nowhere (published on it, acknowledged, never queued).
+    Now it goes to b's inbox, and the session's resume recovers it from there."""
+    b = await roamer_node(redis_connect, keys, "b", heartbeat_ttl=0.6)
+    await die(b)
+
+    async def b_expired() -> bool:
+        return "b" in {node.node_id for node in await b.registry.dead_nodes()}
+
+    await eventually(b_expired, "b's heartbeat expired")
+
+    async def no_purge(self: MirrorSync) -> None:
+        return None
+
+    monkeypatch.setattr(MirrorSync, "purge_dead", no_purge)  # (b stays unpurged)
+    c = await start_node("c", handoff_timeout=0.5)
+
+    result = await c.publish("news", b"while b lies dead", qos=1)
+
+    assert result.nodes == ["b"]
+    assert await c.connect("roamer", clean_start=False, expiry=600)
+    [delivery] = await take(c, "roamer", 1)
+    assert delivery.payload == b"while b lies dead"
