@@ -44,6 +44,7 @@ from fractions import Fraction
 from multiprocessing.connection import Connection, wait
 from typing import Any, Final
 
+from router.cluster.policy import load_acl
 from router.errors import BenchSetupError
 from router.ops.embedded_redis import embedded_redis
 
@@ -113,6 +114,8 @@ class MqttBenchConfig:
             raise BenchSetupError(f"--rate x --seconds must be <= {MAX_LATENCY_MESSAGES:,}")
         self.plan(0, "check")  # LoadPlan checks the sizes
         self.latency_plan("check")
+        if self.acl is not None:
+            load_acl(self.acl)  # (a bad file: AclRuleError before any process starts)
 
     def plan(self, qos: int, label: str) -> LoadPlan:
         return LoadPlan(

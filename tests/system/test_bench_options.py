@@ -16,6 +16,7 @@ MALFORMED = "nowhere://x"
 UNREACHABLE = "redis://127.0.0.1:1/0"  # nothing listens on port 1
 A_FILE = "<a file>"  # replaced by the path of an existing regular file
 A_FULL_DIRECTORY = "<a directory with a file in it>"
+NOT_AN_ACL = str(Path(__file__).resolve().parents[2] / "README.md")
 
 BAD: dict[str, list[tuple[str, str]]] = {
     "match": [
@@ -40,7 +41,7 @@ BAD: dict[str, list[tuple[str, str]]] = {
         ("--fanout", "0"), ("--fanout", "5"),
         ("--window", "0"), ("--rate", "0"), ("--rate", "nan"), ("--rate", "inf"),
         ("--seconds", "0"), ("--seconds", "nan"), ("--drain-seconds", "-1"),
-        ("--drain-seconds", "nan"),
+        ("--drain-seconds", "nan"), ("--acl", "/nonexistent/acl.conf"), ("--acl", NOT_AN_ACL),
     ],
     "pipeline": [
         ("--redis", MALFORMED), ("--redis", UNREACHABLE), ("--publishes", "0"),
