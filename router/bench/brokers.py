@@ -68,9 +68,13 @@ def broker_process(
         log = Path(directory) / f"{name}.log"
         with log.open("wb") as output:
             process = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                env=env, cwd=directory,
-            )  # fmt: skip
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=directory,
+            )
         try:
             deadline = time.monotonic() + START_TIMEOUT
             while not ready(log):
@@ -82,12 +86,17 @@ def broker_process(
                 time.sleep(0.05)
             yield process
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            terminate(process)
+
+
+def terminate(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after :data:`STOP_TIMEOUT`; returns once it exited."""
+    process.terminate()
+    try:
+        process.wait(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def listening(port: int) -> Callable[[Path], bool]:
@@ -132,9 +141,19 @@ def router_nodes(
                 node_id, port = f"{prefix}-{number}", free_port()
                 command, env = node_command(node_id)
                 args = [
-                    *command, "node", "run", "--redis", url, "--prefix", prefix,
-                    "--node-id", node_id, "--mqtt", f"127.0.0.1:{port}", *options,
-                ]  # fmt: skip
+                    *command,
+                    "node",
+                    "run",
+                    "--redis",
+                    url,
+                    "--prefix",
+                    prefix,
+                    "--node-id",
+                    node_id,
+                    "--mqtt",
+                    f"127.0.0.1:{port}",
+                    *options,
+                ]
                 ready = logged(f"node {node_id} ready")
                 pids.append(stack.enter_context(broker_process(node_id, args, ready, env)).pid)
                 addresses.append(("127.0.0.1", port))

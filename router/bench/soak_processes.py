@@ -25,6 +25,7 @@ from typing import Final
 
 import redis
 
+from router.bench.brokers import terminate
 from router.errors import BenchSetupError
 from router.ops.embedded_redis import free_port
 
@@ -80,12 +81,7 @@ class _Process:
         process, self.process = self.process, None
         if process is None or process.poll() is not None:
             return
-        process.terminate()
-        try:
-            process.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        terminate(process)
 
     def rss_mib(self) -> float | None:
         """Resident set size from ``/proc`` (None if the process is not running)."""

@@ -144,17 +144,29 @@ class RouterNode:
             config.publish_timeout,
         )
         self._lifecycle = SessionLifecycle(
-            redis, self.keys, config, self.sessions, self.subscriptions, self._policy,
-            self._forwarder, write_routes=self._write_routes,
-            publish_will=self._dispatcher.publish, running=lambda: self._running,
-        )  # fmt: skip
+            redis,
+            self.keys,
+            config,
+            self.sessions,
+            self.subscriptions,
+            self._policy,
+            self._forwarder,
+            write_routes=self._write_routes,
+            publish_will=self._dispatcher.publish,
+            running=lambda: self._running,
+        )
         self._claims, self._keeper = self._lifecycle.claims, self._lifecycle.keeper
         self.session_store = self._lifecycle.store
         self._adoption = Adoption(self._lifecycle)
         self._inbox = InboxReader(
-            redis, self.keys, self.node_id, config.inbox_expire, self._dispatcher.dispatch,
-            self._on_notice, poll=config.inbox_poll,
-        )  # fmt: skip
+            redis,
+            self.keys,
+            self.node_id,
+            config.inbox_expire,
+            self._dispatcher.dispatch,
+            self._on_notice,
+            poll=config.inbox_poll,
+        )
         self.inbox_backlog = self._inbox.backlog  # (read by the metrics endpoint)
         self.publish_latency = self._dispatcher.latency
         self._generation: str | None = None
@@ -162,10 +174,16 @@ class RouterNode:
         self._taken_over = asyncio.Event()
         self._supervisor = Supervisor(self.node_id, grace=config.heartbeat_ttl)
         self.liveness = Liveness(
-            self.node_id, self.registry, self._supervisor, config.heartbeat_interval,
-            config.heartbeat_ttl, incarnation=lambda: self.incarnation, rejoin=self._rejoin,
-            audit=self._claims.audit, taken_over=self._taken_over,
-        )  # fmt: skip
+            self.node_id,
+            self.registry,
+            self._supervisor,
+            config.heartbeat_interval,
+            config.heartbeat_ttl,
+            incarnation=lambda: self.incarnation,
+            rejoin=self._rejoin,
+            audit=self._claims.audit,
+            taken_over=self._taken_over,
+        )
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -292,9 +310,15 @@ class RouterNode:
         from where it stopped (:mod:`router.cluster.sessions.lifecycle`).
         """
         return await self._lifecycle.connect(
-            client_id, username, password, clean_start=clean_start, expiry=expiry,
-            protocol=protocol, keepalive=keepalive, authenticate=authenticate,
-        )  # fmt: skip
+            client_id,
+            username,
+            password,
+            clean_start=clean_start,
+            expiry=expiry,
+            protocol=protocol,
+            keepalive=keepalive,
+            authenticate=authenticate,
+        )
 
     async def put_away(
         self,

@@ -86,7 +86,7 @@ class RouteWriter:
         self._stopped = True
         await stop_task(self._task)
         self._task = None
-        stopped = RouteWriteError(self._node_id, RuntimeError("the route writer stopped"))
+        stopped = self._stopped_error()
         for waiter in [*self._writing, *self._waiters]:
             if not waiter.done():
                 waiter.set_exception(stopped)
@@ -99,13 +99,14 @@ class RouteWriter:
         self._pending[route] = count
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self._stopped:
-            waiter.set_exception(
-                RouteWriteError(self._node_id, RuntimeError("the route writer stopped"))
-            )
+            waiter.set_exception(self._stopped_error())
             return waiter
         self._waiters.append(waiter)
         self._wake.set()
         return waiter
+
+    def _stopped_error(self) -> RouteWriteError:
+        return RouteWriteError(self._node_id, RuntimeError("the route writer stopped"))
 
     async def _run(self) -> None:
         backoff = RETRY_DELAYS[0]

@@ -134,9 +134,15 @@ class SessionLifecycle:
         check_id(client_id, "client id")
         async with self.locks.hold(client_id):
             return await self._connect(
-                client_id, username, password, clean_start, expiry, protocol, keepalive,
+                client_id,
+                username,
+                password,
+                clean_start,
+                expiry,
+                protocol,
+                keepalive,
                 authenticate,
-            )  # fmt: skip
+            )
 
     async def _connect(
         self,
@@ -179,7 +185,7 @@ class SessionLifecycle:
         return info is not None
 
     async def _claim_here(
-        self, client_id: str, clean_start: bool, profile: tuple[int, int, str | None]
+        self, client_id: str, clean_start: bool, profile: Profile
     ) -> tuple[ClientSession, Claimed | None, SessionInfo | None, Recovery | None]:
         """Open the client's session here and claim it (with its stored subscriptions
         and routes, unless ``clean_start``); returns the session, the new claim (None:
@@ -208,7 +214,7 @@ class SessionLifecycle:
         self,
         session: ClientSession,
         expiry: int,
-        profile: tuple[int, int, str | None],
+        profile: Profile,
         claimed: Claimed | None = None,
         info: SessionInfo | None = None,
         recovery: Recovery | None = None,
@@ -226,8 +232,9 @@ class SessionLifecycle:
                     previous = claimed.previous
                     moved = previous is not None and previous.node_id != self.node_id
                     epoch = claimed.owner.epoch if moved else None
-                    await self.keeper.come_back(session, epoch, expiry, info.awaiting_release,
-                                                 previous, recovery)  # fmt: skip
+                    await self.keeper.come_back(
+                        session, epoch, expiry, info.awaiting_release, previous, recovery
+                    )
                 elif expiry:
                     await self.keeper.reset_queue(client_id, expiry)
             await self._mark_open(client_id, expiry, *profile)
@@ -269,9 +276,13 @@ class SessionLifecycle:
             session.profile = (protocol, keepalive, username)
         if owner is not None:
             await self.store.mark_open(
-                client_id, owner, expiry=expiry, protocol=protocol, keepalive=keepalive,
+                client_id,
+                owner,
+                expiry=expiry,
+                protocol=protocol,
+                keepalive=keepalive,
                 username=username,
-            )  # fmt: skip
+            )
 
     async def put_away(
         self,

@@ -48,9 +48,13 @@ class InboxRecovery:
     module docstring); counts the copies it recovered."""
 
     def __init__(
-        self, redis: RedisClient, keys: Keys, node_id: str, inbox_expire: float,
+        self,
+        redis: RedisClient,
+        keys: Keys,
+        node_id: str,
+        inbox_expire: float,
         sessions: LocalSessions,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._redis = redis
         self._keys = keys
         self._node_id = node_id
