@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +45,7 @@ from router.errors import RouterError
 from router.state.connection import open_redis
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
+from tests.support import waiting
 from tests.support.nodes import die
 from tests.support.servers import RedisServer
 
@@ -248,19 +250,18 @@ class SessionModel(RuleBasedStateMachine):
         node = self.live[sorted(self.live)[0]]
         for client in sorted(self.subscribed):
             await self._stop_reading(client)
-            for attempt in range(20):  # (Redis may be back from a restart just now)
-                try:
-                    await node.connect(client, clean_start=False, expiry=EXPIRY)
-                    break
-                except (RouterError, RedisError):
-                    if attempt == 19:
-                        raise
-                    await asyncio.sleep(0.25)
+            await waiting.retried(  # (Redis may be back from a restart just now)
+                functools.partial(node.connect, client, clean_start=False, expiry=EXPIRY),
+                5,
+                (RouterError, RedisError),
+                poll=0.25,
+            )
             self.where[client] = node.node_id
             self._read(client, node)
-        deadline = self.loop.time() + SETTLE
-        while self.loop.time() < deadline and any(self._missing(c) for c in self.subscribed):
-            await asyncio.sleep(0.05)
+        with contextlib.suppress(TimeoutError):
+            await waiting.eventually(
+                lambda: not any(self._missing(c) for c in self.subscribed), SETTLE, "every copy"
+            )
         missing = {c: sorted(self._missing(c)) for c in self.subscribed if self._missing(c)}
         assert not missing, f"acknowledged messages never delivered: {missing}"
 

@@ -138,17 +138,23 @@ async def test_a_resume_that_redis_fails_after_its_claim_is_finished_by_the_retr
         await every_message(retry, z)
 
 
+class Refused(Exception):
+    """A CONNACK other than 0x00."""
+
+
 async def connected_again(connect: Callable[[int], Any], port: int) -> RawClient:
     """Reconnect until CONNACK 0x00 (Redis may still be on its way back): Session Present."""
-    deadline = asyncio.get_running_loop().time() + 10
-    while True:
+
+    async def attempt() -> RawClient:
         client: RawClient = await connect(port)
         assert client.connack is not None
-        if client.connack.reason_code == 0:
-            assert client.connack.session_present
-            return client
-        assert asyncio.get_running_loop().time() < deadline, "no CONNACK 0x00 within 10 s"
-        await asyncio.sleep(0.1)
+        if client.connack.reason_code != 0:
+            raise Refused(f"CONNACK {client.connack.reason_code:#x}")
+        return client
+
+    client = await waiting.retried(attempt, 10, (Refused,))
+    assert client.connack is not None and client.connack.session_present
+    return client
 
 
 async def test_a_client_that_connects_while_its_node_adopts_the_session_gets_everything(
@@ -232,10 +238,8 @@ async def test_a_copy_for_an_away_session_that_redis_could_not_take_is_kept_and_
 
 async def connected(node: RouterNode) -> bool:
     """Resume ``sub`` on ``node`` (Redis may still be on its way back: tried again)."""
-    deadline = asyncio.get_running_loop().time() + 10
-    while True:
-        try:
-            return await node.connect("sub", clean_start=False, expiry=EXPIRY)
-        except (RouterError, RedisError):
-            assert asyncio.get_running_loop().time() < deadline, "no resume within 10 s"
-            await asyncio.sleep(0.1)
+
+    async def attempt() -> bool:
+        return await node.connect("sub", clean_start=False, expiry=EXPIRY)
+
+    return await waiting.retried(attempt, 10, (RouterError, RedisError))

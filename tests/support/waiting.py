@@ -10,6 +10,9 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 POLL = 0.01
 
@@ -60,4 +63,24 @@ async def eventually(
             return loop.time() - start
         if loop.time() - start > timeout:
             raise TimeoutError(f"not within {timeout} s: {_describe(what)}")
+        await asyncio.sleep(poll)
+
+
+async def retried(
+    attempt: Callable[[], Awaitable[T]],
+    timeout: float,
+    errors: tuple[type[BaseException], ...],
+    poll: float = 0.1,
+) -> T:
+    """Await ``attempt()`` until it returns without raising one of ``errors`` (a server on
+    its way back, say); return what it returned. After ``timeout`` seconds the last error
+    is raised."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    while True:
+        try:
+            return await attempt()
+        except errors:
+            if loop.time() - start > timeout:
+                raise
         await asyncio.sleep(poll)
