@@ -2,7 +2,8 @@
 
 Every option has an environment variable (for docker-compose): ``ROUTER_REDIS_URL``,
 ``ROUTER_PREFIX``, ``ROUTER_NODE_ID``, ``ROUTER_SHARE_STRATEGY``,
-``ROUTER_HEARTBEAT_INTERVAL``, ``ROUTER_HEARTBEAT_TTL``, ``ROUTER_QUEUE_LIMIT``,
+``ROUTER_HEARTBEAT_INTERVAL``, ``ROUTER_HEARTBEAT_TTL``, ``ROUTER_REDIS_POOL_SIZE``,
+``ROUTER_QUEUE_LIMIT``,
 ``ROUTER_ACL``, ``ROUTER_ACL_DEFAULT``, ``ROUTER_TRAFFIC_DIR``, ``ROUTER_TRAFFIC_SAMPLE``,
 ``ROUTER_RETAINED_MAX_PAYLOAD``, ``ROUTER_RETAINED_MAX_COUNT``,
 ``ROUTER_RETAINED_CLEAR_INTERVAL``, ``ROUTER_LOG_LEVEL``, and the MQTT options
@@ -33,6 +34,7 @@ from router.errors import StaleIncarnationError
 from router.mqtt.server import parse_address, serve, tls_context
 from router.ops.metrics import serve_metrics
 from router.ops.node_process import settle_collector
+from router.state.connection import DEFAULT_POOL_SIZE
 from router.state.retained_store import RetainedConfig
 
 from .common import Target, log_to_stderr, run, stop_on_signals, target_options as target
@@ -82,6 +84,13 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
     type=click.FloatRange(min=0.001),
     default=REDIS_TIMEOUT,
     help="Seconds a Redis connect or reply may take before the call fails.",
+)
+@setting(
+    "--redis-pool-size",
+    type=click.IntRange(min=1),
+    default=DEFAULT_POOL_SIZE,
+    help="Redis connections the node opens at most (to each cluster master); "
+    "when all are busy a call waits its turn.",
 )
 @setting(
     "--publish-timeout",
@@ -169,6 +178,7 @@ def node_run(
     heartbeat_interval: float,
     heartbeat_ttl: float,
     redis_timeout: float,
+    redis_pool_size: int,
     publish_timeout: float,
     allow_eviction: bool,
     metrics: str | None,
@@ -230,6 +240,7 @@ def node_run(
                 heartbeat_interval=heartbeat_interval,
                 heartbeat_ttl=heartbeat_ttl,
                 redis_timeout=redis_timeout,
+                redis_pool_size=redis_pool_size,
                 publish_timeout=publish_timeout,
                 allow_eviction=allow_eviction,
                 queue_limit=queue_limit,

@@ -14,7 +14,7 @@ from router.cluster.node import RouterNode
 from router.cluster.policy import load_acl
 from router.core.acl import Acl, Permission
 from router.errors import InvalidSettingError
-from router.state.connection import open_redis
+from router.state.connection import DEFAULT_POOL_SIZE, open_redis
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 URL_VARIABLE = "ROUTER_REDIS_URL"
@@ -35,6 +35,7 @@ async def connect(
     acl: Acl | str | Path | None = None,
     acl_default: str | Permission | None = None,
     redis_timeout: float = REDIS_TIMEOUT,
+    redis_pool_size: int = DEFAULT_POOL_SIZE,
     **config: Any,
 ) -> AsyncIterator[RouterNode]:
     """Start a router node on Redis at ``url`` and stop it (gracefully) on exit.
@@ -46,6 +47,8 @@ async def connect(
     other fields of :class:`NodeConfig`. ``redis_timeout`` bounds each Redis connect and
     reply in seconds: a Redis that stops answering fails calls with a timeout instead
     of blocking them (``publish_timeout`` in ``config`` bounds a whole publish).
+    ``redis_pool_size`` caps the node's Redis connections (to each master of a cluster):
+    when all are busy a call waits its turn (within ``redis_timeout``) instead of failing.
     """
     checked_acl = load_acl(acl, acl_default)
     if not redis_timeout > 0:
@@ -54,6 +57,7 @@ async def connect(
         url or os.environ.get(URL_VARIABLE, DEFAULT_URL),
         socket_timeout=redis_timeout,
         socket_connect_timeout=redis_timeout,
+        pool_size=redis_pool_size,
     )
     try:
         node = RouterNode(

@@ -50,6 +50,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from router.state.connection import DEFAULT_POOL_SIZE, BoundedRedisCluster, pooled
 from router.state.keys import Keys
 from tests.support import cli as cli_support
 from tests.support.servers import RedisClusterServers, RedisServer
@@ -238,10 +239,10 @@ async def redis_connect(
         client: RedisClient
         if redis_backend == "fake":
             client = fakeredis.FakeAsyncRedis(server=fake_server, **options)
-        elif redis_backend == "standalone":
-            client = Redis.from_url(url, **options)
+        elif redis_backend == "standalone":  # (pooled as open_redis pools a node's)
+            client = Redis.from_pool(pooled(url, DEFAULT_POOL_SIZE, **options))
         else:
-            client = RedisCluster.from_url(url, **options)
+            client = BoundedRedisCluster.from_url(url, **options)
             await client.initialize()
         clients.append(client)
         return client

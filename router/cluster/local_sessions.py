@@ -376,6 +376,23 @@ class LocalSessions:
             return []
         return [make_copy(message, part) for part in copy_parts(found)]
 
+    def copies_for_clients(
+        self, message: Message, clients: Collection[str]
+    ) -> dict[str, list[Delivery]]:
+        """:meth:`copies_for` for each of ``clients`` that the message matches (the
+        message matched once): client id -> its copies."""
+        copies: dict[str, list[Delivery]] = {}
+        matched = self.trie.subscriptions_for(message.topic, message.publisher, ())
+        for client_id, found in matched.items():
+            if client_id not in clients:
+                continue
+            wanted = found
+            if client_id == message.publisher:
+                wanted = [s for s in found if not s.options.no_local]
+            if wanted:
+                copies[client_id] = [make_copy(message, part) for part in copy_parts(wanted)]
+        return copies
+
     def deliver(
         self,
         message: Message,

@@ -28,6 +28,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Final
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
@@ -41,10 +43,13 @@ from router.state.connection import pubsub_client, refresh_slot_map, subscriber
 from router.state.keys import Keys
 from router.state.node_registry import NodeRegistry
 from router.state.route_acks import RouteAck, RouteAcks, parse_ack
-from router.state.routes import RouteStore
+from router.state.routes import PurgeResult, RouteStore
 from router.state.scripts import RedisClient
 
 log = logging.getLogger(__name__)
+
+#: Refresh intervals an adoption lease lasts unless renewed (each interval).
+LEASE_INTERVALS: Final = 10
 
 
 class MirrorSync:
@@ -61,7 +66,7 @@ class MirrorSync:
         interval: float,
         on_dropped: Callable[[str], None] | None = None,
         may_purge: Callable[[], bool] = lambda: True,
-        on_purged: Callable[[str], Awaitable[None]] | None = None,
+        adopt_sessions: Callable[[str], Awaitable[None]] | None = None,
         on_ack: Callable[[RouteAck], None] | None = None,
     ) -> None:
         self._redis = redis
@@ -73,13 +78,15 @@ class MirrorSync:
         self._interval = interval
         self._on_dropped = on_dropped
         self._may_purge = may_purge
-        self._on_purged = on_purged
+        self._adopt_sessions = adopt_sessions
         self._on_ack = on_ack
         self._acks = RouteAcks(redis, keys)
         self._acked: dict[str, tuple[str, int]] = {}  # node -> the position last acked
         self._hints_channel_text = keys.route_hints()
         self._hints_channel = self._hints_channel_text.encode()
-        self._adoptions: set[asyncio.Task[None]] = set()
+        self._adopting: dict[str, asyncio.Task[None]] = {}  # dead node -> its adoption
+        self._lease = LEASE_INTERVALS * interval
+        self.dead: frozenset[str] = frozenset()  # registered nodes whose heartbeat expired
         self._hint_client: Redis | None = None
         self._pubsub: PubSub | None = None
         self._running: dict[str, asyncio.Task[None]] = {}
@@ -99,7 +106,7 @@ class MirrorSync:
 
     async def stop(self) -> None:
         """Release the hint connection (the supervisor stopped the tasks)."""
-        for task in [*self._running.values(), *self._adoptions]:
+        for task in [*self._running.values(), *self._adopting.values()]:
             await stop_task(task)
         self._running.clear()
         await self._close_hints()
@@ -228,30 +235,67 @@ class MirrorSync:
 
     async def purge_dead(self) -> None:
         """Purge nodes whose heartbeat expired (any live node may; purges are idempotent),
-        unless this node is not steady when the answer comes (a stall just ended)."""
+        unless this node is not steady when the answer comes (a stall just ended).
+
+        With ``adopt_sessions`` (the node adopts sessions) a dead node is purged only after its
+        persistent sessions were adopted: until then its routes stay, so copies for its
+        sessions go to its inbox, from which the adoption recovers them. One live node
+        adopts it at a time, under a lease (:meth:`NodeRegistry.lease_adoption
+        <router.state.node_registry.NodeRegistry.lease_adoption>`) renewed while it works;
+        should it die, another takes the lease over once it ran out."""
+        dead_nodes = await self._registry.dead_nodes()
+        self.dead = frozenset(node.node_id for node in dead_nodes)
         results = []
-        for node in await self._registry.dead_nodes():
+        for node in dead_nodes:
             if not self._may_purge():
                 break
-            results.append(await self._registry.purge(node.node_id, node.incarnation))
+            if self._adopt_sessions is None:
+                results.append(await self._registry.purge(node.node_id, node.incarnation))
+            elif node.node_id not in self._adopting and await self._registry.lease_adoption(
+                node.node_id, self._node_id, self._lease
+            ):
+                task = asyncio.create_task(self._adopt_then_purge(node.node_id, node.incarnation))
+                self._adopting[node.node_id] = task
+                task.add_done_callback(partial(self._adopted, node.node_id))
+        await self._settle(results)
+
+    def _adopted(self, dead: str, _task: asyncio.Task[None]) -> None:
+        self._adopting.pop(dead, None)
+
+    async def _settle(self, results: list[PurgeResult]) -> None:
         for result in results:
             self._drop(result.node_id)
             if result.status == "purged":
                 self.purged += 1
                 log.warning("purged dead node %s (%d routes)", result.node_id, result.routes)
-                if self._on_purged is not None:  # (this node purged it: it adopts)
-                    task = asyncio.create_task(self._adopt(result.node_id))
-                    self._adoptions.add(task)
-                    task.add_done_callback(self._adoptions.discard)
         if results:
             await self._redis.publish(self._keys.route_hints(), self._node_id)
 
-    async def _adopt(self, dead: str) -> None:
-        assert self._on_purged is not None
+    async def _adopt_then_purge(self, dead: str, incarnation: str) -> None:
+        """Adopt ``dead``'s sessions under the lease (renewed each interval), then purge
+        it and drop the lease. A failed adoption leaves the node routed: the next round
+        tries again (the lease runs out)."""
+        assert self._adopt_sessions is not None
+        renewal = asyncio.create_task(self._renew_lease(dead))
         try:
-            await self._on_purged(dead)
+            await self._adopt_sessions(dead)
         except Exception:  # (its sessions stay in Redis, expiring; logged loudly)
-            log.exception("sessions of dead node %s not adopted", dead)
+            log.exception("sessions of dead node %s not adopted yet; trying again", dead)
+            return
+        finally:
+            await stop_task(renewal)
+        if not self._may_purge():
+            return
+        result = await self._registry.purge(dead, incarnation)
+        await self._registry.end_adoption(dead)
+        await self._settle([result])
+
+    async def _renew_lease(self, dead: str) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            with contextlib.suppress(RedisError):
+                if not await self._registry.lease_adoption(dead, self._node_id, self._lease):
+                    log.error("lost the lease on adopting the sessions of node %s", dead)
 
     async def _periodic(self) -> None:
         while True:

@@ -100,7 +100,10 @@ class RouterNode:
         self.mirror = RouteMirror(config.strategy(), cache=config.match_cache)
         self._arrivals = ArrivalOrder()
         self._visibility = RouteVisibility(
-            RouteAcks(redis, self.keys), self.node_id, self.mirror.nodes, config.heartbeat_ttl
+            RouteAcks(redis, self.keys),
+            self.node_id,
+            lambda: [n for n in self.mirror.nodes() if n not in self._sync.dead],
+            config.heartbeat_ttl,
         )
         self._sync = MirrorSync(
             redis,
@@ -111,7 +114,7 @@ class RouterNode:
             self.node_id,
             config.heartbeat_interval,
             may_purge=lambda: self.liveness.steady(),  # noqa: PLW0108 (made below)
-            on_purged=lambda dead: self._adoption.adopt(dead),  # noqa: PLW0108 (made below)
+            adopt_sessions=lambda dead: self._adoption.adopt(dead),  # noqa: PLW0108 (made below)
             on_ack=self._visibility.on_ack,
         )
         self._writer = RouteWriter(
@@ -154,10 +157,11 @@ class RouterNode:
             write_routes=self._write_routes,
             publish_will=self._dispatcher.publish,
             running=lambda: self._running,
+            is_dead=lambda node_id: node_id in self._sync.dead,
         )
         self._claims, self._keeper = self._lifecycle.claims, self._lifecycle.keeper
         self.session_store = self._lifecycle.store
-        self._adoption = Adoption(self._lifecycle)
+        self._adoption = Adoption(self._lifecycle, self.confirm_routes, config.handoff_grace)
         self._inbox = InboxReader(
             redis,
             self.keys,

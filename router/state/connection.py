@@ -10,10 +10,11 @@ listener connects to the primary of its channel's slot): :func:`pubsub_client` g
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, Final
 
-from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
@@ -29,7 +30,12 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from router.errors import BadRedisURLError, UnsafeRedisError, UnsupportedServerError
+from router.errors import (
+    BadRedisURLError,
+    InvalidSettingError,
+    UnsafeRedisError,
+    UnsupportedServerError,
+)
 from router.state.scripts import RedisClient
 
 log = logging.getLogger(__name__)
@@ -105,27 +111,74 @@ async def check_eviction(redis: RedisClient, allow: bool) -> None:
     log.error("%s; running anyway (--allow-evicting-redis): routes and queues may vanish", problem)
 
 
-def _plain(url: str, **options: Any) -> Redis:
+#: Redis connections a node opens at most (to each master of a cluster), by default.
+DEFAULT_POOL_SIZE: Final = 64
+
+
+def _plain(url: str, pool_size: int | None = None, **options: Any) -> Redis:
+    """A standalone client; with ``pool_size``, over a pool of at most that many
+    connections where a caller waits its turn (:func:`pooled`)."""
     try:
-        return Redis.from_url(url, **options)
+        if pool_size is None:
+            return Redis.from_url(url, **options)
+        return Redis.from_pool(pooled(url, pool_size, **options))
     except ValueError as exc:
         raise BadRedisURLError(f"bad Redis URL {url!r}: {exc}") from None
 
 
-async def open_redis(url: str, **options: Any) -> RedisClient:
-    """Connect to ``url`` and return the right client for a standalone server or a cluster.
+def pooled(url: str, size: int, **options: Any) -> BlockingConnectionPool:
+    """A pool of at most ``size`` connections to the standalone server at ``url``: a
+    command that finds every connection busy waits for one (up to the socket timeout,
+    else :data:`CONNECT_TIMEOUT` seconds; then redis-py's ConnectionError, a transient
+    error) instead of failing at once as redis-py's default pool does past 100."""
+    check_pool_size(size)
+    wait = options.get("socket_timeout") or CONNECT_TIMEOUT
+    return BlockingConnectionPool.from_url(url, max_connections=size, timeout=wait, **options)
 
-    Raises redis-py's ConnectionError when the server cannot be reached and
-    :class:`BadRedisURLError` for a malformed URL.
+
+def check_pool_size(size: object) -> int:
+    """``size`` if it can size a connection pool (an int >= 1); else
+    :class:`InvalidSettingError`."""
+    if type(size) is not int or size < 1:
+        raise InvalidSettingError(f"a Redis pool size is an int >= 1, not {size!r}")
+    return size
+
+
+class BoundedRedisCluster(RedisCluster):
+    """redis-py's asyncio cluster client with at most ``pool_size`` commands under way
+    at once (the others wait their turn): its own per-node pools fail a command at once
+    (MaxConnectionsError) when full, and a node under a connect storm must queue, not
+    refuse. Each node's pool holds ``pool_size`` connections, so no command that got
+    its turn finds its node's pool full."""
+
+    def __init__(self, *args: Any, pool_size: int = DEFAULT_POOL_SIZE, **kwargs: Any) -> None:
+        kwargs["max_connections"] = check_pool_size(pool_size)
+        super().__init__(*args, **kwargs)
+        self._turns = asyncio.Semaphore(pool_size)
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        async with self._turns:
+            return await super().execute_command(*args, **kwargs)
+
+
+async def open_redis(url: str, pool_size: int = DEFAULT_POOL_SIZE, **options: Any) -> RedisClient:
+    """Connect to ``url`` and return the right client for a standalone server or a cluster,
+    with at most ``pool_size`` connections (to each cluster node) where commands wait
+    their turn when all are busy.
+
+    Raises redis-py's ConnectionError when the server cannot be reached,
+    :class:`BadRedisURLError` for a malformed URL and :class:`InvalidSettingError` for a
+    bad pool size.
     """
-    probe = _plain(url, **options)
+    check_pool_size(pool_size)
+    probe = _plain(url, pool_size, **options)
     try:
         info = await probe.info("cluster")
     except ResponseError:
         # A Redis-compatible server without INFO (fakeredis's TCP server) is no cluster.
         # That server closes a connection after an error reply: reconnect and retry.
         await probe.aclose()
-        return _plain(url, retry=Retry(NoBackoff(), 3), **options)
+        return _plain(url, pool_size, retry=Retry(NoBackoff(), 3), **options)
     except RedisError:
         await probe.aclose()
         raise
@@ -135,7 +188,7 @@ async def open_redis(url: str, **options: Any) -> RedisClient:
         check_cluster_version(str((await probe.info("server")).get("redis_version", "")))
     finally:
         await probe.aclose()
-    cluster = RedisCluster.from_url(url, **options)
+    cluster = BoundedRedisCluster.from_url(url, pool_size=pool_size, **options)
     await cluster.initialize()
     return cluster
 

@@ -143,6 +143,11 @@ class Keys:
         (see :mod:`router.state.route_acks`)."""
         return self.node(node_id) + ":route-acks"
 
+    def node_adoption(self, node_id: str) -> str:
+        """The lease of the live node that adopts a dead node's sessions before it
+        purges the node (see :meth:`router.state.node_registry.NodeRegistry.lease_adoption`)."""
+        return self.node(node_id) + ":adoption"
+
     def registry(self) -> str:
         """The hash of registered nodes (one key, its own slot)."""
         return f"{self.prefix}:{{nodes}}:registry"

@@ -154,6 +154,25 @@ class NodeRegistry:
         )
         return int(removed) == 1
 
+    async def lease_adoption(self, dead: str, holder: str, seconds: float) -> bool:
+        """Take (or, held by ``holder`` already, extend) the lease on adopting ``dead``'s
+        sessions for ``seconds``; False when another node holds it. The holder adopts,
+        then purges the node; should it die first, its lease runs out and another live
+        node takes it over (adoption is idempotent: each session is adopted once)."""
+        check_id(dead, "node id")
+        check_id(holder, "node id")
+        key, ms = self.keys.node_adoption(dead), max(1, int(seconds * 1000))
+        if await self.redis.set(key, holder, nx=True, px=ms):
+            return True
+        current = await self.redis.get(key)
+        if current is None or _text(current, "adoption lease holder") != holder:
+            return False
+        return bool(await self.redis.pexpire(key, ms))
+
+    async def end_adoption(self, dead: str) -> None:
+        """Drop the lease on adopting ``dead``'s sessions (the node was purged)."""
+        await self.redis.delete(self.keys.node_adoption(check_id(dead, "node id")))
+
     async def purge(self, node_id: str, incarnation: str | None = None) -> PurgeResult:
         """Delete the node's route set, stream and meta, then unregister it (idempotent).
 

@@ -9,6 +9,7 @@ router keys and are skipped.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any, Final, NamedTuple
 
 from redis.asyncio.cluster import RedisCluster
@@ -66,3 +67,40 @@ async def scan_keys(
     finally:
         await iterator.aclose()  # type: ignore[attr-defined]
     return ScanResult(list(found), True)
+
+
+async def scan_pages(
+    redis: RedisClient, pattern: str, *, page: int = SCAN_COUNT, count: int = SCAN_COUNT
+) -> AsyncIterator[list[str]]:
+    """Every key name matching the glob ``pattern``, in pages of at most ``page`` names
+    (no limit on the total: SCAN examines ``count`` keys a call, so the server is never
+    blocked for long, and the caller works on a page while the next is not read yet).
+
+    On a cluster every primary is scanned. A key is yielded once even if the keyspace
+    changes during the scan; a key added meanwhile may or may not be (SCAN's guarantee).
+    """
+    if type(page) is not int or page < 1:
+        raise ValueError(f"page must be a positive int, not {page!r}")
+    options: dict[str, Any] = {"match": pattern, "count": count}
+    if isinstance(redis, RedisCluster):
+        options["target_nodes"] = RedisCluster.PRIMARIES
+    seen: set[str] = set()
+    batch: list[str] = []
+    iterator = redis.scan_iter(**options)
+    try:
+        async for raw in iterator:
+            try:
+                key = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+            except UnicodeDecodeError:
+                continue
+            if key in seen:
+                continue
+            seen.add(key)
+            batch.append(key)
+            if len(batch) >= page:
+                yield batch
+                batch = []
+    finally:
+        await iterator.aclose()  # type: ignore[attr-defined]
+    if batch:
+        yield batch

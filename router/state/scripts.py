@@ -18,7 +18,7 @@ into the matching :class:`RouterError` subclass, so callers catch domain errors 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any, Final
@@ -110,16 +110,35 @@ def redis_errors(redis: RedisClient) -> int:
     return _errors.get(redis, 0)
 
 
+#: The scripts registered with each client, shared by every :class:`Scripts` of it (a
+#: session queue or a channel makes one each: the script is loaded once per client, not
+#: once per object), and the loads under way.
+_registered: WeakKeyDictionary[RedisClient, dict[str, AsyncScript]] = WeakKeyDictionary()
+_loading: WeakKeyDictionary[RedisClient, dict[str, asyncio.Future[AsyncScript]]] = (
+    WeakKeyDictionary()
+)
+
+
 class Scripts:
     """The router's scripts, registered with one Redis (or Redis Cluster) client."""
 
     def __init__(self, redis: RedisClient) -> None:
         self._redis = redis
-        self._scripts: dict[str, AsyncScript] = {}
+        try:
+            self._scripts = _registered.setdefault(redis, {})
+        except TypeError:  # (no weak reference to it: a stand-in client of a test)
+            self._scripts = {}
 
     async def _script(self, name: str) -> AsyncScript:
         script = self._scripts.get(name)
-        if script is None:
+        if script is not None:
+            return script
+        loading = _loading.setdefault(self._redis, {}) if self._redis is not None else {}
+        pending = loading.get(name)
+        if pending is not None:  # (another caller loads it: one SCRIPT LOAD)
+            return await asyncio.shield(pending)
+        pending = loading[name] = asyncio.get_running_loop().create_future()
+        try:
             source = script_source(name)
             # Loaded up front: saves the NOSCRIPT round trip of the first call, and
             # fakeredis's TCP server (the embedded fallback) drops the connection on
@@ -127,7 +146,17 @@ class Scripts:
             # later (after SCRIPT FLUSH or a restart).
             await self._load(source)
             script = self._scripts[name] = self._redis.register_script(source)
-        return script
+            pending.set_result(script)
+            return script
+        except asyncio.CancelledError:
+            pending.cancel()
+            raise
+        except BaseException as error:
+            pending.set_exception(error)
+            pending.exception()  # (retrieved: no waiter may be left to retrieve it)
+            raise
+        finally:
+            del loading[name]
 
     async def _load(self, source: ScriptTextT) -> None:
         """SCRIPT LOAD ``source``: on a cluster, on each master on its own; raises the
@@ -171,3 +200,45 @@ class Scripts:
         except RedisError:
             _errors[self._redis] = _errors.get(self._redis, 0) + 1
             raise
+
+    async def run_many(
+        self, name: str, calls: Sequence[tuple[list[str], list[Any]]]
+    ) -> list[Any | RouterError]:
+        """Run script ``name`` once per (KEYS, ARGV) of ``calls``: on a standalone server
+        in one pipeline (one round trip for all), on a cluster concurrently (a cluster
+        pipelines no EVALSHA). Returns each call's reply, or the domain error its coded
+        refusal stands for (the others still ran); raises a Redis error (no connection,
+        say) as :meth:`run` does, after which some calls may have run."""
+        if not calls:
+            return []
+        redis = self._redis
+        if isinstance(redis, RedisCluster):
+            return list(await asyncio.gather(*(self._run_one(name, k, a) for k, a in calls)))
+        script = self._scripts.get(name) or await self._script(name)
+        try:
+            async with redis.pipeline(transaction=False) as pipe:
+                for keys, args in calls:
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                replies = await pipe.execute(raise_on_error=False)
+        except RedisError:
+            _errors[redis] = _errors.get(redis, 0) + 1
+            raise
+        results: list[Any | RouterError] = []
+        for (keys, args), reply in zip(calls, replies, strict=True):
+            if isinstance(reply, NoScriptError):  # (flushed meanwhile: loaded again)
+                results.append(await self._run_one(name, keys, args))
+            elif isinstance(reply, ResponseError):
+                domain = translate_error(reply)
+                if domain is None:
+                    _errors[redis] = _errors.get(redis, 0) + 1
+                    raise reply
+                results.append(domain)
+            else:
+                results.append(reply)
+        return results
+
+    async def _run_one(self, name: str, keys: list[str], args: list[Any]) -> Any | RouterError:
+        try:
+            return await self.run(name, keys, args)
+        except RouterError as error:
+            return error

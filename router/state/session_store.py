@@ -27,7 +27,7 @@ in its grace after the move, up to the *tail end* marker ``handoff-end:EPOCH``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import count, takewhile
 from typing import Any, Final, Literal
@@ -39,7 +39,7 @@ from router.errors import CorruptStateError, InvalidIdError, MalformedMessageErr
 from router.state.channels import Channel, ChannelMessage
 from router.state.keys import Keys, check_id
 from router.state.reads import read_each
-from router.state.scan import scan_keys
+from router.state.scan import scan_keys, scan_pages
 from router.state.scripts import RedisClient, Scripts
 from router.state.subscriptions import Owner, SubscriptionStore, _owner_args
 
@@ -200,6 +200,13 @@ class SessionStore:
         found = await scan_keys(self.redis, self.keys.client_sessions_pattern(), limit=limit)
         ids = (self.keys.client_of_session_key(key) for key in found.keys)
         return sorted(i for i in ids if i is not None), found.complete
+
+    async def client_id_pages(self, page: int = 1_000) -> AsyncIterator[list[str]]:
+        """Every client with a session, in pages of at most ``page`` ids (a SCAN: no
+        limit on the total, no command that blocks Redis on a large keyspace)."""
+        async for keys in scan_pages(self.redis, self.keys.client_sessions_pattern(), page=page):
+            ids = (self.keys.client_of_session_key(key) for key in keys)
+            yield [i for i in ids if i is not None]
 
 
 # -- the queue -------------------------------------------------------------------------

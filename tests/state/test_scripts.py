@@ -41,6 +41,7 @@ STATE_SCRIPTS = frozenset(
         "client_unsubscribe",
         "client_remove",
         "session_mark",
+        "session_adopt",
         "alias_bind",
         "alias_maximum",
         "alias_remove",
@@ -175,6 +176,9 @@ async def exercise_everything(
     info = await sessions.describe(client_id)
     assert info is not None and (info.connected, info.awaiting_release) == (False, (1, 3))
     assert not await subs.restore_owner(client_id, owner)  # (owned: unchanged)
+    adopted = await subs.adopt(client_id, owner, "adopter", 60_000)
+    assert adopted is not None
+    owner = adopted[0]
     removed = await subs.remove_client(client_id, owner=owner)
     assert tuple(removed) == (1, 1, True)
     assert await subs.restore_owner(client_id, owner)
@@ -416,6 +420,7 @@ async def test_every_script_called_without_argv_refuses_and_changes_nothing(
         "client_unsubscribe": subs.client_keys("c")[:2],
         "client_remove": subs.client_keys("c"),
         "session_mark": subs.client_keys("c"),
+        "session_adopt": subs.client_keys("c"),
         "alias_bind": alias_keys,
         "alias_maximum": alias_keys,
         "alias_remove": subs.client_keys("c")[2:],

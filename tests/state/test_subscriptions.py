@@ -197,3 +197,34 @@ async def test_a_garbage_epoch_in_redis_raises_corrupt_state(
         await store.subscribe("c1", "new", owner=owner)
     assert await redis_client.hgetall(key) == {b"node": b"node-a", b"epoch": b"twelve"}
     assert set(await store.subscriptions("c1")) == {"keep"}
+
+
+async def test_an_adoption_claims_marks_away_and_returns_the_filters_in_one_step(
+    store: SubscriptionStore, redis_client: RedisClient, keys: Keys
+) -> None:
+    dead = await store.claim("c1", "node-a")
+    await store.subscribe("c1", "a/+", QOS1, owner=dead)
+    await store.subscribe("c1", "b/#", FANCY, owner=dead)
+    adopted = await store.adopt("c1", dead, "node-b", 60_000)
+    assert adopted is not None
+    owner, filters = adopted
+    assert owner.node_id == "node-b" and owner.epoch > dead.epoch
+    assert filters == {"a/+": QOS1, "b/#": FANCY}
+    assert await store.owner("c1") == owner
+    session = await redis_client.hgetall(keys.client_session("c1"))
+    assert session[b"node"] == b"node-b" and session[b"connected"] == b"0"
+    assert 0 < await redis_client.pttl(keys.client_subscriptions("c1")) <= 60_000
+    assert await store.adopt("c1", dead, "node-c", 60_000) is None  # (adopted already)
+    assert await store.owner("c1") == owner
+
+
+async def test_an_adoption_leaves_a_session_its_client_resumed_meanwhile(
+    store: SubscriptionStore,
+) -> None:
+    dead = await store.claim("c1", "node-a")
+    await store.subscribe("c1", "a/+", QOS1, owner=dead)
+    resumed = await store.claim("c1", "node-c")
+    assert await store.adopt("c1", dead, "node-b", -1) is None
+    assert await store.owner("c1") == resumed
+    assert await store.adopt("gone", Owner("node-a", 5), "node-b", -1) is None
+    assert await store.owner("gone") is None

@@ -206,6 +206,14 @@ SPECS: Final[dict[str, Spec]] = {
         ("subs", "owner"), "client", then(owner, st.lists(filters, max_size=3))
     ),
     "client_remove": Spec(CLIENT_KEYS, "client", owner),
+    "session_adopt": Spec(
+        CLIENT_KEYS,
+        "client",
+        then(
+            st.sampled_from([[b"n1", b"5"], [b"n1", b"4"], [b"n2", b"5"], [b"", b""]]),
+            fixed(one("n3", ""), one("-1", "0", "1000", "x")),
+        ),
+    ),
     "session_mark": Spec(
         CLIENT_KEYS,
         "client",

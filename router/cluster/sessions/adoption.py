@@ -1,28 +1,31 @@
-"""Persistent sessions outlive their node: the node that purges a dead node adopts them.
+"""Persistent sessions outlive their node: a live node adopts them before the dead node is purged.
 
-A node that dies takes its memory with it, and its peers purge its routes once its
-heartbeat expired, after which no publish is routed to its clients. Its *persistent*
-sessions (Session Expiry Interval > 0, connected or away when it died) live on in Redis:
-their subscriptions, their queue, their expiry. The live node whose purge removed the
-dead node (exactly one: the purge reports ``purged`` once) adopts each of them:
+A node that dies takes its memory with it. Its *persistent* sessions (Session Expiry
+Interval > 0, connected or away when it died) live on in Redis: their subscriptions,
+their queue, their expiry. Once its heartbeat expired, one live node takes the lease on
+adopting them (:meth:`MirrorSync.purge_dead <router.cluster.mirror_sync.MirrorSync.purge_dead>`)
+and, until every one is adopted, the dead node stays routed: copies for its sessions go
+to its inbox. Then it purges the node. The adoption (:meth:`Adoption.adopt`) goes through
+the sessions in pages (a SCAN: no cap on their number) and:
 
-1. it takes the session over as a resuming node would (a new owner epoch: the session is
-   this node's now, and a later connect anywhere takes it from here), restores its
-   subscriptions and writes their routes, then puts it away with its expiry: from then
-   on its QoS 1/2 copies go to its Redis queue, after what was queued already, and its
-   Session Expiry Interval runs on Redis time from the adoption;
-2. as the resume waits in vain for the dead node's handoff, it reads what was stored in
-   the dead node's inbox and never dispatched (copies routed there between the death
-   and the purge) and queues the copies the session's subscriptions match, in the order
-   they were stored (:mod:`router.cluster.sessions.recovery`). The inbox is read, not consumed:
-   it expires with its TTL (a restart of the dead node under its id counts those
-   copies as unmatched, having no client for them).
+1. claims each session the dead node still holds, in one script with marking it away
+   here (``session_adopt.lua``: a client that resumed it anywhere meanwhile keeps it),
+   opens it with its stored subscriptions, writes their routes, and holds back the
+   copies that reach it from then on; no handoff is awaited (the owner is dead); the
+   claims go in batches (:data:`BATCH`, pipelined), several at a time;
+2. waits until every live node's route mirror holds the new routes, and the grace
+   (``handoff_grace``) for publishes that matched the old mirror to land in the dead
+   node's inbox;
+3. reads the dead node's inbox once, from a copy of its reader's cursor, and gives each
+   adopted session the copies its subscriptions ask for (:mod:`router.cluster.sessions.
+   recovery`), ahead of those it held back, then puts it away with its expiry: from then
+   on its QoS 1/2 copies go to its Redis queue, after what the dead node queued there,
+   and its Session Expiry Interval runs on Redis time from the adoption.
 
-A client that reconnects to any node then resumes its session there with everything
-queued, as after any takeover. A client that comes back *before* the purge resumes on
-its new node, which recovers its copies from the dead node's inbox the same way. Before
-it claims the session it marks where the dead node's reader stood (see
-:mod:`router.cluster.sessions.recovery`).
+The inbox is read, not consumed: it expires with its TTL. A client that connects here
+during its session's adoption waits for it (the client's lock); one that comes back
+elsewhere *before* the adoption resumes there and recovers its copies from the dead
+node's inbox the same way (marking where the dead node's reader stood first).
 
 A node that restarts under its id adopts its previous incarnation's persistent sessions
 the same way before it reads its inbox (:meth:`Adoption.adopt_own`): the backlog then
@@ -36,77 +39,143 @@ copies addressed to the dead node, and the wills of clients that were connected 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
+from redis.exceptions import RedisError
+
+from router.cluster.local_sessions import ClientSession, CountChange
 from router.cluster.sessions.lifecycle import SessionLifecycle
-from router.state.session_store import NEVER, SessionInfo
+from router.core.messages import Delivery
+from router.errors import RouterError
+from router.state.session_store import SessionInfo
+from router.state.subscriptions import Owner
 
 log = logging.getLogger(__name__)
 
-CONCURRENCY: Final = 32
-"""Sessions adopted at the same time."""
+BATCH: Final = 100
+"""Sessions claimed together (one pipelined call on a standalone server)."""
+CONCURRENCY: Final = 8
+"""Batches whose Redis steps run at the same time."""
+PAGE: Final = 1_000
+"""Session ids read (and described) at a time."""
 
 
 class Adoption:
-    """Adopts, through the node's session ``lifecycle``, the persistent sessions of the
-    nodes this node purges (see the module docstring); counts them."""
+    """Adopts, through the node's session ``lifecycle``, the persistent sessions of dead
+    nodes (see the module docstring); counts them. ``confirm_routes()`` waits until every
+    live node's mirror holds this node's routes; ``grace`` is the wait after it."""
 
-    def __init__(self, lifecycle: SessionLifecycle) -> None:
+    def __init__(
+        self,
+        lifecycle: SessionLifecycle,
+        confirm_routes: Callable[[], Awaitable[bool]],
+        grace: float,
+    ) -> None:
         self._lifecycle = lifecycle
+        self._recovery = lifecycle.recovery
+        self._confirm_routes = confirm_routes
+        self._grace = grace
         self.sessions_adopted = 0
         self.failed = 0
 
     async def adopt(self, dead: str) -> None:
         """Adopt ``dead``'s persistent sessions: those it still owns (a client that came
-        back elsewhere since owns its session there)."""
-        store, subscriptions = self._lifecycle.store, self._lifecycle.subscriptions
-        ids, _ = await store.client_ids()
-        infos = await store.describe_many(ids)
-        candidates = [i for i in infos if i and i.node_id == dead and i.expiry]
-        owners = await subscriptions.owners([i.client_id for i in candidates])
-        orphans = [
-            info
-            for info, owner in zip(candidates, owners, strict=True)
-            if owner is not None and owner.node_id == dead  # (not resumed elsewhere since)
+        back elsewhere since owns its session there). Raises the first Redis error that
+        stopped a batch, after the others went on: the caller tries again."""
+        orphans = [orphan async for orphan in self._orphans(dead)]
+        if not orphans:
+            return
+        loop = asyncio.get_running_loop()
+        gate = asyncio.Semaphore(CONCURRENCY)
+        recovered: asyncio.Future[dict[str, list[Delivery]]] = loop.create_future()
+        batches = [orphans[i : i + BATCH] for i in range(0, len(orphans), BATCH)]
+        claimed: list[asyncio.Future[list[CountChange] | None]] = [
+            loop.create_future() for _ in batches
         ]
-        for first in range(0, len(orphans), CONCURRENCY):
-            chunk = orphans[first : first + CONCURRENCY]
-            results = await asyncio.gather(
-                *(self._adopt_one(info) for info in chunk), return_exceptions=True
-            )
-            for info, result in zip(chunk, results, strict=True):
-                if isinstance(result, BaseException):
-                    self.failed += 1
-                    log.error(
-                        "session %s of dead node %s not adopted: %r", info.client_id, dead, result
-                    )
-                elif result:
-                    self.sessions_adopted += 1
-        if orphans:
-            log.warning("adopted the %d persistent sessions of dead node %s", len(orphans), dead)
+        adoptions = [
+            asyncio.create_task(self._adopt_batch(batch, gate, done, recovered))
+            for batch, done in zip(batches, claimed, strict=True)
+        ]
+        try:
+            changes = await asyncio.gather(*claimed)
+            await self._lifecycle.adopt_routes([c for made in changes if made for c in made])
+            if any(made is not None for made in changes) and dead != self._lifecycle.node_id:
+                await self._confirm_routes()  # (own sessions: its inbox reader reads them)
+                await asyncio.sleep(self._grace)
+                mark = await self._recovery.mark_node(dead)
+                clients = {info.client_id for info, _ in orphans}
+                recovered.set_result(await self._recovery.recover_all(dead, clients, mark))
+            else:
+                recovered.set_result({})
+        except BaseException:
+            if not recovered.done():
+                recovered.set_result({})  # (the sessions go away with what they hold)
+            raise
+        finally:
+            results = await asyncio.gather(*adoptions, return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        adopted = sum(r for r in results if isinstance(r, int))
+        self.sessions_adopted += adopted
+        self.failed += len(errors)
+        log.warning("adopted %d persistent sessions of dead node %s", adopted, dead)
+        if errors:
+            raise errors[0]
+
+    async def _orphans(self, dead: str) -> AsyncIterator[tuple[SessionInfo, Owner]]:
+        """(description, claim) of each persistent session ``dead`` still owns."""
+        store, subscriptions = self._lifecycle.store, self._lifecycle.subscriptions
+        async for ids in store.client_id_pages(PAGE):
+            infos = [i for i in await store.describe_many(ids) if i and i.expiry]
+            candidates = [i for i in infos if i.node_id == dead]
+            owners = await subscriptions.owners([i.client_id for i in candidates])
+            for info, owner in zip(candidates, owners, strict=True):
+                if owner is not None and owner.node_id == dead:
+                    yield info, owner
 
     async def adopt_own(self) -> None:
         """At start: adopt the persistent sessions this node id held in an earlier
         incarnation (the node restarted before anyone purged it)."""
         await self.adopt(self._lifecycle.node_id)
 
-    async def _adopt_one(self, info: SessionInfo) -> bool:
-        """A resume here under the session's own user name, not authenticated again
-        (the node's ACL judges its copies by it); it recovers the client's copies from
-        the dead node's inbox (no handoff comes); then away with the session's expiry.
-        One step for the client (no connect of it here runs in between), and only while
-        the dead node still owns the session: a client that resumed it meanwhile (here,
-        or on another node) keeps it. Returns whether the session was adopted."""
+    async def _finish(self, session: ClientSession, owner: Owner, copies: list[Delivery]) -> None:
+        try:
+            await self._lifecycle.adopt_finish(session, owner, copies)
+        except (RouterError, RedisError):  # (its client's connect goes on with it)
+            self.failed += 1
+            log.error("adopted session %s not put away", session.client_id, exc_info=True)
+
+    async def _adopt_batch(
+        self,
+        batch: list[tuple[SessionInfo, Owner]],
+        gate: asyncio.Semaphore,
+        claimed: asyncio.Future[list[CountChange] | None],
+        recovered: asyncio.Future[dict[str, list[Delivery]]],
+    ) -> int:
+        """One batch of sessions, holding their clients' locks throughout: claim them
+        (``claimed`` gets their route changes, None when none was claimed), wait for the
+        copies ``recovered`` from the dead node's inbox, put them away. Returns how many
+        were adopted."""
         lifecycle = self._lifecycle
-        client_id = info.client_id
-        expiry = min(info.expiry, NEVER)
-        async with lifecycle.locks.hold(client_id):
-            [owner] = await lifecycle.subscriptions.owners([client_id])
-            if owner is None or owner.node_id != info.node_id or lifecycle.serves(client_id):
-                return False
-            await lifecycle.connect(
-                client_id, info.username, clean_start=False, expiry=expiry, authenticate=False
-            )
-            await lifecycle.put_away(client_id, expiry=expiry)
-        return True
+        async with contextlib.AsyncExitStack() as locks:
+            for info, _ in batch:
+                await locks.enter_async_context(lifecycle.locks.hold(info.client_id))
+            opened: list[tuple[ClientSession, Owner, list[CountChange]] | None] = []
+            try:
+                async with gate:
+                    opened = await lifecycle.adopt_claims(batch)
+            finally:
+                made = [change for one in opened if one for change in one[2]]
+                if not claimed.done():
+                    claimed.set_result(made if any(opened) else None)
+            adopted = [one for one in opened if one is not None]
+            copies: dict[str, list[Delivery]] = {}
+            with contextlib.suppress(asyncio.CancelledError):
+                copies = await asyncio.shield(recovered)
+            async with gate:
+                await asyncio.gather(
+                    *(self._finish(s, o, copies.get(s.client_id, [])) for s, o, _ in adopted)
+                )
+        return len(adopted)

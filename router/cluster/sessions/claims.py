@@ -79,6 +79,12 @@ class SessionClaims:
         """Every claim held: (client id, claim)."""
         return list(self._held.items())
 
+    def adopted(self, client_id: str, owner: Owner) -> None:
+        """This node claimed the client's session as ``owner`` by adopting it from a dead
+        node (:meth:`SubscriptionStore.adopt
+        <router.state.subscriptions.SubscriptionStore.adopt>` wrote the claim)."""
+        self._held[client_id] = owner
+
     def release(self, client_id: str) -> Owner | None:
         """Forget the claim (the session ends here); returns it, None if none was held."""
         return self._held.pop(client_id, None)

@@ -45,9 +45,7 @@ whose Message Expiry Interval passed while queued are dropped when read
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -55,7 +53,7 @@ from redis.exceptions import RedisError
 
 from router.cluster.local_sessions import ClientSession, Overflow
 from router.cluster.sessions.recovery import InboxRecovery, Recovery
-from router.cluster.sessions.resumes import Read, Resume, tail_follows, wait_for_marker
+from router.cluster.sessions.resumes import Read, Resume, drain, tail_follows
 from router.cluster.sessions.states import SessionState
 from router.cluster.tasks import stop_task
 from router.core.messages import Delivery, Outgoing
@@ -64,7 +62,6 @@ from router.state.keys import Keys
 from router.state.scripts import RedisClient
 from router.state.session_store import (
     NEVER,
-    READER,
     Drained,
     SessionQueue,
     SessionStore,
@@ -105,7 +102,8 @@ class SessionKeeper:
     """The persistent sessions of one node (see the module docstring).
 
     ``publish_will(will)`` publishes a will; ``end_session(client_id)`` ends a session
-    whose interval passed (the node removes it here and in Redis).
+    whose interval passed (the node removes it here and in Redis); ``is_dead(node_id)``
+    says a node's heartbeat expired (a resume stops waiting for its handoff).
     """
 
     def __init__(
@@ -121,6 +119,7 @@ class SessionKeeper:
         recovery: InboxRecovery,
         publish_will: Callable[[Outgoing], Awaitable[object]],
         end_session: Callable[[str], Awaitable[None]],
+        is_dead: Callable[[str], bool] = lambda _node_id: False,
     ) -> None:
         self._redis = redis
         self._keys = keys
@@ -132,6 +131,7 @@ class SessionKeeper:
         self._recovery = recovery
         self._publish_will = publish_will
         self._end_session = end_session
+        self._is_dead = is_dead
         self._away: dict[str, _Away] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._handoffs: dict[str, _Move] = {}  # sessions moving away
@@ -160,15 +160,19 @@ class SessionKeeper:
         owner: Owner,
         will: Outgoing | None = None,
         will_delay: int = 0,
+        *,
+        marked: bool = False,
     ) -> None:
         """The client left; keep its session (see the module docstring). While the tail
         of a move to this node is still being read, what the session holds goes to the
-        queue once that tail is in (the spiller's first batch): it is newer."""
+        queue once that tail is in (the spiller's first batch): it is newer. ``marked``:
+        Redis has the session away already (an adoption marked it)."""
         client_id = session.client_id
         session.move_to(SessionState.AWAY)
-        await self.store.mark_away(
-            client_id, owner, expiry=session.expiry, awaiting_release=session.awaiting_release
-        )
+        if not marked:
+            await self.store.mark_away(
+                client_id, owner, expiry=session.expiry, awaiting_release=session.awaiting_release
+            )
         queue = self.queue(client_id, session.expiry)  # (one for the spiller's life)
         await queue.ensure()  # (a reader idle longer than the interval had expired)
         away = self._away[client_id] = _Away(queue)
@@ -238,6 +242,16 @@ class SessionKeeper:
             stored, dropped = await queue.append(kept, self.max_queued, self.overflow)
             self.queued += stored
             self.queue_drops += dropped
+
+    async def queue_copies(self, client_id: str, expiry: int, copies: list[Delivery]) -> None:
+        """Append ``copies`` to the client's Redis queue (a session this node does not
+        hold: the node that resumes it reads them there)."""
+        if copies:
+            queue = self.queue(client_id, expiry)
+            try:
+                await self._spill(queue, copies)
+            finally:
+                await queue.aclose()
 
     async def restore_queue(self, client_id: str) -> None:
         """Make the queue's reader of an away session again (Redis lost it)."""
@@ -454,7 +468,7 @@ class SessionKeeper:
         else:
             came = await self._drain(
                 session, lambda d: epoch in (m.epoch for m in d.handoffs), epoch, resume.read,
-                resume.deadline,
+                resume.deadline, resume.previous,
             )  # fmt: skip
             resume.handed = came
         resume.waited = True
@@ -488,7 +502,9 @@ class SessionKeeper:
         tail = read.deliveries
         deadline = asyncio.get_running_loop().time() + self.handoff_timeout
         try:
-            ended = await self._drain(session, lambda d: epoch in d.tail_ends, None, read, deadline)
+            ended = await self._drain(
+                session, lambda d: epoch in d.tail_ends, None, read, deadline, previous
+            )
             if ended or previous is None:
                 await self._recovery.release(recovery)
             else:
@@ -515,38 +531,18 @@ class SessionKeeper:
         handoff: int | None,
         read: Read,
         deadline: float,
+        previous: Owner | None = None,
     ) -> bool:
-        """Drain the session's queue for its client into ``read``: every delivery in order
-        (expired ones dropped, counted) and the markers, until ``came`` finds the marker
-        awaited in a read, at most until ``deadline`` (loop time); returns whether it
-        came. With ``came`` None: what the queue holds now. With ``handoff``, nothing is
-        read before the handoff marker of that epoch is in the queue (within the same
-        bound)."""
+        """:func:`~router.cluster.sessions.resumes.drain` the session's queue; the wait
+        ends early once the ``previous`` owner is known dead (no handoff will come)."""
         queue = self.queue(session.client_id, session.expiry)
-        found = came is None
-        loop = asyncio.get_running_loop()
+        dead = self._is_dead
+        gone = (lambda: False) if previous is None else (lambda: dead(previous.node_id))
         try:
-            await queue.ensure()
-            if handoff is not None:
-                await wait_for_marker(queue, handoff, deadline)
-            while True:
-                drained = await queue.drain()
-                now = time.time()
-                live = [d for d in drained.deliveries if d.expires_at is None or d.expires_at > now]
-                self.expired_dropped += len(drained.deliveries) - len(live)
-                read.deliveries += live
-                read.markers.handoffs += drained.handoffs
-                read.markers.tail_ends.update(drained.tail_ends)
-                found = found or (came is not None and came(drained))
-                if drained.more:
-                    continue
-                remaining = deadline - loop.time()
-                if found or remaining <= 0:
-                    break
-                with contextlib.suppress(RouterError):
-                    await queue.channel.fetch(READER, max=1, wait=min(remaining, 0.5))
+            found, expired = await drain(queue, came, handoff, read, deadline, gone)
         finally:
             await queue.aclose()
+        self.expired_dropped += expired
         return found
 
     async def reset_queue(self, client_id: str, expiry: int) -> None:

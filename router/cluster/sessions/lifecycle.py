@@ -34,13 +34,14 @@ from router.cluster.sessions.keeper import SessionKeeper
 from router.cluster.sessions.recovery import InboxRecovery, Recovery
 from router.cluster.sessions.restoration import restore_sessions
 from router.cluster.sessions.states import SessionState
-from router.core.messages import Outgoing
+from router.core.hooks import ClientInfo
+from router.core.messages import Delivery, Outgoing
 from router.core.options import SubscriptionOptions
 from router.core.topics import TopicFilter, validate_filter
 from router.errors import RouterError, SessionOwnershipError
 from router.state.keys import Keys, check_id
 from router.state.scripts import RedisClient
-from router.state.session_store import SessionInfo, SessionStore
+from router.state.session_store import NEVER, SessionInfo, SessionStore
 from router.state.subscriptions import Owner, SubscriptionStore
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,8 @@ class SessionLifecycle:
 
     ``write_routes(changes)`` writes route count changes to the node's route set and
     announces them; ``publish_will(will)`` publishes a will; ``running()`` is False once
-    the node stops (a handoff's end then leaves the routes to the node's purge).
+    the node stops (a handoff's end then leaves the routes to the node's purge);
+    ``is_dead(node_id)`` says a node's heartbeat expired (no handoff is awaited from it).
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class SessionLifecycle:
         write_routes: Callable[[list[CountChange]], Awaitable[None]],
         publish_will: Callable[[Outgoing], Awaitable[object]],
         running: Callable[[], bool],
+        is_dead: Callable[[str], bool] = lambda _node_id: False,
     ) -> None:
         self.node_id = config.node_id
         self.sessions = sessions
@@ -81,7 +84,7 @@ class SessionLifecycle:
         self._running = running
         self.claims = SessionClaims(self.node_id, subscriptions, forwarder, self._on_taken_over)
         self.locks = ClientLocks()
-        self._recovery = InboxRecovery(redis, keys, self.node_id, config.inbox_expire, sessions)
+        self.recovery = InboxRecovery(redis, keys, self.node_id, config.inbox_expire, sessions)
         self.keeper = SessionKeeper(
             redis,
             keys,
@@ -90,15 +93,16 @@ class SessionLifecycle:
             overflow=config.overflow,
             handoff_timeout=config.handoff_timeout,
             handoff_grace=config.handoff_grace,
-            recovery=self._recovery,
+            recovery=self.recovery,
             publish_will=publish_will,
             end_session=self._end_session,
+            is_dead=is_dead,
         )
         self.sessions_restored = 0
 
     @property
     def copies_recovered(self) -> int:
-        return self._recovery.copies_recovered
+        return self.recovery.copies_recovered
 
     async def connect(
         self,
@@ -206,7 +210,7 @@ class SessionLifecycle:
             await self._write_routes(
                 self._restore(client_id, {validate_filter(f): o for f, o in stored.items()})
             )
-        recovery = await self._recovery.mark(info)
+        recovery = await self.recovery.mark(info)
         claimed = await self.claims.claim(client_id, keep_state=info is not None)
         return session, claimed, info, recovery
 
@@ -368,6 +372,66 @@ class SessionLifecycle:
                 await self.keeper.reset_queue(client_id, 1)  # (gone with the session)
         await written
         await self._policy.detached(client_id, reason)
+
+    # -- adoption (router.cluster.sessions.adoption) ---------------------------------------
+
+    async def adopt_claims(
+        self, orphans: list[tuple[SessionInfo, Owner]]
+    ) -> list[tuple[ClientSession, Owner, list[CountChange]] | None]:
+        """Claim each session of ``orphans`` (its description, and the claim its dead
+        owner held) and open it here with its stored subscriptions, holding back the
+        copies that reach it (:meth:`adopt_finish` lets them go). For each: the session,
+        its new claim and the route changes to write (:meth:`adopt_routes`), or None when
+        the dead node no longer holds it (the client resumed it somewhere) or this node
+        serves it. The claims go to Redis together (pipelined). The caller holds the
+        clients' locks until :meth:`adopt_finish`."""
+        wanted = [(info, dead) for info, dead in orphans if not self.serves(info.client_id)]
+        for info, _ in wanted:
+            await self._drop_unclaimed(info.client_id)
+        expiries = [min(info.expiry, NEVER) for info, _ in wanted]
+        claims = await self.subscriptions.adopt_many(
+            [
+                (info.client_id, dead, -1 if expiry >= NEVER else expiry * 1000)
+                for (info, dead), expiry in zip(wanted, expiries, strict=True)
+            ],
+            self.node_id,
+        )
+        opened: dict[str, tuple[ClientSession, Owner, list[CountChange]]] = {}
+        for (info, _), expiry, adopted in zip(wanted, expiries, claims, strict=True):
+            if adopted is None:
+                continue
+            client_id = info.client_id
+            owner, filters = adopted
+            self.claims.adopted(client_id, owner)
+            session = self.sessions.open(client_id, (info.protocol, info.keepalive, info.username))
+            session.expiry = expiry
+            session.hold()
+            stored = {validate_filter(f): options for f, options in filters.items()}
+            await self._policy.attached(ClientInfo(client_id, info.username), new=True)
+            opened[client_id] = (session, owner, self._restore(client_id, stored))
+        return [opened.get(info.client_id) for info, _ in orphans]
+
+    async def adopt_routes(self, changes: list[CountChange]) -> None:
+        """Write the route changes of adopted sessions, announced once. Should Redis fail,
+        the route writer keeps them (written later) and the adoption goes on."""
+        try:
+            await self._write_routes(changes)
+        except (RouterError, RedisError):
+            log.warning("routes of adopted sessions not written yet", exc_info=True)
+
+    async def adopt_finish(
+        self, session: ClientSession, owner: Owner, recovered: list[Delivery]
+    ) -> None:
+        """The adopted session takes the copies ``recovered`` from the dead node's inbox
+        first, then those it held since :meth:`adopt_claim`, and is put away with its
+        expiry (its queue goes on after what the dead node queued). A session taken over
+        meanwhile gets ``recovered`` in its queue, for the node that resumes it."""
+        client_id = session.client_id
+        if self.claims.held(client_id) != owner or self.sessions.find(client_id) is not session:
+            await self.keeper.queue_copies(client_id, session.expiry, recovered)
+            return
+        session.release(recovered)
+        await self.keeper.put_away(session, owner, marked=True)
 
     def serves(self, client_id: str) -> bool:
         """True while this node holds the client's session (its claim in Redis)."""

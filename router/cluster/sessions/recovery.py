@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Final
 
@@ -68,13 +69,17 @@ class InboxRecovery:
         node's or its old node has no inbox)."""
         if info is None or info.node_id == self._node_id:
             return None
+        return await self.mark_node(info.node_id)
+
+    async def mark_node(self, dead: str) -> Recovery | None:
+        """A copy of ``dead``'s inbox cursor (None when it has no inbox)."""
         cursor = f"recovery-{uuid.uuid4().hex}"
-        channel = self._channel(info.node_id)
+        channel = self._channel(dead)
         try:
-            made = await channel.copy_cursor(info.node_id, cursor)
+            made = await channel.copy_cursor(dead, cursor)
         finally:
             await channel.aclose()
-        return Recovery(info.node_id, cursor) if made else None
+        return Recovery(dead, cursor) if made else None
 
     async def release(self, recovery: Recovery | None) -> None:
         """Drop a mark that is not needed (the old node handed the session on)."""
@@ -95,9 +100,21 @@ class InboxRecovery:
         the inbox of ``dead``, which held its session and did not hand it on: from the
         ``recovery`` mark made before the claim, else from the dead node's cursor. Read
         without acknowledging: the dead node's other clients may resume elsewhere."""
+        copies = (await self.recover_all(dead, {client_id}, recovery)).get(client_id, [])
+        if copies:
+            log.warning(
+                "recovered %d copies for %s from dead node %s", len(copies), client_id, dead
+            )
+        return copies
+
+    async def recover_all(
+        self, dead: str, clients: Collection[str], recovery: Recovery | None = None
+    ) -> dict[str, list[Delivery]]:
+        """:meth:`recover_for` for many clients at once (an adoption), the inbox read once:
+        client id -> its copies, in the order they were stored."""
         channel = self._channel(dead)
         reader = recovery.cursor if recovery is not None and recovery.dead == dead else dead
-        copies: list[Delivery] = []
+        copies: dict[str, list[Delivery]] = {}
         after: int | None = None
         try:
             while True:
@@ -107,7 +124,9 @@ class InboxRecovery:
                     break
                 for stored in result.messages:
                     for forward in _forwards(stored.content):
-                        copies += self._sessions.copies_for(forward.message, client_id)
+                        found = self._sessions.copies_for_clients(forward.message, clients)
+                        for client_id, made in found.items():
+                            copies.setdefault(client_id, []).extend(made)
                 if not result.more:
                     break
         finally:
@@ -116,11 +135,7 @@ class InboxRecovery:
             await channel.aclose()
         if recovery is not None and recovery.dead != dead:
             await self.release(recovery)
-        self.copies_recovered += len(copies)
-        if copies:
-            log.warning(
-                "recovered %d copies for %s from dead node %s", len(copies), client_id, dead
-            )
+        self.copies_recovered += sum(map(len, copies.values()))
         return copies
 
 

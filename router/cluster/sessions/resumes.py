@@ -10,11 +10,16 @@ the wait, so the next attempt on the node goes on from there instead of starting
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from router.cluster.sessions.recovery import Recovery
 from router.core.messages import Delivery
-from router.state.session_store import Handoff, SessionQueue
+from router.errors import RouterError
+from router.state.session_store import READER, Drained, Handoff, SessionQueue
 from router.state.subscriptions import Owner
 
 
@@ -54,10 +59,16 @@ class Resume:
     recovered: bool = False  # the previous node's inbox was read (or its mark released)
 
 
-async def wait_for_marker(queue: SessionQueue, epoch: int, deadline: float) -> None:
+#: Seconds between looks at a queue (and at whether its previous owner died) in a wait.
+LOOK: Final = 0.5
+
+
+async def wait_for_marker(
+    queue: SessionQueue, epoch: int, deadline: float, gone: Callable[[], bool]
+) -> None:
     """Return once the handoff marker of ``epoch`` is in ``queue`` (nothing is read: until
     then the node that writes it may still be reading the queue, the tail of an earlier
-    move to it), or at ``deadline`` (loop time)."""
+    move to it), at ``deadline`` (loop time), or once ``gone()`` (its writer is dead)."""
     loop = asyncio.get_running_loop()
     wakeups = queue.channel.wakeups
     while True:
@@ -65,9 +76,48 @@ async def wait_for_marker(queue: SessionQueue, epoch: int, deadline: float) -> N
         if await queue.handed_off(epoch):
             return
         remaining = deadline - loop.time()
-        if remaining <= 0:
+        if remaining <= 0 or gone():
             return
-        await wakeups.wait(generation, min(remaining, 0.5))
+        await wakeups.wait(generation, min(remaining, LOOK))
+
+
+async def drain(
+    queue: SessionQueue,
+    came: Callable[[Drained], bool] | None,
+    handoff: int | None,
+    read: Read,
+    deadline: float,
+    gone: Callable[[], bool],
+) -> tuple[bool, int]:
+    """Drain ``queue`` for its client into ``read``: every delivery in order (expired
+    ones dropped and counted) and the markers, until ``came`` finds the marker awaited in
+    a read, at most until ``deadline`` (loop time) or ``gone()`` (the node that would
+    write it is dead); returns whether it came, and the expired deliveries dropped.
+    With ``came`` None: what the queue holds now. With ``handoff``, nothing is read
+    before the handoff marker of that epoch is in the queue (within the same bounds)."""
+    found = came is None
+    expired = 0
+    loop = asyncio.get_running_loop()
+    await queue.ensure()
+    if handoff is not None:
+        await wait_for_marker(queue, handoff, deadline, gone)
+    while True:
+        drained = await queue.drain()
+        now = time.time()
+        live = [d for d in drained.deliveries if d.expires_at is None or d.expires_at > now]
+        expired += len(drained.deliveries) - len(live)
+        read.deliveries += live
+        read.markers.handoffs += drained.handoffs
+        read.markers.tail_ends.update(drained.tail_ends)
+        found = found or (came is not None and came(drained))
+        if drained.more:
+            continue
+        remaining = deadline - loop.time()
+        if found or remaining <= 0 or gone():
+            break
+        with contextlib.suppress(RouterError):
+            await queue.channel.fetch(READER, max=1, wait=min(remaining, LOOK))
+    return found, expired
 
 
 def tail_follows(resume: Resume) -> bool:
