@@ -216,3 +216,39 @@ def bench_soak(url: str | None, logs: str | None, as_json: bool, **sizes: Any) -
             kind, target, at, back = fault["kind"], fault["target"], fault["at_s"], fault["back_s"]
             click.echo(f"fault at {at} s: {kind} {target}, back in {back} s")
         click.echo(f"{len(series)} samples (--json has the time series)")
+
+
+@bench.command("fleet")
+@click.option("--redis", "url", default=None, help="Standalone Redis URL (default: start one).")
+@click.option("--connections", default=10_000, show_default=True, help="Idle MQTT clients.")
+@click.option(
+    "--sessions",
+    type=int,
+    default=None,
+    help="Persistent sessions (default: min(--connections, 10000); --kill: 10000).",
+)
+@click.option("--kill", is_flag=True, help="kill -9 a node under --sessions persistent sessions.")
+@click.option("--processes", default=2, show_default=True, help="Load processes (or more).")
+@click.option("--in-flight", default=500, show_default=True, help="CONNECTs per load process.")
+@click.option("--rate", default=2_000.0, show_default=True, help="--kill: QoS 1 msg/s published.")
+@click.option("--ttl", default=2.0, show_default=True, help="--kill: the nodes' heartbeat TTL.")
+@click.option("--skip-mosquitto", is_flag=True, help="Leave mosquitto out.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_fleet(url: str | None, as_json: bool, **sizes: Any) -> None:
+    """Many idle MQTT connections on one router node beside mosquitto (connect rate,
+    memory per connection, pings, one message each, idle CPU, Redis bytes per persistent
+    session); with --kill, a node killed under persistent sessions whose clients come
+    back to the other node in three storms (lost, refused, adoption time)."""
+    from router.bench import fleet, fleet_nodes
+
+    result = fleet.run(url, fleet_nodes.FleetConfig(**sizes))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    groups = result.pop("groups", None)
+    _print_table(f"router bench fleet ({result['mode']})", {"value": result})
+    for group in groups or ():
+        click.echo(
+            f"storm {group['group']}: {group['clients']} clients at {group['at_s']} s, "
+            f"{group['ok']} back, refused {group['refused']}"
+        )

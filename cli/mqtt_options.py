@@ -14,6 +14,12 @@ Command = TypeVar("Command", bound=Callable[..., Any])
 
 # option -> (MqttSettings field, click type, help)
 _LIMITS: dict[str, tuple[str, Any, str]] = {
+    "--mqtt-max-connecting": (
+        "max_connecting",
+        click.IntRange(min=1),
+        "CONNECTs whose node work runs at once; the others wait their turn "
+        "(0x89 once --mqtt-connect-timeout has passed since their accept).",
+    ),
     "--mqtt-max-connections": (
         "max_connections",
         click.IntRange(min=1),

@@ -367,6 +367,8 @@ class PacketReader:
     must not cost the node its size at every piece).
     """
 
+    __slots__ = ("_buffer", "_wanted", "error", "level", "max_packet_size")
+
     def __init__(self, max_packet_size: int = MAX_PACKET_SIZE) -> None:
         if not 2 <= max_packet_size <= MAX_PACKET_SIZE:
             raise ValueError(f"max_packet_size must be 2..{MAX_PACKET_SIZE}")
@@ -381,7 +383,7 @@ class PacketReader:
         """Bytes received but not yet part of a whole packet."""
         return len(self._buffer)
 
-    def feed(self, data: bytes) -> list[Packet]:
+    def feed(self, data: bytes | memoryview) -> list[Packet]:
         if self.error is not None:
             raise self.error
         buffer = self._buffer

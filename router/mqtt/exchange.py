@@ -157,6 +157,8 @@ class Acknowledgements:
     they move with it). ``v5``: reason codes go out (3.1.1 acknowledgements carry none).
     """
 
+    __slots__ = ("awaiting_release", "inflight", "v5")
+
     def __init__(
         self,
         inflight: MutableMapping[int, Delivery],

@@ -39,11 +39,12 @@ class InboundLimits:
     """Topic aliases and the Receive Maximum quota of one connection (see the module
     docstring); every refusal raises :class:`MqttProtocolError` with its reason code."""
 
+    __slots__ = ("_aliases", "receive_maximum", "topic_alias_maximum")
+
     def __init__(self, topic_alias_maximum: int, receive_maximum: int) -> None:
         self.topic_alias_maximum = topic_alias_maximum
         self.receive_maximum = receive_maximum
-        self._aliases = AliasTable()
-        self._aliases.set_maximum(_OWN, "client", topic_alias_maximum)
+        self._aliases: AliasTable | None = None  # (made when the client binds an alias)
 
     def outgoing(
         self, packet: Publish, publisher: str | None, awaiting: Collection[int]
@@ -73,12 +74,15 @@ class InboundLimits:
                 f"topic alias {alias} is invalid", ReasonCode.TOPIC_ALIAS_INVALID
             )
         if packet.topic:
+            if self._aliases is None:
+                self._aliases = AliasTable()
+                self._aliases.set_maximum(_OWN, "client", self.topic_alias_maximum)
             try:
                 self._aliases.bind(_OWN, "client", alias, packet.topic)
             except InvalidTopicError as error:
                 raise MqttProtocolError(str(error), ReasonCode.TOPIC_NAME_INVALID) from None
             return packet.topic
-        topic = self._aliases.topic(_OWN, "client", alias)
+        topic = None if self._aliases is None else self._aliases.topic(_OWN, "client", alias)
         if topic is None:
             raise MqttProtocolError(f"topic alias {alias} is not bound")
         return topic

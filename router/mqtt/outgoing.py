@@ -14,17 +14,21 @@ alias lives as long as the connection.
 client's Receive Maximum), the rest wait in the session. A slot of the window is taken
 *before* a delivery leaves the session, so a delivery is always queued there or in
 flight, never in between (a session handed on takes both). Packets gathered while more
-deliveries wait go out in one write. A packet above the client's Maximum Packet Size
-is not sent (MQTT-3.1.2-25) and a message whose expiry passed neither; both are counted.
+deliveries wait go out in one write. A packet above the client's Maximum Packet Size is
+not sent (MQTT-3.1.2-25) and a message whose expiry passed neither; both are counted. It
+sends from a task only while there is something to send: an idle client's outbox waits
+for the next delivery without one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from router.cluster.local_sessions import ClientSession
 from router.core.messages import Delivery, MessageProperties
@@ -34,7 +38,7 @@ from router.mqtt.packets import MQTT_5, PubRel
 from router.mqtt.properties import NO_PROPERTIES, Properties
 
 if TYPE_CHECKING:
-    from router.mqtt.protocol import Transport
+    from router.mqtt.intake import Transport
 
 #: Packets to a client gathered into one write, at most.
 OUT_BATCH: Final = 256
@@ -76,10 +80,12 @@ class PublishEncoder:
     topic aliases up to the client's ``alias_maximum`` (0: none); topic fields come from
     ``fields`` (a server's, shared)."""
 
+    __slots__ = ("_aliases", "_fields", "alias_maximum", "level")
+
     def __init__(self, level: int, alias_maximum: int, fields: TopicFields | None = None) -> None:
         self.level = level
         self.alias_maximum = alias_maximum if level >= MQTT_5 else 0
-        self._aliases: dict[str, int] = {}
+        self._aliases: dict[str, int] | None = None  # (made with the first alias)
         self._fields = TopicFields() if fields is None else fields
 
     def encode(self, delivery: Delivery, packet_id: int | None, dup: bool) -> bytes:
@@ -114,12 +120,17 @@ class PublishEncoder:
 
     def _alias(self, topic: str) -> tuple[int, bool] | None:
         """(alias, already known to the client) for ``topic``, None to send it plainly."""
-        alias = self._aliases.get(topic)
+        aliases = self._aliases
+        if aliases is None:
+            if not self.alias_maximum:
+                return None
+            aliases = self._aliases = {}
+        alias = aliases.get(topic)
         if alias is not None:
             return alias, True
-        if len(self._aliases) >= self.alias_maximum:
+        if len(aliases) >= self.alias_maximum:
             return None
-        alias = self._aliases[topic] = len(self._aliases) + 1
+        alias = aliases[topic] = len(aliases) + 1
         return alias, False
 
 
@@ -160,7 +171,19 @@ def publish_properties(delivery: Delivery, now: float) -> Properties:
 
 
 class Outbox:
-    """The deliveries of one session over one connection (see the module docstring)."""
+    """The deliveries of one session over one connection (see the module docstring).
+
+    It sends from a task only while there is something to send. With a free slot and an
+    empty queue it waits for the session's next delivery without one: the session's
+    :meth:`~router.cluster.local_sessions.ClientSession.get` is stepped from the done
+    callback of the future it waits on (an idle connection holds no task). ``on_end`` is
+    called once the session is closed (None) or sending failed (the error).
+    """
+
+    __slots__ = (
+        "_counters", "_encoder", "_free", "_max_packet", "_next_id", "_on_end", "_out",
+        "_session", "_slot_freed", "_task", "_transport", "_waiting",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -170,39 +193,97 @@ class Outbox:
         encoder: PublishEncoder,
         window: int,
         max_packet: int,
+        on_end: Callable[[Exception | None], None],
     ) -> None:
         self._session = session
         self._transport = transport
         self._counters = counters
         self._encoder = encoder
         self._free = window  # slots of the window not held by a delivery
-        self._slot_freed = asyncio.Event()
+        self._slot_freed: asyncio.Future[None] | None = None  # (waited on with no free slot)
         self._max_packet = max_packet  # 0: no limit
         self._next_id = 0
         self._out: list[bytes] = []
+        self._on_end = on_end
+        self._task: asyncio.Task[None] | None = None  # sending
+        self._waiting: Coroutine[Any, Any, Delivery | None] | None = None  # session.get()
 
-    async def run(self) -> None:
+    def start(self) -> None:
         """Send deliveries until the session closes: first what was in flight when its
         last connection ended (by packet id), then the queue. Whatever is queued when a
         turn starts goes in that turn, up to the free slots, without a wait per delivery."""
+        if self._session.inflight:
+            self._task = asyncio.get_running_loop().create_task(self._run(resend=True))
+        else:
+            self._sleep()
+
+    async def stop(self) -> None:
+        """Stop sending (what is in flight stays the session's, and the queue)."""
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None:
+            waiting.close()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self, resend: bool) -> None:
         session = self._session
-        for packet_id in sorted(session.inflight):
-            await self._slot()
-            self._free -= 1
-            self._send_inflight(packet_id, session.inflight[packet_id])
-        while True:
-            if self._out:
-                await self._flush()
-            await self._slot()
-            deliveries = session.take(min(self._free, OUT_BATCH))
-            if not deliveries:
-                delivery = await session.get()
-                if delivery is None:
-                    return
-                deliveries = [delivery]
-            self._free -= len(deliveries)
-            for delivery in deliveries:
-                self._send(delivery)
+        try:
+            for packet_id in sorted(session.inflight) if resend else ():
+                await self._slot()
+                self._free -= 1
+                self._send_inflight(packet_id, session.inflight[packet_id])
+            while True:
+                if self._out:
+                    await self._flush()
+                await self._slot()
+                deliveries = session.take(min(self._free, OUT_BATCH))
+                if not deliveries:
+                    break
+                self._free -= len(deliveries)
+                for delivery in deliveries:
+                    self._send(delivery)
+        except Exception as error:  # (RouterError, ConnectionError: the connection ends)
+            self._task = None
+            self._on_end(error)
+            return
+        self._task = None
+        self._sleep()
+
+    def _sleep(self) -> None:
+        """Wait for the next delivery (a slot is free, nothing is gathered) without a task."""
+        self._step(self._session.get())
+
+    def _step(self, waiting: Coroutine[Any, Any, Delivery | None]) -> None:
+        try:
+            future = waiting.send(None)
+        except StopIteration as woken:
+            self._waiting = None
+            self._woken(woken.value)
+            return
+        except Exception as error:
+            self._waiting = None
+            self._on_end(error)
+            return
+        self._waiting = waiting
+        if isinstance(future, asyncio.Future):
+            future.add_done_callback(self._wake)
+        else:  # (a bare yield: step again soon)
+            asyncio.get_running_loop().call_soon(self._wake, None)
+
+    def _wake(self, _: object) -> None:
+        if self._waiting is not None:
+            self._step(self._waiting)
+
+    def _woken(self, delivery: Delivery | None) -> None:
+        if delivery is None:  # (the session is closed)
+            self._on_end(None)
+            return
+        self._free -= 1  # (the slot that was free: the delivery is in flight at once)
+        self._send(delivery)
+        self._task = asyncio.get_running_loop().create_task(self._run(resend=False))
 
     async def _slot(self) -> None:
         """Return once a slot of the window is free (what is gathered goes out first: the
@@ -211,13 +292,17 @@ class Outbox:
             if self._out:
                 await self._flush()
                 continue
-            self._slot_freed.clear()
-            await self._slot_freed.wait()
+            self._slot_freed = asyncio.get_running_loop().create_future()
+            try:
+                await self._slot_freed
+            finally:
+                self._slot_freed = None
 
     def _give_back(self) -> None:
         self._free += 1
-        if self._free == 1:  # (only a window with no free slot is waited on)
-            self._slot_freed.set()
+        freed = self._slot_freed  # (only a window with no free slot is waited on)
+        if freed is not None and not freed.done():
+            freed.set_result(None)
 
     def release(self, packet_id: int) -> None:
         """The client acknowledged ``packet_id`` (PUBACK, PUBCOMP, a failed PUBREC)."""

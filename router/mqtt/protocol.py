@@ -49,6 +49,10 @@ The life of a connection:
    error, silence) is counted by reason in the server's stats (``mqtt_closed_*``). A
    client that does not read what it is sent is not read from once ``READ_PAUSE`` bytes
    wait for it, and that is silence (0x8D after 1.5 x keepalive).
+
+How the bytes come in (pushed by TCP and TLS, pulled from a WebSocket), with no task
+while the connection is idle: :mod:`router.mqtt.intake`. The connection keeps of its
+CONNECT only the will and the Session Expiry Interval asked for (should it have either).
 """
 
 from __future__ import annotations
@@ -57,8 +61,8 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Final, Protocol
+from dataclasses import replace
+from typing import TYPE_CHECKING, Final
 
 from redis.exceptions import RedisError
 
@@ -78,7 +82,7 @@ from router.errors import (
     StateError,
     UnsupportedProtocolVersionError,
 )
-from router.mqtt.codec import PacketReader, encode, encode_puback
+from router.mqtt.codec import encode, encode_puback
 from router.mqtt.exchange import (
     Acknowledgements,
     Action,
@@ -91,6 +95,7 @@ from router.mqtt.exchange import (
     refusal,
 )
 from router.mqtt.inbound import InboundLimits
+from router.mqtt.intake import READ_PAUSE, Intake, Transport
 from router.mqtt.outgoing import Outbox, PublishEncoder, carried_properties
 from router.mqtt.packets import (
     MQTT_3_1,
@@ -119,149 +124,89 @@ from router.mqtt.settings import MqttSettings
 if TYPE_CHECKING:
     from router.mqtt.server import MqttServer
 
+__all__ = ["READ_PAUSE", "SYSTEM_TOPICS", "MqttConnection", "Transport"]
+
 log = logging.getLogger(__name__)
 
 #: Topics only the broker publishes (:mod:`router.mqtt.sys_topics`); a client's publish
 #: there is refused (PUBACK/PUBREC 0x87 in 5.0, dropped in 3.1.1), as Mosquitto does.
 SYSTEM_TOPICS: Final = "$SYS/"
-#: Answers (PINGRESP, PUBACK, ...) a client has not read, in bytes, above which the node
-#: stops reading from it until they are sent: a client that sends and never reads must
-#: not grow the node's write buffer without bound (TCP then pushes back on the client).
-READ_PAUSE: Final = 1 << 20
 
 RC = ReasonCode
 
 
-class Transport(Protocol):
-    """What a listener gives a connection: write whole packets, wait, close."""
+class MqttConnection(Intake):
+    """The protocol state of one client connection (see the module docstring); its
+    bytes come in through :class:`~router.mqtt.intake.Intake`."""
 
-    peer: str
+    __slots__ = (
+        "_acks",
+        "_disconnect_sent",
+        "_kept",
+        "_limits",
+        "_outbox",
+        "_session",
+        "_session_expiry",
+        "client_id",
+        "keepalive",
+        "level",
+        "node",
+        "settings",
+    )  # fmt: skip
 
-    def write(self, data: bytes) -> None: ...
-
-    def backlog(self) -> int:
-        """Bytes written and not yet sent (the client is not reading them yet)."""
-        ...
-
-    async def drain(self) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class MqttConnection:
-    """The protocol state of one client connection (see the module docstring)."""
+    _limits: InboundLimits  # (these four once the client is attached)
+    _session: ClientSession
+    _acks: Acknowledgements
+    _outbox: Outbox
 
     def __init__(self, server: MqttServer, transport: Transport) -> None:
-        self.server = server
+        super().__init__(server, transport)
         self.node: RouterNode = server.node
         self.settings: MqttSettings = server.settings
-        self.transport = transport
-        self.reader = PacketReader(self.settings.max_packet_size)
         self.client_id: str | None = None
         self.level = MQTT_5
-        self.connect: Connect | None = None
         self.keepalive = 0
-        self._limits = InboundLimits(
-            self.settings.topic_alias_maximum, self.settings.receive_maximum
-        )
-        self._session = ClientSession("", 1, "drop_oldest")  # the node's, once attached
-        self._acks = Acknowledgements(self._session.inflight, self._session.awaiting_release, True)
+        self._kept: Connect | None = None  # its will and expiry, should it have either
         self._session_expiry = 0
-        self._deliverer: asyncio.Task[None] | None = None
-        self._ended = asyncio.Event()
-        self._finished = asyncio.Event()
-        self._end_code: int | None = None
         self._disconnect_sent = False
 
     # -- the connection's life -----------------------------------------------------------
 
-    async def run(self, chunks: AsyncIterator[bytes]) -> None:
-        """Serve the connection until it ends; never raises for anything the client did."""
+    async def _handle_packets(self, packets: list[Packet]) -> None:
+        if self.client_id is None:  # (the first packets: the CONNECT, and what came with it)
+            connect = packets[0]
+            if type(connect) is not Connect:
+                raise MqttProtocolError("the first packet must be CONNECT")
+            if not await self._accept(connect):
+                raise ConnectionEndedError(None)
+            packets = packets[1:]
+        await self._handle_all(packets)
+
+    async def _conclude(self, reason: BaseException) -> None:
+        """Answer why the connection ends; never raises for anything the client did."""
         keep_will = True
-        attached = False
-        try:
-            connect, *rest = await self._first_packets(chunks)
-            assert type(connect) is Connect  # (checked by _first_packets)
-            attached = await self._accept(connect)
-            if not attached:
-                return
-            await self._handle_all(rest)  # (a DISCONNECT among them ends here too)
-            self._raise_stream_error()
-            await self._serve(chunks)
-        except ConnectionEndedError as ended:
-            keep_will = ended.keep_will
-            self._send_disconnect(ended.disconnect_code)
-        except UnsupportedProtocolVersionError as error:
-            self.server.count_close(error.reason_code)
-            v3 = error.level in (MQTT_3_1, MQTT_3_1_1)
-            self.transport.write(encode(ConnAck(False, error.reason_code), 4 if v3 else 5))
-        except MqttError as error:
-            self.server.count_close(error.reason_code)
-            self._send_disconnect(error.reason_code)
-        except (StateError, RedisError) as error:  # (Redis refused or is gone: no ack)
-            log.warning("closing MQTT client %s: %s", self.client_id, error)
+        if isinstance(reason, ConnectionEndedError):
+            keep_will = reason.keep_will
+            self._send_disconnect(reason.disconnect_code)
+        elif isinstance(reason, UnsupportedProtocolVersionError):
+            self.server.count_close(reason.reason_code)
+            v3 = reason.level in (MQTT_3_1, MQTT_3_1_1)
+            self.transport.write(encode(ConnAck(False, reason.reason_code), 4 if v3 else 5))
+        elif isinstance(reason, MqttError):
+            self.server.count_close(reason.reason_code)
+            self._send_disconnect(reason.reason_code)
+        elif isinstance(reason, StateError | RedisError):  # (Redis refused or is gone: no ack)
+            log.warning("closing MQTT client %s: %s", self.client_id, reason)
             self._send_disconnect(RC.SERVER_BUSY)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            await self._finish(attached, keep_will)
+        elif isinstance(reason, Exception) and not isinstance(reason, ConnectionError):
+            log.error("MQTT client %s failed", self.client_id, exc_info=reason)
+        await self._finish(keep_will)
 
-    async def _first_packets(self, chunks: AsyncIterator[bytes]) -> list[Packet]:
-        """Read until the CONNECT (and whatever came with it) within the connect timeout
-        (else the connection just closes, counted as ``connect_timeout``)."""
-        try:
-            async with asyncio.timeout(self.settings.connect_timeout):
-                async for chunk in chunks:
-                    packets = self.reader.feed(chunk)
-                    if packets:
-                        if type(packets[0]) is not Connect:
-                            raise MqttProtocolError("the first packet must be CONNECT")
-                        return packets  # (a bad packet after them raises once handled)
-        except TimeoutError:
-            self.server.count_close("connect_timeout")
-        raise ConnectionEndedError(None)
-
-    async def _serve(self, chunks: AsyncIterator[bytes]) -> None:
-        silence = self.keepalive * 1.5 if self.keepalive else None
-        iterator = aiter(chunks)
-        while True:
-            try:
-                async with asyncio.timeout(silence):
-                    chunk = await anext(iterator)
-            except TimeoutError:
-                raise self._silent() from None
-            except StopAsyncIteration:
-                raise ConnectionEndedError(
-                    None
-                ) from None  # closed without DISCONNECT: the will goes
-            await self._handle_all(self.reader.feed(chunk))
-            self._raise_stream_error()
-            if self._ended.is_set():
-                raise ConnectionEndedError(self._end_code)
-            if self.transport.backlog() > READ_PAUSE:
-                try:  # (not reading what it is sent counts as silence: 1.5 x keepalive)
-                    async with asyncio.timeout(silence):
-                        await self.transport.drain()
-                except TimeoutError:
-                    raise self._silent() from None
-
-    def _silent(self) -> ConnectionEndedError:
-        self.server.count_close(RC.KEEP_ALIVE_TIMEOUT)
-        return ConnectionEndedError(RC.KEEP_ALIVE_TIMEOUT)
-
-    def _raise_stream_error(self) -> None:
-        """A bad packet that followed good ones in the same bytes, now that they are done."""
-        if self.reader.error is not None:
-            raise self.reader.error
-
-    async def _finish(self, attached: bool, keep_will: bool) -> None:
-        if self._deliverer is not None:
-            self._deliverer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._deliverer
+    async def _finish(self, keep_will: bool) -> None:
         client_id = self.client_id
         try:
-            if attached and client_id is not None:
+            if client_id is not None:
+                await self._outbox.stop()
                 will, delay = self._will() if keep_will else (None, 0)
                 if self.node.serves(client_id):
                     await self.node.put_away(
@@ -278,14 +223,13 @@ class MqttConnection:
         finally:
             self.server.forget(self)
             self.transport.close()
-            self._finished.set()
 
     def _will(self) -> tuple[Outgoing | None, int]:
         """The connection's will as a message, and its delay in seconds."""
-        connect = self.connect
-        if connect is None or connect.will is None:
+        kept = self._kept
+        if kept is None or kept.will is None:
             return None, 0
-        will = connect.will
+        will = kept.will
         outgoing = Outgoing(
             will.topic, will.payload, will.qos, will.retain, self.client_id,
             will.properties.message_expiry_interval, carried_properties(will.properties),
@@ -294,10 +238,9 @@ class MqttConnection:
 
     def end(self, code: int) -> None:
         """Close from outside (takeover on this node, node shutdown): DISCONNECT ``code``."""
-        self._end_code = code
-        self._ended.set()
         self._send_disconnect(code)
         self.transport.close()
+        self._end_with(ConnectionEndedError(code))
 
     # -- CONNECT -------------------------------------------------------------------------
 
@@ -305,7 +248,8 @@ class MqttConnection:
         """Answer the CONNECT; True when the client is attached to the node."""
         self.level = connect.protocol_level
         self.reader.level = self.level
-        self.connect = connect
+        if connect.will is not None or connect.properties.session_expiry_interval:
+            self._kept = replace(connect, username=None, password=None)  # (no credentials)
         v5 = self.level >= MQTT_5
         admitted = admit(connect, self.settings, lambda: f"auto-{uuid.uuid4().hex}")
         if isinstance(admitted, Refuse):
@@ -320,46 +264,66 @@ class MqttConnection:
             except TimeoutError:  # (the old one is still letting go: the client may retry)
                 return self._refuse(RC.SERVER_BUSY)
         self._session_expiry = admitted.expiry
-        try:
-            if connect.clean_start and previous is None and self.node.serves(client_id):
-                await self.node.disconnect(client_id)  # a clean start drops a local session
-            present = await self.node.connect(
-                client_id, connect.username, connect.password,
-                clean_start=connect.clean_start, expiry=self._session_expiry,
-                protocol=self.level, keepalive=connect.keepalive,
-            )  # fmt: skip
-        except (InvalidIdError, NotAuthorizedError) as error:
-            return self._refuse(refusal(connect, error))
-        except (StateError, RedisError) as error:  # (Redis refused or is gone)
-            log.warning("refusing MQTT client %s: %s", client_id, error)
-            return self._refuse(refusal(connect, error))
+        present = await self._connect_node(connect, client_id, previous is None)
+        if present is None:
+            return False
         self.client_id = client_id
         self.server.attach(self)
         self.keepalive = connect.keepalive
         self._session = self.node.sessions.session(client_id)
         self._acks = Acknowledgements(self._session.inflight, self._session.awaiting_release, v5)
+        settings = self.settings
+        self._limits = InboundLimits(settings.topic_alias_maximum, settings.receive_maximum)
         asked = connect.properties
         window = min(self.settings.max_inflight, asked.receive_maximum or 0xFFFF)
         self._outbox = Outbox(
             self._session, self.transport, self.server,
             PublishEncoder(self.level, asked.topic_alias_maximum or 0, self.server.topic_fields),
-            window, asked.maximum_packet_size or 0,
+            window, asked.maximum_packet_size or 0, self._deliveries_ended,
         )  # fmt: skip
         properties = NO_PROPERTIES
         if v5:
             properties, self.keepalive = connack_properties(connect, self.settings, admitted)
         self._write(ConnAck(present, RC.SUCCESS, properties))
-        self._deliverer = asyncio.create_task(self._deliver(), name=f"mqtt:{client_id}")
+        self._watch_silence(self.keepalive)
+        self._outbox.start()
         return True
+
+    async def _connect_node(self, connect: Connect, client_id: str, alone: bool) -> bool | None:
+        """The node's connect of ``client_id`` (Session Present), once a turn comes: the
+        node's CONNECTs at once are bounded, a wait for one by ``connect_timeout`` from
+        accept (then 0x89, as when the node refuses: None, the CONNACK written)."""
+        turns = self.server.connecting
+        if turns.locked():
+            self.server.connect_waited += 1
+        try:
+            async with asyncio.timeout_at(self._opened_at + self.settings.connect_timeout):
+                await turns.acquire()
+        except TimeoutError:  # (the client may retry)
+            self._refuse(RC.SERVER_BUSY)
+            return None
+        try:
+            if connect.clean_start and alone and self.node.serves(client_id):
+                await self.node.disconnect(client_id)  # a clean start drops a local session
+            return await self.node.connect(
+                client_id, connect.username, connect.password,
+                clean_start=connect.clean_start, expiry=self._session_expiry,
+                protocol=self.level, keepalive=connect.keepalive,
+            )  # fmt: skip
+        except (InvalidIdError, NotAuthorizedError) as error:
+            self._refuse(refusal(connect, error))
+            return None
+        except (StateError, RedisError) as error:  # (Redis refused or is gone)
+            log.warning("refusing MQTT client %s: %s", client_id, error)
+            self._refuse(refusal(connect, error))
+            return None
+        finally:
+            turns.release()
 
     def _refuse(self, code: int) -> bool:
         self.server.count_close(code)
         self._write(ConnAck(False, code))
         return False
-
-    async def finished(self) -> None:
-        """Return once the connection has ended and let go of its client on the node."""
-        await self._finished.wait()
 
     # -- packets from the client -----------------------------------------------------------
 
@@ -409,7 +373,7 @@ class MqttConnection:
             raise MqttProtocolError(f"a client may not send {kind.__name__}")
 
     def _on_disconnect(self, packet: Disconnect) -> None:
-        expiry = disconnect(packet, self.connect, self.settings)
+        expiry = disconnect(packet, self._kept, self.settings)
         if expiry is not None:
             self._session_expiry = expiry
         raise disconnect_ends(packet)
@@ -529,18 +493,19 @@ class MqttConnection:
 
     # -- deliveries to the client ----------------------------------------------------------
 
-    async def _deliver(self) -> None:
-        """Send the session's deliveries (:class:`~router.mqtt.outgoing.Outbox`) until it
-        closes; a session closed by the node (taken over elsewhere, node stopping) ends
-        the connection."""
-        try:
-            await self._outbox.run()
-        except (RouterError, ConnectionError):
-            log.warning("deliveries to MQTT client %s ended", self.client_id, exc_info=True)
-        if not self._ended.is_set():
-            reason = self._session.close_reason
-            running = self.node.running and reason != "node_stopped"
-            self.end(RC.SESSION_TAKEN_OVER if running else RC.SERVER_SHUTTING_DOWN)
+    def _deliveries_ended(self, error: Exception | None) -> None:
+        """The session was closed by the node (taken over elsewhere, node stopping), or
+        sending failed: the connection ends (unless it is ending already)."""
+        expected = error is None or isinstance(error, RouterError | ConnectionError)
+        if not expected:
+            log.error("deliveries to MQTT client %s failed", self.client_id, exc_info=error)
+        if self._reason is not None:
+            return
+        if error is not None and expected:
+            log.warning("deliveries to MQTT client %s ended", self.client_id, exc_info=error)
+        reason = self._session.close_reason
+        running = self.node.running and reason != "node_stopped"
+        self.end(RC.SESSION_TAKEN_OVER if running else RC.SERVER_SHUTTING_DOWN)
 
     # -- writing -----------------------------------------------------------------------------
 

@@ -12,8 +12,15 @@ server knows which connection holds which client id on this node (a second CONNE
 the same id closes the first, MQTT-3.1.4-3). Sockets above ``max_connections`` are
 closed at accept, before a byte is read (counted: ``mqtt_refused``); the connections it
 ends for what a client did are counted by reason (``mqtt_closed_<reason>``: the reason
-code's name, or ``connect_timeout``). Closing the server ends every connection with
-DISCONNECT 0x8B.
+code's name, or ``connect_timeout``). The node work of CONNECTs runs ``max_connecting``
+at a time (:class:`~router.mqtt.settings.MqttSettings`): those that had to wait for a
+turn are counted (``mqtt_connect_waited``), and one whose turn did not come within
+``connect_timeout`` of its accept is refused with 0x89 (``mqtt_closed_server_busy``).
+Closing the server ends every connection with DISCONNECT 0x8B.
+
+TCP and TLS sockets are asyncio protocols (:mod:`router.mqtt.tcp`), WebSocket
+connections are pulled (:meth:`MqttServer.run_connection`); either way a connection
+holds no task while it is idle (:mod:`router.mqtt.intake`).
 """
 
 from __future__ import annotations
@@ -21,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import ssl
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -34,11 +40,11 @@ from router.mqtt.protocol import MqttConnection
 from router.mqtt.reason_codes import ReasonCode
 from router.mqtt.settings import BACKLOG, DEFAULT_SETTINGS, MqttSettings
 from router.mqtt.sys_topics import SysTopics
+from router.mqtt.tcp import stream_factory
 from router.mqtt.websocket import DEFAULT_PATH, WebSocketServer, listen_websocket
 
 log = logging.getLogger(__name__)
 
-READ_SIZE: Final = 65536
 #: The reasons to end a connection (or refuse a CONNECT) that a client can cause, always
 #: in the stats (any other appears once it happened): see :meth:`MqttServer.count_close`.
 CLOSE_REASONS: Final = (
@@ -93,33 +99,6 @@ def parse_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-class StreamTransport:
-    """A connection's :class:`~router.mqtt.protocol.Transport` over asyncio streams."""
-
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self._writer = writer
-        peer = writer.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-
-    def write(self, data: bytes) -> None:
-        if not self._writer.is_closing():
-            self._writer.write(data)
-
-    def backlog(self) -> int:
-        return self._writer.transport.get_write_buffer_size()
-
-    async def drain(self) -> None:
-        await self._writer.drain()
-
-    def close(self) -> None:
-        self._writer.close()
-
-
-async def _chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
-    while data := await reader.read(READ_SIZE):
-        yield data
-
-
 class MqttServer:
     """The listeners and connections of one node (see the module docstring)."""
 
@@ -132,7 +111,9 @@ class MqttServer:
         self._websockets: list[WebSocketServer] = []
         self._connections: set[MqttConnection] = set()
         self._clients: dict[str, MqttConnection] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        #: Turns of the node's CONNECT work (see :class:`MqttSettings` ``max_connecting``).
+        self.connecting = asyncio.Semaphore(settings.max_connecting)
+        self.connect_waited = 0  # CONNECTs that waited for a turn
         node.add_kicker(self.kick)
         node.liveness.on_cut_off(self.end_all)
         self.accepted = 0
@@ -194,8 +175,8 @@ class MqttServer:
         host, port = parse_address(address)
         handshake = None if tls is None else self.settings.connect_timeout
         try:
-            server = await asyncio.start_server(
-                self._accept, host, port, ssl=tls, ssl_handshake_timeout=handshake,
+            server = await asyncio.get_running_loop().create_server(
+                stream_factory(self), host, port, ssl=tls, ssl_handshake_timeout=handshake,
                 backlog=BACKLOG,
             )  # fmt: skip
         except OSError as error:
@@ -206,31 +187,29 @@ class MqttServer:
         self.listeners.append(("mqtts" if tls else "mqtt", bound[0], bound[1]))
         return bound[0], bound[1]
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        await self.run_connection(MqttConnection(self, StreamTransport(writer)), _chunks(reader))
+    def refuses(self) -> bool:
+        """True when one more connection would be beyond ``max_connections`` (it is
+        counted as refused: the caller closes it)."""
+        if len(self._connections) < self.settings.max_connections:
+            return False
+        self.refused += 1
+        return True
+
+    def admit(self, connection: MqttConnection) -> None:
+        """A connection accepted (:meth:`refuses` said no) is served until it ends."""
+        self.accepted += 1
+        self._connections.add(connection)
 
     async def run_connection(
         self, connection: MqttConnection, chunks: AsyncIterator[bytes]
     ) -> None:
-        """Serve one accepted connection (of any listener) until it ends."""
-        if len(self._connections) >= self.settings.max_connections:
-            self.refused += 1
+        """Serve one accepted connection whose bytes are pulled from ``chunks`` (the
+        WebSocket listener) until it ends."""
+        if self.refuses():
             connection.transport.close()
             return
-        self.accepted += 1
-        self._connections.add(connection)
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        try:
-            await connection.run(chunks)
-        finally:
-            if task is not None:
-                self._tasks.discard(task)
-            self._connections.discard(connection)
+        self.admit(connection)
+        await connection.run(chunks)
 
     async def listen_websocket(
         self, address: str, path: str = DEFAULT_PATH, tls: ssl.SSLContext | None = None
@@ -256,12 +235,13 @@ class MqttServer:
             server.close()
         for listener in self._websockets:
             listener.close()
-        for connection in list(self._connections):
+        connections = list(self._connections)
+        for connection in connections:
             connection.end(ReasonCode.SERVER_SHUTTING_DOWN)
-        if self._tasks:
+        if connections:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.settings.connect_timeout):
-                    await asyncio.gather(*self._tasks, return_exceptions=True)
+                    await asyncio.gather(*(c.finished() for c in connections))
         for server in self._servers:
             await server.wait_closed()
         for listener in self._websockets:
@@ -276,6 +256,7 @@ class MqttServer:
             "mqtt_clients": len(self._clients),
             "mqtt_accepted": self.accepted,
             "mqtt_refused": self.refused,
+            "mqtt_connect_waited": self.connect_waited,
             "mqtt_messages_received": self.messages_received,
             "mqtt_messages_sent": self.messages_sent,
             "mqtt_oversized_dropped": self.oversized_dropped,

@@ -33,7 +33,11 @@ class MqttSettings:
     the ``$SYS/broker/...`` topics (:mod:`router.mqtt.sys_topics`; 0: none published).
     ``session_expiry_max``: the longest Session Expiry Interval granted (a longer one is
     cut down and announced in CONNACK); also what a 3.1.1 client with clean session 0
-    gets, whose session the specification never ends.
+    gets, whose session the specification never ends. ``max_connecting``: CONNECTs whose
+    node work (session claim, Redis reads and writes) runs at once; the others wait
+    their turn, at most until ``connect_timeout`` after their accept (then CONNACK 0x89
+    Server busy, 3.1.1: 3 server unavailable), so that a burst of clients is served in
+    turn instead of running the node's Redis connection pool out.
     """
 
     max_connections: int = 10_000
@@ -46,6 +50,7 @@ class MqttSettings:
     allow_anonymous: bool = True
     sys_interval: float = 10.0
     session_expiry_max: int = 7 * 24 * 3600
+    max_connecting: int = 64
 
     def __post_init__(self) -> None:
         checks = {
@@ -58,6 +63,7 @@ class MqttSettings:
             "max_inflight": 1 <= self.max_inflight <= 0xFFFF,
             "sys_interval": self.sys_interval >= 0,
             "session_expiry_max": 0 <= self.session_expiry_max <= 0xFFFFFFFF,
+            "max_connecting": self.max_connecting >= 1,
         }
         for name, good in checks.items():
             if not good:

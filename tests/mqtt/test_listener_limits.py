@@ -144,7 +144,7 @@ async def test_qos_1_over_a_receive_maximum_held_by_unreleased_qos_2_gets_0x93(
 
 
 async def test_a_takeover_whose_old_connection_does_not_end_is_refused_with_0x89(
-    start_node: StartNode, caplog: pytest.LogCaptureFixture
+    start_node: StartNode, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node, settings = await server_of(start_node, connect_timeout=0.3)
     async with serve(node, ["127.0.0.1:0"], settings) as server:
@@ -155,7 +155,12 @@ async def test_a_takeover_whose_old_connection_does_not_end_is_refused_with_0x89
         old = server.owner("twice")
         assert old is not None
         stuck = asyncio.Event()
-        old.finished = stuck.wait  # type: ignore[method-assign]  # (its end never comes)
+        finished = MqttConnection.finished
+
+        async def never_for_old(connection: MqttConnection) -> None:
+            await (stuck.wait() if connection is old else finished(connection))
+
+        monkeypatch.setattr(MqttConnection, "finished", never_for_old)  # (its end never comes)
         try:
             got = await answers(port, encode(Connect("twice", MQTT_5)))
         finally:

@@ -56,6 +56,13 @@ BAD: dict[str, list[tuple[str, str]]] = {
         ("--sample-seconds", "inf"), ("--logs", A_FILE),
         ("--logs", A_FULL_DIRECTORY),
     ],
+    "fleet": [
+        ("--redis", MALFORMED), ("--redis", UNREACHABLE), ("--connections", "0"),
+        ("--connections", "-1"), ("--sessions", "0"), ("--sessions", "-5"),
+        ("--processes", "0"), ("--processes", "65"), ("--in-flight", "0"),
+        ("--in-flight", "-1"), ("--rate", "0"), ("--rate", "nan"), ("--rate", "inf"),
+        ("--ttl", "0"), ("--ttl", "nan"), ("--ttl", "inf"), ("--ttl", "601"),
+    ],
 }  # fmt: skip
 ANY_VALUE_IS_GOOD = {"--seed"}  # every int seeds the workload
 CASES = [(command, option, value) for command, bad in BAD.items() for option, value in bad]

@@ -1,0 +1,304 @@
+"""How bytes drive one MQTT connection, with no task while it is idle.
+
+A listener gives a connection its bytes in one of two ways. Pushed (:mod:`router.mqtt.tcp`,
+TCP and TLS): asyncio calls back with each read, :meth:`Intake.feed` takes the bytes and
+:meth:`Intake.lost` the end of the stream, and the connection pauses and resumes reading
+through its :class:`Reading`. Pulled (:meth:`Intake.run`, the WebSocket listener): an
+async iterator of chunks, each one taken only once the packets before it are handled.
+
+Either way the bytes become packets at once (the connection's
+:class:`~router.mqtt.codec.PacketReader`), and the packets wait, in order, for a worker
+task that exists only while there is work: it hands them to :meth:`Intake._handle_packets`
+(:class:`~router.mqtt.protocol.MqttConnection`) a batch at a time and ends when none
+wait. An idle connection holds no task and no read buffer: its packet reader (empty),
+its state and one timer (and, once attached, its outbox's wait for the next delivery,
+without a task either: :class:`~router.mqtt.outgoing.Outbox`).
+
+* The timer: until its first packet a connection has ``connect_timeout`` (else it
+  closes, counted as ``connect_timeout``); once :meth:`Intake._watch_silence` is given a
+  keepalive, 1.5 x keepalive without bytes from the client (time spent handling its
+  packets does not count) ends it with 0x8D, counted as ``keep_alive_timeout``.
+* The connection ends for one reason, set once (:meth:`Intake._end_with`): a bad packet
+  (raised after the good ones before it are handled), the stream closing, silence,
+  :meth:`~router.mqtt.protocol.MqttConnection.end` from outside, or what handling a
+  packet raised. The worker then hands the reason to :meth:`Intake._conclude`, which
+  answers it and lets go of the client; :meth:`Intake.finished` returns after that.
+* Reading pauses (pushed) while more than ``READ_LIMIT`` bytes of packets wait for the
+  worker, and from the end on. It also pauses while more than ``READ_PAUSE`` bytes
+  written to the client wait for it to read them (a client that sends and never reads
+  must not grow the node's write buffer without bound: TCP then pushes back on it);
+  that wait is silence too (0x8D after 1.5 x keepalive).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Final, Protocol
+
+from router.errors import ConnectionEndedError, MqttError
+from router.mqtt.codec import PacketReader
+from router.mqtt.packets import Packet
+from router.mqtt.reason_codes import ReasonCode
+
+if TYPE_CHECKING:
+    from router.mqtt.server import MqttServer
+
+#: Answers (PINGRESP, PUBACK, deliveries...) a client has not read, in bytes, above which
+#: the node stops reading from it until they are sent.
+READ_PAUSE: Final = 1 << 20
+#: Bytes of packets waiting for the worker above which reading pauses (pushed bytes).
+READ_LIMIT: Final = 1 << 17
+
+# Why reading is paused (bits of Intake._paused).
+_WAITING: Final = 1  # packets wait for the worker
+_UNREAD: Final = 2  # the client does not read what it is sent
+_ENDING: Final = 4  # the connection ends
+
+
+class Transport(Protocol):
+    """What a listener gives a connection: write whole packets, wait, close."""
+
+    @property
+    def peer(self) -> str: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def backlog(self) -> int:
+        """Bytes written and not yet sent (the client is not reading them yet)."""
+        ...
+
+    async def drain(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Reading(Protocol):
+    """How a connection whose bytes are pushed holds them back (TCP flow control)."""
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+class Intake:
+    """The reading side of one connection (see the module docstring)."""
+
+    __slots__ = (
+        "_done",
+        "_finished",
+        "_greeted",
+        "_heard",
+        "_opened_at",
+        "_paused",
+        "_pending",
+        "_reading",
+        "_reason",
+        "_silence",
+        "_timer",
+        "_unhandled",
+        "_worker",
+        "reader",
+        "server",
+        "transport",
+    )  # fmt: skip
+
+    def __init__(self, server: MqttServer, transport: Transport) -> None:
+        self.server = server
+        self.transport = transport
+        self.reader = PacketReader(server.settings.max_packet_size)
+        self._reading: Reading | None = None
+        self._pending: list[Packet] | None = None  # packets for the worker, in order
+        self._unhandled = 0  # bytes of them
+        self._reason: BaseException | None = None  # why the connection ends, once known
+        self._worker: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._heard = 0.0  # loop time of the last bytes (or of the end of the last work)
+        self._silence = 0.0  # seconds of silence that end the connection (0: none)
+        self._paused = 0
+        self._opened_at = 0.0
+        self._greeted = False  # the first packet came
+        self._finished: asyncio.Event | None = None  # made when someone waits
+        self._done = False
+
+    # -- what the listener calls -----------------------------------------------------------
+
+    def start(self, reading: Reading | None) -> None:
+        """The connection is open (and admitted): its ``connect_timeout`` starts."""
+        loop = asyncio.get_running_loop()
+        self._reading = reading
+        self._opened_at = loop.time()
+        self._timer = loop.call_at(
+            self._opened_at + self.server.settings.connect_timeout, self._connect_expired
+        )
+
+    def feed(self, data: bytes | memoryview) -> None:
+        """Bytes from the client (the reader copies them: ``data`` may be reused)."""
+        if self._reason is not None:
+            return
+        self._heard = asyncio.get_running_loop().time()
+        try:
+            packets = self.reader.feed(data)
+        except MqttError as error:
+            self._end_with(error)
+            return
+        if packets:
+            if not self._greeted:
+                self._greeted = True
+                self._stop_timer()
+            if self._pending is None:
+                self._pending = packets
+            else:
+                self._pending += packets
+            self._unhandled += len(data)
+            if self._worker is None:
+                self._worker = asyncio.get_running_loop().create_task(self._work())
+            elif self._unhandled > READ_LIMIT:
+                self._pause(_WAITING)
+        if self.reader.error is not None:  # (raised once the packets before it are handled)
+            self._end_with(self.reader.error)
+
+    def lost(self) -> None:
+        """The stream ended (EOF, reset, closed): the connection ends once the packets
+        that came before are handled (without DISCONNECT: the will goes)."""
+        self._end_with(ConnectionEndedError(None))
+
+    async def run(self, chunks: AsyncIterator[bytes]) -> None:
+        """Serve a connection whose bytes are pulled from ``chunks`` until it ends; each
+        chunk is handled before the next is taken. Never raises for what the client did."""
+        self.start(None)
+        try:
+            async for chunk in chunks:
+                self.feed(chunk)
+                while (worker := self._worker) is not None and not worker.done():
+                    await asyncio.wait((worker,))
+                if self._reason is not None:
+                    break
+        except ConnectionError:
+            pass
+        finally:
+            self.lost()
+        await self.finished()
+
+    async def finished(self) -> None:
+        """Return once the connection has ended and let go of its client on the node."""
+        if self._done:
+            return
+        if self._finished is None:
+            self._finished = asyncio.Event()
+        await self._finished.wait()
+
+    # -- what the connection implements ----------------------------------------------------
+
+    async def _handle_packets(self, packets: list[Packet]) -> None:
+        """Handle packets in order (the first ones start with the CONNECT)."""
+        raise NotImplementedError
+
+    async def _conclude(self, reason: BaseException) -> None:
+        """Answer the reason the connection ends and let go of its client."""
+        raise NotImplementedError
+
+    # -- the worker ------------------------------------------------------------------------
+
+    def _end_with(self, reason: BaseException) -> None:
+        """The connection ends for ``reason`` (the first one given is kept), once the
+        packets that came before are handled."""
+        if self._reason is not None:
+            return
+        self._reason = reason
+        self._pause(_ENDING)
+        if self._worker is None:
+            self._worker = asyncio.get_running_loop().create_task(self._work())
+
+    async def _work(self) -> None:
+        try:
+            while True:
+                packets = self._pending
+                if packets is not None:
+                    self._pending = None
+                    self._unhandled = 0
+                    self._resume(_WAITING)
+                    await self._handle_packets(packets)
+                elif self._reason is not None:
+                    raise self._reason
+                elif self.transport.backlog() > READ_PAUSE:
+                    await self._wait_for_client()
+                else:
+                    break
+        except BaseException as reason:
+            self._reason = self._reason or reason
+            self._stop_timer()
+            try:
+                await self._conclude(reason)
+            finally:
+                self._done = True
+                if self._finished is not None:
+                    self._finished.set()
+            if not isinstance(reason, Exception):
+                raise  # (cancelled: the connection was ended first)
+            return
+        self._heard = asyncio.get_running_loop().time()
+        self._worker = None
+
+    async def _wait_for_client(self) -> None:
+        """Stop reading until the client reads what it was sent (silence if it does not)."""
+        self._pause(_UNREAD)
+        try:
+            async with asyncio.timeout(self._silence or None):
+                await self.transport.drain()
+        except TimeoutError:
+            raise self._silent() from None
+        finally:
+            self._resume(_UNREAD)
+
+    # -- timers ----------------------------------------------------------------------------
+
+    def _watch_silence(self, keepalive: int) -> None:
+        """From now on, 1.5 x ``keepalive`` seconds of silence end the connection (0: never)."""
+        self._stop_timer()
+        if not keepalive or self._reason is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._silence = keepalive * 1.5
+        self._heard = loop.time()
+        self._timer = loop.call_at(self._heard + self._silence, self._check_silence)
+
+    def _check_silence(self) -> None:
+        self._timer = None
+        if self._reason is not None:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        due = now + self._silence if self._worker is not None else self._heard + self._silence
+        if due > now:  # (heard since, or busy with what it sent)
+            self._timer = loop.call_at(due, self._check_silence)
+            return
+        self._end_with(self._silent())
+
+    def _silent(self) -> ConnectionEndedError:
+        self.server.count_close(ReasonCode.KEEP_ALIVE_TIMEOUT)
+        return ConnectionEndedError(ReasonCode.KEEP_ALIVE_TIMEOUT)
+
+    def _connect_expired(self) -> None:
+        self._timer = None
+        if self._reason is None and not self._greeted:
+            self.server.count_close("connect_timeout")
+            self._end_with(ConnectionEndedError(None))
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _pause(self, why: int) -> None:
+        if not self._paused and self._reading is not None:
+            self._reading.pause_reading()
+        self._paused |= why
+
+    def _resume(self, why: int) -> None:
+        if self._paused & why:
+            self._paused &= ~why
+            if not self._paused and self._reading is not None:
+                self._reading.resume_reading()

@@ -1,0 +1,138 @@
+"""MQTT over TCP and TLS: each accepted socket is an asyncio protocol, not a stream.
+
+A :class:`TcpStream` is both the asyncio protocol of one accepted socket and the
+:class:`~router.mqtt.intake.Transport` of its :class:`~router.mqtt.protocol.MqttConnection`:
+asyncio reads into one buffer that the listener's sockets share (a read is handed to the
+connection's packet reader, which copies what it keeps, before the next read), pushes the
+bytes to the connection and tells it of the end of the stream; the connection writes,
+waits for the client to read (:meth:`TcpStream.drain`) and pauses reading through it. No
+stream reader, writer or task per socket: an idle connection costs its socket, asyncio's
+transport, this object and the connection's own state.
+
+Sockets beyond ``max_connections`` are closed as they are accepted, before a byte is read
+(:meth:`~router.mqtt.server.MqttServer.refuses`). A client that closes its sending side
+(EOF) still gets the answers to what it sent before (plain TCP: TLS has no half-close).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, cast
+
+from router.mqtt.protocol import MqttConnection
+
+if TYPE_CHECKING:
+    from router.mqtt.server import MqttServer
+
+#: Bytes asyncio reads from a socket at once (into the buffer a listener's sockets share).
+READ_SIZE: Final = 65536
+
+
+def stream_factory(server: MqttServer) -> Callable[[], TcpStream]:
+    """The protocol factory of one listener of ``server`` (one read buffer for all its
+    sockets: the loop reads one socket at a time)."""
+    buffer = memoryview(bytearray(READ_SIZE))
+    return lambda: TcpStream(server, buffer)
+
+
+class TcpStream(asyncio.BufferedProtocol):
+    """One accepted TCP (or TLS) socket (see the module docstring)."""
+
+    __slots__ = ("_blocked", "_buffer", "_connection", "_drains", "_server", "_transport")
+
+    def __init__(self, server: MqttServer, buffer: memoryview) -> None:
+        self._server = server
+        self._buffer = buffer
+        self._transport: asyncio.Transport | None = None
+        self._connection: MqttConnection | None = None
+        self._blocked = False  # the transport's write buffer is above its high-water mark
+        self._drains: list[asyncio.Future[None]] | None = None  # drain() waiting
+
+    # -- the asyncio protocol --------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        if self._server.refuses():
+            transport.close()
+            return
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        connection = self._connection = MqttConnection(self._server, self)
+        self._server.admit(connection)
+        connection.start(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._connection is not None:
+            self._connection.feed(self._buffer[:nbytes])
+
+    def eof_received(self) -> bool:
+        if self._connection is not None:
+            self._connection.lost()
+        # (plain TCP stays open for the answers to what came before; TLS cannot)
+        return self._transport is not None and self._transport.get_extra_info("sslcontext") is None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        drains, self._drains = self._drains, None
+        for waiter in drains or ():
+            if not waiter.done():
+                waiter.set_exception(ConnectionResetError("Connection lost"))
+        if self._connection is not None:
+            self._connection.lost()
+
+    def pause_writing(self) -> None:
+        self._blocked = True
+
+    def resume_writing(self) -> None:
+        self._blocked = False
+        drains, self._drains = self._drains, None
+        for waiter in drains or ():
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # -- the connection's transport --------------------------------------------------------
+
+    @property
+    def peer(self) -> str:
+        peer = None if self._transport is None else self._transport.get_extra_info("peername")
+        return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+    def write(self, data: bytes) -> None:
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    def backlog(self) -> int:
+        return 0 if self._transport is None else self._transport.get_write_buffer_size()
+
+    async def drain(self) -> None:
+        """Return once the client has read enough of what it was sent (asyncio's
+        low-water mark); ConnectionResetError once the socket is closing."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            raise ConnectionResetError("Connection lost")
+        if not self._blocked:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        if self._drains is None:
+            self._drains = [waiter]
+        else:
+            self._drains.append(waiter)
+        await waiter
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def pause_reading(self) -> None:
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
