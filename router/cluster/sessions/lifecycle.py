@@ -84,7 +84,9 @@ class SessionLifecycle:
         self._running = running
         self.claims = SessionClaims(self.node_id, subscriptions, forwarder, self._on_taken_over)
         self.locks = ClientLocks()
-        self.recovery = InboxRecovery(redis, keys, self.node_id, config.inbox_expire, sessions)
+        self.recovery = InboxRecovery(
+            redis, keys, self.node_id, config.inbox_expire, sessions, is_dead
+        )
         self.keeper = SessionKeeper(
             redis,
             keys,

@@ -15,13 +15,15 @@ copies.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Final
 
 from router.cluster.inbox import Forward, unpack_record
 from router.cluster.local_sessions import LocalSessions
+from router.cluster.sessions.backlogs import Backlogs
 from router.core.messages import Delivery
 from router.errors import MalformedMessageError, SubscriptionNotFoundError
 from router.state.channels import Channel
@@ -55,12 +57,15 @@ class InboxRecovery:
         node_id: str,
         inbox_expire: float,
         sessions: LocalSessions,
+        is_dead: Callable[[str], bool] = lambda _node_id: False,
     ) -> None:
         self._redis = redis
         self._keys = keys
         self._node_id = node_id
         self._inbox_expire = inbox_expire
         self._sessions = sessions
+        self._is_dead = is_dead
+        self.backlogs = Backlogs(inbox_expire, time.monotonic)
         self.copies_recovered = 0
 
     async def mark(self, info: SessionInfo | None) -> Recovery | None:
@@ -100,11 +105,36 @@ class InboxRecovery:
         the inbox of ``dead``, which held its session and did not hand it on: from the
         ``recovery`` mark made before the claim, else from the dead node's cursor. Read
         without acknowledging: the dead node's other clients may resume elsewhere."""
-        copies = (await self.recover_all(dead, {client_id}, recovery)).get(client_id, [])
+        if self._is_dead(dead):
+            copies = await self._from_backlog(dead, client_id, recovery)
+        else:
+            copies = (await self.recover_all(dead, {client_id}, recovery)).get(client_id, [])
         if copies:
             log.warning(
                 "recovered %d copies for %s from dead node %s", len(copies), client_id, dead
             )
+        return copies
+
+    async def _from_backlog(
+        self, dead: str, client_id: str, recovery: Recovery | None
+    ) -> list[Delivery]:
+        """:meth:`recover_for` from the dead node's shared backlog: read once for every
+        client resuming from it (:mod:`router.cluster.sessions.backlogs`). The dead
+        node's cursor no longer moves, so the mark and the cursor stand at the same place."""
+        channel = self._channel(dead)
+        try:
+            backlog = self.backlogs.of(dead)
+            await backlog.catch_up(channel, dead)
+        finally:
+            await channel.aclose()
+        await self.release(recovery)
+        filters = self._sessions.trie.subscriptions(client_id)
+        copies = [
+            copy
+            for message in backlog.matching(filters)
+            for copy in self._sessions.copies_for(message, client_id)
+        ]
+        self.copies_recovered += len(copies)
         return copies
 
     async def recover_all(
