@@ -37,6 +37,7 @@ from typing import Any
 from router.cluster.supervisor import Supervisor
 from router.cluster.tasks import stop_task
 from router.errors import NodeNotRegisteredError, StaleIncarnationError
+from router.state.connection import URGENT
 from router.state.node_registry import NodeRegistry
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,9 @@ class Liveness:
         self._auditing: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
-        """Beat until another process takes the node id (then set ``taken_over``)."""
+        """Beat until another process takes the node id (then set ``taken_over``). Its
+        Redis calls skip the node's pool turns (:data:`~router.state.connection.URGENT`)."""
+        URGENT.set(True)
         try:
             while True:
                 await asyncio.sleep(self._interval)

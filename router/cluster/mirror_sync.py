@@ -86,7 +86,9 @@ class MirrorSync:
         self._hints_channel = self._hints_channel_text.encode()
         self._adopting: dict[str, asyncio.Task[None]] = {}  # dead node -> its adoption
         self._lease = LEASE_INTERVALS * interval
-        self.dead: frozenset[str] = frozenset()  # registered nodes whose heartbeat expired
+        self.dead: frozenset[str] = frozenset()
+        self._next_hint: asyncio.Future[None] | None = None  # (its callers share it)
+        self._hinting: asyncio.Task[None] | None = None  # registered nodes whose heartbeat expired
         self._hint_client: Redis | None = None
         self._pubsub: PubSub | None = None
         self._running: dict[str, asyncio.Task[None]] = {}
@@ -106,7 +108,7 @@ class MirrorSync:
 
     async def stop(self) -> None:
         """Release the hint connection (the supervisor stopped the tasks)."""
-        for task in [*self._running.values(), *self._adopting.values()]:
+        for task in [*self._running.values(), *self._adopting.values(), self._hinting]:
             await stop_task(task)
         self._running.clear()
         await self._close_hints()
@@ -129,8 +131,30 @@ class MirrorSync:
                 await client.aclose()
 
     async def announce(self) -> None:
-        """Tell every node that this node's route set changed."""
-        await self._redis.publish(self._keys.route_hints(), self._node_id)
+        """Tell every node that this node's route set changed; returns once a hint sent
+        after the call reached Redis (raises what the hint's PUBLISH raised). Callers
+        that come before the next hint goes share it: a burst of route writes (a
+        reconnect storm) sends a few hints, not one per write."""
+        waiter = self._next_hint
+        if waiter is None:
+            waiter = self._next_hint = asyncio.get_running_loop().create_future()
+            if self._hinting is None or self._hinting.done():
+                self._hinting = asyncio.ensure_future(self._send_hints())
+        await asyncio.shield(waiter)
+
+    async def _send_hints(self) -> None:
+        while (waiter := self._next_hint) is not None:
+            self._next_hint = None
+            try:
+                await self._redis.publish(self._keys.route_hints(), self._node_id)
+            except Exception as error:
+                waiter.set_exception(error)
+                waiter.exception()  # (retrieved: its callers may be gone)
+                continue
+            except BaseException:
+                waiter.cancel()
+                raise
+            waiter.set_result(None)
 
     # -- catching up -----------------------------------------------------------------
 

@@ -64,7 +64,7 @@ from router.core.options import make_options
 from router.core.route_mirror import RouteMirror
 from router.core.topics import TopicFilter, parse_shared, validate_filter
 from router.errors import InvalidOptionsError
-from router.state.connection import check_eviction
+from router.state.connection import check_eviction, urgent_client
 from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
 from router.state.retained_store import RetainedStore
@@ -177,9 +177,10 @@ class RouterNode:
         self._running = False
         self._taken_over = asyncio.Event()
         self._supervisor = Supervisor(self.node_id, grace=config.heartbeat_ttl)
+        self._urgent = urgent_client(redis)  # (beats never wait behind a busy pool)
         self.liveness = Liveness(
             self.node_id,
-            self.registry,
+            NodeRegistry(self._urgent, self.keys, ttl=config.heartbeat_ttl, routes=self.routes),
             self._supervisor,
             config.heartbeat_interval,
             config.heartbeat_ttl,
@@ -236,6 +237,12 @@ class RouterNode:
                 await self._policy.detached(client_id, "node_stopped")
             if self._traffic is not None:
                 await asyncio.to_thread(self._traffic.close)
+            await self.close_urgent()
+
+    async def close_urgent(self) -> None:
+        """Close the heartbeat's own Redis client (when it is not the node's)."""
+        if self._urgent is not self.registry.redis:
+            await self._urgent.aclose()
 
     @property
     def running(self) -> bool:

@@ -8,10 +8,12 @@ from typing import Final
 from router.errors import InvalidSettingError
 from router.mqtt.codec import MAX_PACKET_SIZE
 
-BACKLOG: Final = 1024
+BACKLOG: Final = 4096
 """Connections the kernel completes on a listener before the node accepts them
 (asyncio's default is 100): the SYNs of a burst beyond it are dropped, and every client
-in it, well-behaved ones included, waits a second or more for the retransmission."""
+in it, well-behaved ones included, waits a second or more for the retransmission. The
+clients of a dead node come back by the thousand at once (the kernel caps it at
+``net.core.somaxconn``, 4096 here)."""
 
 
 @dataclass(frozen=True)

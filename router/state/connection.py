@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextvars import ContextVar
 from typing import Any, Final
 
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
@@ -144,6 +145,35 @@ def check_pool_size(size: object) -> int:
     return size
 
 
+#: Set in a task whose Redis calls must not wait behind the node's other work (its
+#: heartbeat: a node whose beats queue behind a reconnect storm would judge itself cut off
+#: and be purged as dead): see :func:`urgent_client`.
+URGENT: Final = ContextVar("router_urgent_redis", default=False)
+#: Connections of a node's urgent client (standalone).
+URGENT_POOL_SIZE: Final = 2
+
+
+def urgent_client(redis: RedisClient) -> RedisClient:
+    """A client for calls that must not wait for a busy pool (the heartbeat), with the
+    same connection settings as ``redis``. On a standalone server: a client with a small
+    pool of its own (close it with the node). On a cluster: ``redis`` itself, whose calls
+    skip its turns in a task that set :data:`URGENT` (each node's pool keeps a few
+    connections for them)."""
+    if isinstance(redis, RedisCluster):
+        return redis
+    pool = redis.connection_pool
+    kwargs = {
+        name: value
+        for name, value in pool.connection_kwargs.items()
+        if name not in _POOL_INTERNALS and not name.startswith("orig_")
+    }
+    return Redis.from_pool(
+        ConnectionPool(
+            connection_class=pool.connection_class, max_connections=URGENT_POOL_SIZE, **kwargs
+        )
+    )
+
+
 class BoundedRedisCluster(RedisCluster):
     """redis-py's asyncio cluster client with at most ``pool_size`` commands under way
     at once (the others wait their turn): its own per-node pools fail a command at once
@@ -152,11 +182,13 @@ class BoundedRedisCluster(RedisCluster):
     its turn finds its node's pool full."""
 
     def __init__(self, *args: Any, pool_size: int = DEFAULT_POOL_SIZE, **kwargs: Any) -> None:
-        kwargs["max_connections"] = check_pool_size(pool_size)
+        kwargs["max_connections"] = check_pool_size(pool_size) + URGENT_POOL_SIZE
         super().__init__(*args, **kwargs)
         self._turns = asyncio.Semaphore(pool_size)
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        if URGENT.get():  # (the heartbeat: see urgent_client)
+            return await super().execute_command(*args, **kwargs)
         async with self._turns:
             return await super().execute_command(*args, **kwargs)
 

@@ -78,3 +78,4 @@ async def die(node: RouterNode) -> None:
     await node._writer.stop()
     await node._sync.stop()
     await node._inbox.stop()
+    await node.close_urgent()

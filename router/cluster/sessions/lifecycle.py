@@ -82,6 +82,7 @@ class SessionLifecycle:
         self._write_routes = write_routes
         self._publish_will = publish_will
         self._running = running
+        self._is_dead = is_dead
         self.claims = SessionClaims(self.node_id, subscriptions, forwarder, self._on_taken_over)
         self.locks = ClientLocks()
         self.recovery = InboxRecovery(
@@ -212,7 +213,8 @@ class SessionLifecycle:
             await self._write_routes(
                 self._restore(client_id, {validate_filter(f): o for f, o in stored.items()})
             )
-        recovery = await self.recovery.mark(info)
+        dead = info is not None and self._is_dead(info.node_id)  # (its cursor stays put)
+        recovery = None if dead else await self.recovery.mark(info)
         claimed = await self.claims.claim(client_id, keep_state=info is not None)
         return session, claimed, info, recovery
 
@@ -233,7 +235,9 @@ class SessionLifecycle:
             if claimed is None and session.away:
                 await self.keeper.come_back(session, None, expiry)
             elif claimed is not None:
-                await self.claims.notify_previous(client_id, claimed, resume=info is not None)
+                previous = claimed.previous
+                if previous is None or not self._is_dead(previous.node_id):
+                    await self.claims.notify_previous(client_id, claimed, resume=info is not None)
                 if info is not None:
                     previous = claimed.previous
                     moved = previous is not None and previous.node_id != self.node_id
