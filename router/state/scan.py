@@ -54,9 +54,8 @@ async def scan_keys(
     iterator = redis.scan_iter(**options)
     try:
         async for raw in iterator:
-            try:
-                key = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-            except UnicodeDecodeError:
+            key = _text(raw)
+            if key is None:
                 continue
             found[key] = None
             if len(found) >= limit:
@@ -89,11 +88,8 @@ async def scan_pages(
     iterator = redis.scan_iter(**options)
     try:
         async for raw in iterator:
-            try:
-                key = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-            except UnicodeDecodeError:
-                continue
-            if key in seen:
+            key = _text(raw)
+            if key is None or key in seen:
                 continue
             seen.add(key)
             batch.append(key)
@@ -104,3 +100,11 @@ async def scan_pages(
         await iterator.aclose()  # type: ignore[attr-defined]
     if batch:
         yield batch
+
+
+def _text(raw: Any) -> str | None:
+    """A key name as text; None for one that is not UTF-8 (no router key)."""
+    try:
+        return raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+    except UnicodeDecodeError:
+        return None

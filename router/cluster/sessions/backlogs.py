@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
-from router.cluster.inbox import unpack_record
+from router.cluster.inbox import Forward, unpack_record
 from router.core.messages import Message
 from router.core.topics import has_wildcard, matches
 from router.errors import MalformedMessageError, SubscriptionNotFoundError
@@ -48,7 +48,7 @@ class Backlog:
                 except SubscriptionNotFoundError:  # (retired, or expired)
                     return
                 for stored in result.messages:
-                    for message in _messages(stored.content):
+                    for message in (f.message for f in plain_forwards(stored.content)):
                         self._by_topic.setdefault(message.topic, []).append(len(self.messages))
                         self.messages.append(message)
                 if not result.more:
@@ -91,13 +91,13 @@ class Backlogs:
         self._backlogs.pop(dead, None)
 
 
-def _messages(content: bytes) -> list[Message]:
-    """The messages of the plain forwards in one inbox record (none for a notice, a share
-    group's copy or an unreadable record)."""
+def plain_forwards(content: bytes) -> list[Forward]:
+    """The plain forwards of one inbox record (none for a notice, a share group's copy
+    or an unreadable record)."""
     try:
         record = unpack_record(content)
     except MalformedMessageError:
         return []
     if not isinstance(record, list):
         return []
-    return [forward.message for forward in record if not forward.groups]
+    return [forward for forward in record if not forward.groups]

@@ -21,11 +21,10 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Final
 
-from router.cluster.inbox import Forward, unpack_record
 from router.cluster.local_sessions import LocalSessions
-from router.cluster.sessions.backlogs import Backlogs
+from router.cluster.sessions.backlogs import Backlogs, plain_forwards
 from router.core.messages import Delivery
-from router.errors import MalformedMessageError, SubscriptionNotFoundError
+from router.errors import SubscriptionNotFoundError
 from router.state.channels import Channel
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
@@ -153,7 +152,7 @@ class InboxRecovery:
                 except SubscriptionNotFoundError:  # (retired, or expired)
                     break
                 for stored in result.messages:
-                    for forward in _forwards(stored.content):
+                    for forward in plain_forwards(stored.content):
                         found = self._sessions.copies_for_clients(forward.message, clients)
                         for client_id, made in found.items():
                             copies.setdefault(client_id, []).extend(made)
@@ -167,15 +166,3 @@ class InboxRecovery:
             await self.release(recovery)
         self.copies_recovered += sum(map(len, copies.values()))
         return copies
-
-
-def _forwards(content: bytes) -> list[Forward]:
-    """The plain forwards of one inbox record (none for a notice, a share group's copy
-    or an unreadable record)."""
-    try:
-        record = unpack_record(content)
-    except MalformedMessageError:
-        return []
-    if not isinstance(record, list):
-        return []
-    return [forward for forward in record if not forward.groups]
