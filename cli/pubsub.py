@@ -136,15 +136,19 @@ def subscribe(
 
     async def main() -> int:
         received = 0
-        async with ephemeral_node(target.url, node_id=node_id, prefix=target.prefix) as node:
-            await node.subscribe(client, topic_filter, qos=qos)
-            note(f"subscribed {client} to {topic_filter!r} on node {node.node_id}")
-            try:
-                async for delivery in _deliveries(node, client, count, timeout):
-                    received += 1
-                    _print_delivery(delivery, as_json)
-            finally:
-                await node.disconnect(client)  # the client's state leaves with it
+        # Signals are caught from the start: one that comes while the node starts or the
+        # subscription is confirmed ends the command once they are done (it used to
+        # cancel them half-way or, in the gap before the wait, go unheard).
+        with stop_on_signals() as stop:
+            async with ephemeral_node(target.url, node_id=node_id, prefix=target.prefix) as node:
+                await node.subscribe(client, topic_filter, qos=qos)
+                note(f"subscribed {client} to {topic_filter!r} on node {node.node_id}")
+                try:
+                    async for delivery in _deliveries(node, client, count, timeout, stop):
+                        received += 1
+                        _print_delivery(delivery, as_json)
+                finally:
+                    await node.disconnect(client)  # the client's state leaves with it
         return received
 
     received = run(main())
@@ -153,34 +157,38 @@ def subscribe(
 
 
 async def _deliveries(
-    node: RouterNode, client_id: str, count: int | None, timeout: float | None
+    node: RouterNode,
+    client_id: str,
+    count: int | None,
+    timeout: float | None,
+    stop: asyncio.Event,
 ) -> AsyncIterator[Delivery]:
-    """The client's deliveries until ``count`` arrived, ``timeout`` passed or a signal."""
+    """The client's deliveries until ``count`` arrived, ``timeout`` passed or ``stop``
+    is set (at once when it already is)."""
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     messages = node.messages(client_id)
     received = 0
-    with stop_on_signals() as stop:
-        stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
-        try:
-            while count is None or received < count:
-                remaining = None if deadline is None else max(0.0, deadline - loop.time())
-                following: asyncio.Future[Any] = asyncio.ensure_future(anext(messages))
-                done, _ = await asyncio.wait(
-                    {following, stopped}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-                )
-                if following not in done:
-                    following.cancel()
-                    await asyncio.gather(following, return_exceptions=True)
-                    return
-                try:
-                    delivery: Delivery = following.result()
-                except StopAsyncIteration:
-                    return  # the session was closed
-                received += 1
-                yield delivery
-        finally:
-            stopped.cancel()
+    stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    try:
+        while (count is None or received < count) and not stop.is_set():
+            remaining = None if deadline is None else max(0.0, deadline - loop.time())
+            following: asyncio.Future[Any] = asyncio.ensure_future(anext(messages))
+            done, _ = await asyncio.wait(
+                {following, stopped}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+            if following not in done:
+                following.cancel()
+                await asyncio.gather(following, return_exceptions=True)
+                return
+            try:
+                delivery: Delivery = following.result()
+            except StopAsyncIteration:
+                return  # the session was closed
+            received += 1
+            yield delivery
+    finally:
+        stopped.cancel()
 
 
 def _print_delivery(delivery: Delivery, as_json: bool) -> None:

@@ -7,13 +7,16 @@ Three ``router node run`` processes form the cluster; ``router subscribe`` and
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import signal
 from collections.abc import Iterator
 
 import pytest
 
+from router.state.connection import open_redis
 from router.state.keys import Keys
+from router.state.node_registry import NodeRegistry
 from tests.support.cli import Cluster, invoke_json, router_process
 from tests.support.waiting import wait_until
 
@@ -164,3 +167,35 @@ def test_kill_9_routes_vanish_and_a_restart_drops_the_old_incarnation(
             assert took < HEARTBEAT_TTL
             new.signal(signal.SIGINT)
             new.finish()
+
+
+async def _register_mute_node(url: str, keys: Keys, node_id: str) -> None:
+    """A registered node with a long heartbeat that never acks a route change (as a
+    node under kill -9 before its heartbeat expired)."""
+    redis = await open_redis(url)
+    try:
+        registry = NodeRegistry(redis, keys, ttl=60.0)
+        await registry.register(node_id, "mute-incarnation")
+        await registry.routes.claim(node_id, "mute-incarnation", {"mute/#": 1})
+    finally:
+        await redis.aclose()
+
+
+def test_a_signal_while_the_subscription_is_confirmed_ends_the_command_cleanly(
+    url: str, keys: Keys, env: dict[str, str]
+) -> None:
+    """SIGINT that comes while `router subscribe` waits for the other nodes to hold its
+    route: it finishes subscribing, leaves cleanly and exits 0 (it used to be cancelled
+    half-way, and a signal in the gap before the wait for messages went unheard)."""
+    asyncio.run(_register_mute_node(url, keys, "mute"))
+    with router_process("subscribe", "window/#", "--node-id", "sigint", env=env) as process:
+        wait_until(
+            lambda: any(r["filter"] == "window/#" for r in invoke_json(url, keys.prefix, "routes")),
+            15,
+            "route written",
+        )
+        process.signal(signal.SIGINT)  # (the subscribe waits for "mute" to ack, in vain)
+        status, _, stderr = process.finish()
+    assert status == 0, stderr
+    assert any("subscribed sigint to 'window/#'" in line for line in stderr)
+    assert not any(r["filter"] == "window/#" for r in invoke_json(url, keys.prefix, "routes"))
