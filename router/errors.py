@@ -136,7 +136,9 @@ class ResyncRequiredError(StateError):
     ``reason`` is ``"trimmed"`` (it fell behind the stream's trim point), ``"generation"``
     (the route set was claimed again: a new incarnation or a republish), ``"gone"`` (the
     route set vanished: purged, or Redis flushed or restarted) or ``"ahead"`` (the reader
-    holds a version the route set never reached). Take a new snapshot.
+    holds a version the route set never reached); from a paged snapshot, ``"churn"`` (the
+    set was claimed again or trimmed past the read each time it was tried). Take a new
+    snapshot.
     """
 
     def __init__(self, reason: str) -> None:

@@ -24,15 +24,16 @@ Writer's life (one node process, identified by an *incarnation* id):
   (purged as dead, Redis restarted) raises :class:`RouteSetMissingError`: claim again and
   republish every route.
 
-Reader's life: :meth:`RouteStore.snapshot` (routes + generation + version in one script),
-then :meth:`RouteStore.changes` after that version, in order. When the reader cannot
-continue (it fell behind the trim point, the stream vanished, the route set was claimed
-again or purged) :meth:`~RouteStore.changes` raises :class:`ResyncRequiredError`: take a new
-snapshot.
+Reader's life: :meth:`RouteStore.snapshot` (routes + generation + version: one script for a
+small set; a large one in HSCAN pages, caught up with the stream to one version), then
+:meth:`RouteStore.changes` after that version, in order. When the reader cannot continue (it
+fell behind the trim point, the stream vanished, the route set was claimed again or purged)
+:meth:`~RouteStore.changes` raises :class:`ResyncRequiredError`: take a new snapshot.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
@@ -41,7 +42,11 @@ from router.errors import CorruptStateError, InvalidIdError, InvalidTopicError, 
 from router.state.keys import Keys, check_id
 from router.state.scripts import RedisClient, Scripts
 
+log = logging.getLogger(__name__)
+
 DEFAULT_STREAM_LENGTH: Final = 10_000
+SNAPSHOT_PAGE: Final = 1_000  # routes one call reads (inline, or one HSCAN page)
+SNAPSHOT_ATTEMPTS: Final = 5
 MAX_ROUTE_COUNT: Final = 10**15 - 1  # Lua numbers stay exact far beyond this
 
 
@@ -228,19 +233,67 @@ class RouteStore:
 
     # -- readers (every node) --------------------------------------------------------
 
-    async def snapshot(self, node_id: str) -> RouteSnapshot:
-        """The node's routes with the generation and version they correspond to (one script)."""
-        reply = await self._scripts.run("route_snapshot", self.node_keys(node_id), [])
-        incarnation, generation, version, first, *flat = reply
-        routes = {_route(flat[i]): _count(flat[i + 1]) for i in range(0, len(flat), 2)}
-        return RouteSnapshot(
-            node_id=node_id,
-            incarnation=None if incarnation is None else _text(incarnation, "incarnation"),
-            generation=None if generation is None else _text(generation, "generation"),
-            version=int(version),
-            first_version=int(first),
-            routes=routes,
-        )
+    async def snapshot(self, node_id: str, *, page: int = SNAPSHOT_PAGE) -> RouteSnapshot:
+        """The node's routes with the generation and version they correspond to.
+
+        A set of at most ``page`` routes is read by one script. A larger one is read in
+        pages (HSCAN, ``page`` routes a call: Redis is never busy with all of it at once),
+        then brought to one version with the changes written meanwhile from the stream: a
+        route unchanged since the first read was seen as it is, a changed one takes its
+        last change. Should the set be claimed again or the stream trimmed past the read
+        in the meantime, the read starts over (at most :data:`SNAPSHOT_ATTEMPTS` times,
+        then :class:`ResyncRequiredError` with reason ``"churn"``).
+        """
+        if type(page) is not int or page < 1:
+            raise InvalidIdError(f"a snapshot page is a positive int, not {page!r}")
+        for _ in range(SNAPSHOT_ATTEMPTS):
+            reply = await self._scripts.run("route_snapshot", self.node_keys(node_id), [page])
+            incarnation, generation, version, first, size, *flat = reply
+            version = int(version)
+            routes = {_route(flat[i]): _count(flat[i + 1]) for i in range(0, len(flat), 2)}
+            generation = None if generation is None else _text(generation, "generation")
+            if int(size) > page and generation is not None:
+                try:
+                    version, routes = await self._read_paged(node_id, generation, version, page)
+                except ResyncRequiredError as exc:
+                    log.info("paged route snapshot of node %s starts over: %s", node_id, exc)
+                    continue
+            return RouteSnapshot(
+                node_id=node_id,
+                incarnation=None if incarnation is None else _text(incarnation, "incarnation"),
+                generation=generation,
+                version=version,
+                first_version=int(first),
+                routes=routes,
+            )
+        raise ResyncRequiredError("churn")
+
+    async def _read_paged(
+        self, node_id: str, generation: str, version: int, page: int
+    ) -> tuple[int, dict[TopicFilter, int]]:
+        """The routes read by HSCAN after ``version``, caught up with the stream; the
+        version they then correspond to (raises ResyncRequiredError like :meth:`changes`)."""
+        routes: dict[TopicFilter, int] = {}
+        cursor = 0
+        while True:
+            cursor, found = await self.redis.hscan(
+                self.keys.node_routes(node_id), cursor, count=page
+            )
+            assert isinstance(found, dict)  # (a list only when asked for no values)
+            for route, count in found.items():
+                routes[_route(route)] = _count(count)
+            if cursor == 0:
+                break
+        while True:
+            caught = await self.changes(node_id, generation, version, limit=page)
+            if not caught.changes:
+                return version, routes
+            for change in caught.changes:
+                if change.members:
+                    routes[change.route] = change.members
+                else:
+                    routes.pop(change.route, None)
+            version = caught.changes[-1].version
 
     async def changes(
         self, node_id: str, generation: str | None, version: int, *, limit: int = 1000

@@ -299,7 +299,14 @@ async def test_scripts_refuse_malformed_argv(store: RouteStore, redis_client: Re
     for args in ([], [claim.generation, "0"], [claim.generation, "-1", "5"], ["", "0", "0"]):
         with pytest.raises(ScriptError):
             await scripts.run("route_changes", change_keys, args)
-    for name, args in (("route_snapshot", ["x"]), ("route_purge", []), ("route_purge", ["a", "b"])):
+    for name, args in (
+        ("route_snapshot", []),
+        ("route_snapshot", ["x"]),
+        ("route_snapshot", ["0"]),
+        ("route_snapshot", ["1", "2"]),
+        ("route_purge", []),
+        ("route_purge", ["a", "b"]),
+    ):
         with pytest.raises(ScriptError):
             await scripts.run(name, node_keys, args)
     snap = await store.snapshot(NODE)

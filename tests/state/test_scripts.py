@@ -436,7 +436,7 @@ async def test_every_script_called_without_argv_refuses_and_changes_nothing(
         "node_unregister": registry_keys,
     }
     assert set(keys_of) == STATE_SCRIPTS
-    takes_none = {"alias_remove", "route_snapshot", "node_list"}
+    takes_none = {"alias_remove", "node_list"}
     scripts = Scripts(redis_client)
     for name, script_keys in sorted(keys_of.items()):
         args = ["unexpected"] if name in takes_none else []

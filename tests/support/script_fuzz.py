@@ -267,7 +267,7 @@ SPECS: Final[dict[str, Spec]] = {
         "routes",
         fixed(one("n2", "n3"), one("7", "8"), one("0", "2", "9"), one("rt:acks"), ttl),
     ),
-    "route_snapshot": Spec(NODE, "routes", st.just([])),
+    "route_snapshot": Spec(NODE, "routes", fixed(one("1", "2", "1000"))),
     "retained_expire": Spec(SHARD, "retained", fixed(one("1", "10"))),
     "retained_locate": Spec(SHARDS[:2], "retained", fixed(one("0", "2", "3", "9"))),
     "retained_range": Spec(SHARD, "retained", fixed(one("0", "2"), one("1", "5"))),
