@@ -1,24 +1,32 @@
--- Make a node the owner of a client's session, with a new, larger epoch.
--- KEYS[1] = the client's owner hash (fields node, epoch)
+-- Make a node the owner of a client's session, with a new, larger epoch; for a fresh
+-- session, remove what the client had before in the same step.
+-- KEYS[1] = the client's subscriptions hash
+-- KEYS[2] = the client's owner hash (fields node, epoch)
+-- KEYS[3] = the client's inbound alias hash (alias -> topic), KEYS[4] = its reverse
+-- KEYS[5] = the client's outbound alias hash (alias -> topic), KEYS[6] = its reverse
+-- KEYS[7] = the client's alias maximum hash (namespace -> maximum)
+-- KEYS[8] = the client's session hash (see router/state/session_store.py)
 -- ARGV[1] = the id of the node that takes the session over
--- returns {previous owner node or false, new epoch as a decimal string}
--- errors: ROUTER_INVALID (missing or empty node id, malformed KEYS), ROUTER_CORRUPT (stored
---         epoch not an integer)
+-- ARGV[2] = 'keep' (the session goes on with its stored state) or 'fresh' (subscriptions,
+--           aliases and session description are deleted first)
+-- returns {previous owner node or false, previous epoch or false, new epoch as a decimal string}
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (stored epoch not an
+--         integer); nothing is changed then
 --
 -- The epoch is max(old epoch + 1, server time in microseconds): it grows with every claim,
 -- and keeps growing after remove_client deleted the owner hash (the clock has moved on), so a
 -- (node, epoch) pair from before can never match again.
 --! include keys
 
-local wrong_keys = check_keys({false})
+local wrong_keys = check_keys({false, false, false, false, false, false, false, false})
 if wrong_keys then
   return redis.error_reply(wrong_keys)
 end
 
-if #ARGV ~= 1 or ARGV[1] == '' then
-  return redis.error_reply('ROUTER_INVALID client_claim takes exactly one non-empty node id')
+if #ARGV ~= 2 or ARGV[1] == '' or (ARGV[2] ~= 'keep' and ARGV[2] ~= 'fresh') then
+  return redis.error_reply('ROUTER_INVALID client_claim takes a non-empty node id and keep or fresh')
 end
-local current = redis.call('HMGET', KEYS[1], 'node', 'epoch')
+local current = redis.call('HMGET', KEYS[2], 'node', 'epoch')
 local time = redis.call('TIME')
 local epoch = tonumber(time[1]) * 1000000 + tonumber(time[2])
 if current[2] then
@@ -30,6 +38,9 @@ if current[2] then
     epoch = old + 1
   end
 end
+if ARGV[2] == 'fresh' then
+  redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+end
 local text = string.format('%.0f', epoch)
-redis.call('HSET', KEYS[1], 'node', ARGV[1], 'epoch', text)
-return {current[1] or false, text}
+redis.call('HSET', KEYS[2], 'node', ARGV[1], 'epoch', text)
+return {current[1] or false, current[2] or false, text}

@@ -125,7 +125,8 @@ class SubscriptionStore:
         self._scripts = Scripts(redis)
 
     def client_keys(self, client_id: str) -> list[str]:
-        """Every key of the client, in the order ``client_remove.lua`` expects them."""
+        """Every key of the client, in the order ``client_remove.lua`` and
+        ``client_claim.lua`` expect them."""
         keys = self.keys
         aliases: list[str] = []
         for namespace in NAMESPACES:
@@ -150,10 +151,23 @@ class SubscriptionStore:
         :class:`InvalidIdError` for a bad id, :class:`CorruptStateError` if the stored epoch
         is not an integer.
         """
+        _previous, owner = await self.claim_over(client_id, node_id)
+        return owner
+
+    async def claim_over(
+        self, client_id: str, node_id: str, *, fresh: bool = False
+    ) -> tuple[Owner | None, Owner]:
+        """Claim the client's session for ``node_id`` (see :meth:`claim`) in one script;
+        return the owner it had (None if none) and the new one. ``fresh``: the client's
+        subscriptions, aliases and session description are deleted in the same step (a
+        new session under an old id), as by :meth:`remove_client` but keeping the epoch
+        growing from the stored one."""
         check_id(node_id, "node id")
-        key = self.keys.client_owner(client_id)
-        _previous, epoch = await self._scripts.run("client_claim", [key], [node_id])
-        return Owner(node_id, int(epoch))
+        args = [node_id, "fresh" if fresh else "keep"]
+        node, epoch, new = await self._scripts.run(
+            "client_claim", self.client_keys(client_id), args
+        )
+        return _owner_of(node, epoch), Owner(node_id, int(new))
 
     async def restore_owner(self, client_id: str, owner: Owner) -> bool:
         """Write ``owner`` back as the client's session owner after Redis lost it; True

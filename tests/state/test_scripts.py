@@ -414,7 +414,7 @@ async def test_every_script_called_without_argv_refuses_and_changes_nothing(
     ]
     registry_keys = [keys.registry(), keys.registry_heartbeats()]
     keys_of = {
-        "client_claim": [keys.client_owner("c")],
+        "client_claim": subs.client_keys("c"),
         "client_restore": [keys.client_owner("c")],
         "client_subscribe": subs.client_keys("c")[:2],
         "client_unsubscribe": subs.client_keys("c")[:2],

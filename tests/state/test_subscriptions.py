@@ -73,6 +73,24 @@ async def test_claims_grow_the_epoch_and_change_the_owner(store: SubscriptionSto
     assert await store.owner("c1") == third
 
 
+async def test_a_fresh_claim_removes_the_old_state_and_names_the_owner_it_replaced(
+    store: SubscriptionStore, redis_client: RedisClient, keys: Keys
+) -> None:
+    assert await store.claim_over("c1", "node-a") == (None, await store.owner("c1"))
+    old = await store.owner("c1")
+    assert old is not None
+    await store.subscribe("c1", "keep/#", QOS1, owner=old)
+    previous, kept = await store.claim_over("c1", "node-b")
+    assert previous == old and kept.epoch > old.epoch
+    assert await store.subscriptions("c1") == {"keep/#": QOS1}  # ('keep': state stays)
+    previous, fresh = await store.claim_over("c1", "node-c", fresh=True)
+    assert previous == kept and fresh.epoch > kept.epoch
+    assert await store.owner("c1") == fresh
+    assert await store.subscriptions("c1") == {}
+    remaining = [k for k in store.client_keys("c1") if await redis_client.exists(k)]
+    assert remaining == [keys.client_owner("c1")]
+
+
 async def test_owners_reads_many_claims_at_once(store: SubscriptionStore) -> None:
     clients = [f"client-{i}" for i in range(20)]  # spread over the slots of a cluster
     for index, client_id in enumerate(clients[:15]):

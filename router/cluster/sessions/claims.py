@@ -93,19 +93,20 @@ class SessionClaims:
         """Claim the client's session: for a clean start, or (``keep_state``) to resume it.
 
         Returns None when this node already holds the current claim (the session goes
-        on). Otherwise a local copy that lost its claim is closed first, the client's
-        earlier state is removed from Redis unless ``keep_state``, and the new claim is
-        returned; the caller then tells the previous owner with :meth:`notify_previous`.
+        on). Otherwise a local copy that lost its claim is closed first, then the client's
+        earlier state is removed from Redis (unless ``keep_state``) and the session claimed
+        in one script; the new claim is returned with the owner it replaced, and the
+        caller tells that owner with :meth:`notify_previous`.
         """
-        previous = await self._store.owner(client_id)
         local = self._held.get(client_id)
         if local is not None:
-            if local == previous:
+            if local == await self._store.owner(client_id):
                 return None
             await self._drop(client_id, None)  # taken over before its notice arrived
-        if not keep_state:
-            await self._store.remove_client(client_id)
-        owner = self._held[client_id] = await self._store.claim(client_id, self.node_id)
+        previous, owner = await self._store.claim_over(
+            client_id, self.node_id, fresh=not keep_state
+        )
+        self._held[client_id] = owner
         return Claimed(owner, previous)
 
     async def notify_previous(self, client_id: str, claimed: Claimed, resume: bool = False) -> None:
