@@ -274,16 +274,8 @@ class RouteStore:
         """The routes read by HSCAN after ``version``, caught up with the stream; the
         version they then correspond to (raises ResyncRequiredError like :meth:`changes`)."""
         routes: dict[TopicFilter, int] = {}
-        cursor = 0
-        while True:
-            cursor, found = await self.redis.hscan(
-                self.keys.node_routes(node_id), cursor, count=page
-            )
-            assert isinstance(found, dict)  # (a list only when asked for no values)
-            for route, count in found.items():
-                routes[_route(route)] = _count(count)
-            if cursor == 0:
-                break
+        async for route, count in self.redis.hscan_iter(self.keys.node_routes(node_id), count=page):
+            routes[_route(route)] = _count(count)
         while True:
             caught = await self.changes(node_id, generation, version, limit=page)
             if not caught.changes:
