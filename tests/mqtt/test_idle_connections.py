@@ -28,6 +28,7 @@ from router.mqtt.packets import (
 from router.mqtt.server import serve
 from router.mqtt.settings import MqttSettings
 from tests.support.nodes import StartNode
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.parametrize("redis_backend", ["fake"], indirect=True)
 
@@ -77,8 +78,9 @@ async def test_idle_clients_hold_no_task_and_wake_for_deliveries(start_node: Sta
         for n, client in enumerate(clients):
             client.send(Subscribe(1, (Subscription(f"idle/{n}", 1),)))
             assert isinstance(await client.next(), SubAck)
-        await asyncio.sleep(0.1)
-        assert len(asyncio.all_tasks()) - before < 5  # (not one or more per client)
+        await eventually(  # (not one or more per client)
+            lambda: len(asyncio.all_tasks()) - before < 5, WAIT, "the connect tasks ended"
+        )
         for n in range(len(clients)):
             await node.publish(f"idle/{n}", f"to {n}".encode(), qos=1)
         for n, client in enumerate(clients):
@@ -86,9 +88,14 @@ async def test_idle_clients_hold_no_task_and_wake_for_deliveries(start_node: Sta
             assert isinstance(delivery, Publish) and delivery.payload == f"to {n}".encode()
             assert delivery.packet_id is not None
             client.send(PubAck(delivery.packet_id))
-        await asyncio.sleep(0.1)
-        assert len(asyncio.all_tasks()) - before < 5
-        assert all(not node.sessions.session(f"idle-{n}").inflight for n in range(40))
+        await eventually(
+            lambda: len(asyncio.all_tasks()) - before < 5, WAIT, "the delivery tasks ended"
+        )
+        await eventually(
+            lambda: all(not node.sessions.session(f"idle-{n}").inflight for n in range(40)),
+            WAIT,
+            "every PUBACK taken",
+        )
         for client in clients:
             client.close()
 
