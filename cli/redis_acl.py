@@ -19,12 +19,21 @@ def _version(text: str) -> tuple[int, int]:
 
 
 @click.command("redis-acl")
-@click.option("--prefix", envvar=PREFIX_VARIABLE, default=DEFAULT_PREFIX, show_default=True,
-              help="Key namespace prefix the user may touch.")  # fmt: skip
+@click.option(
+    "--prefix",
+    envvar=PREFIX_VARIABLE,
+    default=DEFAULT_PREFIX,
+    show_default=True,
+    help="Key namespace prefix the user may touch.",
+)
 @click.option("--user", default="router", show_default=True, help="The ACL user's name.")
 @click.option("--password", default="CHANGE-ME", show_default=True, help="Its password.")
-@click.option("--redis-version", default=".".join(map(str, SETINFO_SINCE)), show_default=True,
-              help="The servers' Redis version (before 7.2: no CLIENT SETINFO).")  # fmt: skip
+@click.option(
+    "--redis-version",
+    default=".".join(map(str, SETINFO_SINCE)),
+    show_default=True,
+    help="The servers' Redis version (before 7.2: no CLIENT SETINFO).",
+)
 def redis_acl(prefix: str, user: str, password: str, redis_version: str) -> None:
     """Print the ACL SETUSER line for the router's Redis user."""
     click.echo(acl_setuser(prefix, user, password, _version(redis_version)))

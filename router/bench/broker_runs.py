@@ -119,9 +119,15 @@ class MqttBenchConfig:
 
     def plan(self, qos: int, label: str) -> LoadPlan:
         return LoadPlan(
-            self.messages, self.publishers, self.subscribers, qos, self.window,
-            self.drain_seconds, label=label, fanout=self.fanout,
-        )  # fmt: skip
+            self.messages,
+            self.publishers,
+            self.subscribers,
+            qos,
+            self.window,
+            self.drain_seconds,
+            label=label,
+            fanout=self.fanout,
+        )
 
     def latency_plan(self, label: str) -> LoadPlan:
         count = max(1, int(self.rate * self.seconds))
@@ -346,9 +352,14 @@ def _qos_report(
 
 
 LATENCY_FIGURES: Final = (
-    "p50_latency_ms", "p99_latency_ms", "max_latency_ms", "p99_latency_from_schedule_ms",
-    "latency_messages", "latency_lost", "latency_duplicates",
-)  # fmt: skip
+    "p50_latency_ms",
+    "p99_latency_ms",
+    "max_latency_ms",
+    "p99_latency_from_schedule_ms",
+    "latency_messages",
+    "latency_lost",
+    "latency_duplicates",
+)
 
 
 def latency_figures(latency: LoadResult | None, name: str = "") -> dict[str, Any]:
@@ -360,8 +371,10 @@ def latency_figures(latency: LoadResult | None, name: str = "") -> dict[str, Any
     values = (
         *(round(percentile(latency.latencies_ns, q), 3) for q in (0.5, 0.99, 1.0)),
         round(percentile(latency.scheduled_latencies_ns, 0.99), 3),
-        latency.received, latency.lost, latency.duplicates,
-    )  # fmt: skip
+        latency.received,
+        latency.lost,
+        latency.duplicates,
+    )
     return {f"{name}{figure}": v for figure, v in zip(LATENCY_FIGURES, values, strict=True)}
 
 

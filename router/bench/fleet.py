@@ -113,8 +113,9 @@ def measure(
     """Steps 1-3 of the module docstring against the broker ``pid`` at ``address``;
     every client and the publisher are disconnected when it returns."""
     rss_before = settled_rss_kib(pid)
-    spec = ConnectSpec(address, (), ids, keepalive=KEEPALIVE, in_flight=config.in_flight,
-                       timeout=CONNECT_TIMEOUT)  # fmt: skip
+    spec = ConnectSpec(
+        address, (), ids, keepalive=KEEPALIVE, in_flight=config.in_flight, timeout=CONNECT_TIMEOUT
+    )
     load_before = pool.cpu_seconds()
     report = pool.connect(spec, count)
     assert report is not None
@@ -178,8 +179,15 @@ def redis_bytes_per_session(
     client = redis.Redis.from_url(url)
     try:
         before = int(client.info("memory")["used_memory"])
-        spec = ConnectSpec(address, (), ids, clean=False, keepalive=KEEPALIVE,
-                           in_flight=in_flight, timeout=CONNECT_TIMEOUT)  # fmt: skip
+        spec = ConnectSpec(
+            address,
+            (),
+            ids,
+            clean=False,
+            keepalive=KEEPALIVE,
+            in_flight=in_flight,
+            timeout=CONNECT_TIMEOUT,
+        )
         report = pool.connect(spec, count)
         assert report is not None
         after = int(client.info("memory")["used_memory"])

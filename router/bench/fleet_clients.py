@@ -81,10 +81,12 @@ def source_address(index: int) -> str:
 
 
 CONNACK_3_1_1: Final = {
-    0x84: (1, "unacceptable protocol version"), 0x85: (2, "identifier rejected"),
-    0x88: (3, "server unavailable"), 0x86: (4, "bad user name or password"),
+    0x84: (1, "unacceptable protocol version"),
+    0x85: (2, "identifier rejected"),
+    0x88: (3, "server unavailable"),
+    0x86: (4, "bad user name or password"),
     0x87: (5, "not authorized"),
-}  # fmt: skip
+}
 """The 3.1.1 return code (and its name) that the reader gave as each 5.0 reason code."""
 
 
@@ -177,8 +179,16 @@ class Member:
     """One client of the fleet across its connections."""
 
     __slots__ = (
-        "drops", "expected", "index", "link", "mismatches", "probed", "returned", "seqs", "topic",
-    )  # fmt: skip
+        "drops",
+        "expected",
+        "index",
+        "link",
+        "mismatches",
+        "probed",
+        "returned",
+        "seqs",
+        "topic",
+    )
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -431,8 +441,9 @@ class FleetWorker:
         await asyncio.sleep(spec.retry_delay)
         if self.rejoin is spec and member.link is None:
             level = MQTT_3_1_1
-            connect = encode(Connect(f"{spec.ids}-{member.index}", level, spec.clean,
-                                     spec.keepalive), level)  # fmt: skip
+            connect = encode(
+                Connect(f"{spec.ids}-{member.index}", level, spec.clean, spec.keepalive), level
+            )
             subscribe = encode(Subscribe(1, (Subscription(member.topic, 1),)), level)
             await self._connect_one(spec, member.index, connect, subscribe, self.rejoined)
 

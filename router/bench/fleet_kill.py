@@ -75,9 +75,13 @@ QUIET: Final = 10.0
 SETTLE_TIMEOUT: Final = 90.0
 GROUPS: Final = ("after the kill", "during adoption", "after adoption")
 B_COUNTERS: Final = (
-    "sessions_adopted", "copies_recovered", "sessions_restored", "sessions_taken_over",
-    "nodes_purged", "queue_drops",
-)  # fmt: skip
+    "sessions_adopted",
+    "copies_recovered",
+    "sessions_restored",
+    "sessions_taken_over",
+    "nodes_purged",
+    "queue_drops",
+)
 
 
 def adoption_deadline(sessions: int) -> float:
@@ -168,8 +172,14 @@ def storms(
     def launch(group: int, figures: dict[str, Any]) -> None:
         pool.connect(_spec(spec, groups[group]), background=True, rejoin=True)
         at = round(time.monotonic() - killed, 3)
-        timeline.append({"group": GROUPS[group], "clients": len(groups[group]), "at_s": at,
-                         **{f"{name}_then": value for name, value in figures.items()}})  # fmt: skip
+        timeline.append(
+            {
+                "group": GROUPS[group],
+                "clients": len(groups[group]),
+                "at_s": at,
+                **{f"{name}_then": value for name, value in figures.items()},
+            }
+        )
 
     launch(0, {})
     while len(timeline) == 1:  # (the expiry starts the adoption: a quick look for it)
@@ -190,8 +200,13 @@ def storms(
     reports: list[list[ConnectReport]] = pool.ask_clients("join", timeout=wait)
     for group, line in enumerate(timeline):
         done = merge(part[group] for part in reports)
-        line.update(ok=done.ok, refused=done.refused, gave_up=done.gave_up,
-                    session_present=done.present, connack_ns=done.connack_ns)  # fmt: skip
+        line.update(
+            ok=done.ok,
+            refused=done.refused,
+            gave_up=done.gave_up,
+            session_present=done.present,
+            connack_ns=done.connack_ns,
+        )
     return timeline, adopted_within, left
 
 
@@ -211,8 +226,16 @@ def finish(
 
 def _spec(spec: ConnectSpec, indices: tuple[int, ...]) -> ConnectSpec:
     """A storm: ``indices`` at once, clean session 0 and no SUBSCRIBE."""
-    return replace(spec, indices=indices, clean=False, subscribe=False, in_flight=0,
-                   timeout=RECONNECT_TIMEOUT, retries=RETRIES, retry_delay=RETRY_DELAY)  # fmt: skip
+    return replace(
+        spec,
+        indices=indices,
+        clean=False,
+        subscribe=False,
+        in_flight=0,
+        timeout=RECONNECT_TIMEOUT,
+        retries=RETRIES,
+        retry_delay=RETRY_DELAY,
+    )
 
 
 def settle(pool: WorkerPool, acked: dict[int, list[int]]) -> int:
@@ -280,33 +303,47 @@ def run_kill(url: str, config: FleetConfig, pool: WorkerPool) -> dict[str, Any]:
     dead, alive = f"fleet{nonce}-a", f"fleet{nonce}-b"
     asked = config.session_count
     options = (
-        "--heartbeat-ttl", str(config.ttl), "--heartbeat-interval", str(config.heartbeat_interval),
-        "--mqtt-max-queued", "1000000",
-    )  # fmt: skip
+        "--heartbeat-ttl",
+        str(config.ttl),
+        "--heartbeat-interval",
+        str(config.heartbeat_interval),
+        "--mqtt-max-queued",
+        "1000000",
+    )
     try:
         with contextlib.ExitStack() as stack:
             a = stack.enter_context(fleet_node(url, prefix, dead, asked + 16, options))
             b = stack.enter_context(fleet_node(url, prefix, alive, asked + 16, options))
             count, fd_limit, files = capacity(a.process.pid, asked)
-            spec = ConnectSpec(a.address, tuple(range(count)), ids, clean=False,
-                               keepalive=KEEPALIVE, in_flight=config.in_flight,
-                               timeout=CONNECT_TIMEOUT, retries=RETRIES,
-                               retry_delay=RETRY_DELAY)  # fmt: skip
+            spec = ConnectSpec(
+                a.address,
+                tuple(range(count)),
+                ids,
+                clean=False,
+                keepalive=KEEPALIVE,
+                in_flight=config.in_flight,
+                timeout=CONNECT_TIMEOUT,
+                retries=RETRIES,
+                retry_delay=RETRY_DELAY,
+            )
             before, refused_first = start_stream(pool, spec, b, config)
             killed = time.monotonic()
             a.process.kill()
             a.process.wait()
             watch = OwnerWatch(url, prefix, ids, count, dead)
             stack.callback(watch.close)
-            timeline, adopted_within, _ = storms(pool, b, replace(spec, address=b.address),
-                                                 watch, killed)  # fmt: skip
+            timeline, adopted_within, _ = storms(
+                pool, b, replace(spec, address=b.address), watch, killed
+            )
             if adopted_within is None:
                 adopted_within = finish(pool, b, watch, count, killed)
             left = watch.with_dead()
             all_back = progress(pool)["acked"]
-            wait_for("a round acknowledged after the reconnects",
-                     lambda: progress(pool)["acked"] >= all_back + count,
-                     3 * count / config.rate + 60)  # fmt: skip
+            wait_for(
+                "a round acknowledged after the reconnects",
+                lambda: progress(pool)["acked"] >= all_back + count,
+                3 * count / config.rate + 60,
+            )
             stream = pool.ask(pool.publisher, "stream_stop", timeout=120)
             if stream["error"]:
                 raise BenchSetupError(stream["error"])
@@ -366,8 +403,11 @@ def start_stream(
     pool.ask(pool.publisher, "publisher_connect", b.address, f"{spec.ids}-publisher", timeout=60)
     probe(pool, count)
     pool.ask(pool.publisher, "stream", count, config.rate, WINDOW, timeout=30)
-    wait_for("a round acknowledged", lambda: progress(pool)["acked"] >= count,
-             3 * count / config.rate + 60)  # fmt: skip
+    wait_for(
+        "a round acknowledged",
+        lambda: progress(pool)["acked"] >= count,
+        3 * count / config.rate + 60,
+    )
     acked: int = progress(pool)["acked"]
     return acked, first.refused
 

@@ -61,9 +61,12 @@ class FleetConfig:
 
     def __post_init__(self) -> None:
         check_positive(
-            connections=self.connections, processes=self.processes, in_flight=self.in_flight,
-            rate=self.rate, ttl=self.ttl,
-        )  # fmt: skip
+            connections=self.connections,
+            processes=self.processes,
+            in_flight=self.in_flight,
+            rate=self.rate,
+            ttl=self.ttl,
+        )
         if self.sessions is not None:
             check_positive(sessions=self.sessions)
         if self.processes > MAX_PROCESSES:
@@ -112,10 +115,24 @@ def fleet_node(
     port, metrics = free_port(), f"127.0.0.1:{free_port()}"
     command, env = node_command(node_id)
     args = [
-        *command, "node", "run", "--redis", url, "--prefix", prefix, "--node-id", node_id,
-        "--mqtt", f"127.0.0.1:{port}", "--mqtt-max-connections", str(connections),
-        "--metrics", metrics, *ROUTER_OPTIONS, *options,
-    ]  # fmt: skip
+        *command,
+        "node",
+        "run",
+        "--redis",
+        url,
+        "--prefix",
+        prefix,
+        "--node-id",
+        node_id,
+        "--mqtt",
+        f"127.0.0.1:{port}",
+        "--mqtt-max-connections",
+        str(connections),
+        "--metrics",
+        metrics,
+        *ROUTER_OPTIONS,
+        *options,
+    ]
     with broker_process(node_id, args, logged(f"node {node_id} ready"), env) as process:
         yield RunningNode(node_id, process, ("127.0.0.1", port), metrics)
 

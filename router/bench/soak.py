@@ -76,9 +76,12 @@ class SoakConfig:
 
     def __post_init__(self) -> None:
         check_positive(
-            minutes=self.minutes, fault_every=self.fault_every, qos1_rate=self.qos1_rate,
-            qos0_rate=self.qos0_rate, sample_seconds=self.sample_seconds,
-        )  # fmt: skip
+            minutes=self.minutes,
+            fault_every=self.fault_every,
+            qos1_rate=self.qos1_rate,
+            qos0_rate=self.qos0_rate,
+            sample_seconds=self.sample_seconds,
+        )
         if self.subscriptions < NODES * CHURN_CLIENTS_PER_NODE:
             raise BenchSetupError(
                 f"--subscriptions must be >= {NODES * CHURN_CLIENTS_PER_NODE} (one per client)"
@@ -233,14 +236,16 @@ class Soak:
     def _sample(self, now: float) -> None:
         deliveries, q1, q0 = self.tally.take_window()
         seconds, self.sampled = now - self.sampled, now
-        self.series.append({
-            "t_s": cut(now - self.started),
-            "deliveries_per_s": cut(deliveries / seconds),
-            "qos1_p99_ms": cut(percentile(q1, 0.99)),
-            "qos0_p99_ms": cut(percentile(q0, 0.99)),
-            "rss_mib": {node.node_id: _cut_or_none(node.rss_mib()) for node in self.nodes},
-            "acked": sum(len(p.acked) for p in self.q1),
-        })  # fmt: skip
+        self.series.append(
+            {
+                "t_s": cut(now - self.started),
+                "deliveries_per_s": cut(deliveries / seconds),
+                "qos1_p99_ms": cut(percentile(q1, 0.99)),
+                "qos0_p99_ms": cut(percentile(q0, 0.99)),
+                "rss_mib": {node.node_id: _cut_or_none(node.rss_mib()) for node in self.nodes},
+                "acked": sum(len(p.acked) for p in self.q1),
+            }
+        )
 
     def drain(self) -> float:
         """Wait until every tracked subscriber has every acknowledged message (or the
@@ -292,15 +297,22 @@ class Soak:
             "lost_where": where,
             "duplicates": duplicates,
             "qos1": {
-                "acked": acked, "expected_deliveries": acked * len(self.subscribers),
-                "delivered": delivered, "resends": sum(p.resends for p in self.q1),
+                "acked": acked,
+                "expected_deliveries": acked * len(self.subscribers),
+                "delivered": delivered,
+                "resends": sum(p.resends for p in self.q1),
                 "p99_ms": cut(percentile(tally.q1_latencies, 0.99)),
                 "p50_ms": cut(percentile(tally.q1_latencies, 0.50)),
             },
-            "qos0": {"sent": sum(p.sent for p in self.q0), "delivered": tally.q0_delivered,
-                     "skipped_while_disconnected": sum(p.skipped for p in self.q0)},
-            "churn": {"subscribes": sum(c.subscribes for c in self.churners),
-                      "unsubscribes": sum(c.unsubscribes for c in self.churners)},
+            "qos0": {
+                "sent": sum(p.sent for p in self.q0),
+                "delivered": tally.q0_delivered,
+                "skipped_while_disconnected": sum(p.skipped for p in self.q0),
+            },
+            "churn": {
+                "subscribes": sum(c.subscribes for c in self.churners),
+                "unsubscribes": sum(c.unsubscribes for c in self.churners),
+            },
             "tracked_moves": {
                 s.link.client_id: [(cut(t - self.started), node + 1) for t, node in s.link.moves]
                 for s in self.subscribers
@@ -315,7 +327,7 @@ class Soak:
             "rss_growth_mib_per_min": _rss_growth(self.series, self.nodes[0].node_id, self.config),
             "target_rss_growth_mib_per_min": TARGET_RSS_GROWTH,
             "series": self.series,
-        }  # fmt: skip
+        }
 
 
 def _ranges(seqs: list[int], limit: int = 10) -> list[tuple[int, int]]:

@@ -187,9 +187,12 @@ class Link:
         node = self.nodes[index]
         try:
             client.connect(
-                "127.0.0.1", node.port, 30, clean_start=not self.persistent or not self.connects,
+                "127.0.0.1",
+                node.port,
+                30,
+                clean_start=not self.persistent or not self.connects,
                 properties=properties,
-            )  # fmt: skip
+            )
         except OSError:
             return False
         client.loop_start()

@@ -50,9 +50,12 @@ class _Process:
     def _spawn(self, args: list[str]) -> None:
         with self.log.open("ab") as output:
             self.process = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
                 cwd=self.log.parent,
-            )  # fmt: skip
+            )
         self.starts += 1
 
     def _wait(self, ready: Callable[[], bool]) -> None:
@@ -116,11 +119,25 @@ class RedisProcess(_Process):
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        self._spawn([
-            self.binary, "--bind", "127.0.0.1", "--port", str(self.port),
-            "--dir", str(self.directory), "--save", "", "--appendonly", "yes",
-            "--appendfsync", "always", "--protected-mode", "no",
-        ])  # fmt: skip
+        self._spawn(
+            [
+                self.binary,
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--dir",
+                str(self.directory),
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--protected-mode",
+                "no",
+            ]
+        )
         self._wait(self._answers)
 
     def _answers(self) -> bool:
@@ -177,11 +194,23 @@ class NodeProcess(_Process):
         began = time.monotonic()
         marker = f"node {self.node_id} ready"
         seen = self.log.read_text(errors="replace").count(marker) if self.log.exists() else 0
-        self._spawn([
-            sys.executable, "-c", "from router.cli import main; main()", "node", "run",
-            "--redis", self.url, "--prefix", self.prefix, "--node-id", self.node_id,
-            "--mqtt", f"127.0.0.1:{self.port}",
-        ])  # fmt: skip
+        self._spawn(
+            [
+                sys.executable,
+                "-c",
+                "from router.cli import main; main()",
+                "node",
+                "run",
+                "--redis",
+                self.url,
+                "--prefix",
+                self.prefix,
+                "--node-id",
+                self.node_id,
+                "--mqtt",
+                f"127.0.0.1:{self.port}",
+            ]
+        )
         self._wait(lambda: self.log.read_text(errors="replace").count(marker) > seen)
         self.up, self.up_since = True, time.monotonic()
         return time.monotonic() - began

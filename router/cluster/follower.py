@@ -172,8 +172,10 @@ class ChannelFollower:
         except TRANSIENT_ERRORS as exc:
             log.warning(
                 "ack on channel %s failed (%s: %s); retried after the next batch",
-                self.channel.name, type(exc).__name__, exc,
-            )  # fmt: skip
+                self.channel.name,
+                type(exc).__name__,
+                exc,
+            )
         except RouterError as exc:  # the channel vanished or is corrupt: the next read says
             log.error("ack on channel %s refused: %s", self.channel.name, exc)
             self._behind = True

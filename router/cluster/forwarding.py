@@ -284,8 +284,10 @@ class InboxReader:
                 self.waits += 1
                 log.warning(
                     "inbox of node %s unavailable (%s: %s); retrying",
-                    self._node_id, type(exc).__name__, exc,
-                )  # fmt: skip
+                    self._node_id,
+                    type(exc).__name__,
+                    exc,
+                )
                 await asyncio.sleep(WAIT)
             except SubscriptionNotFoundError:
                 log.error(

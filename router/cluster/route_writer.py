@@ -125,8 +125,11 @@ class RouteWriter:
                 self.failed_batches += 1
                 log.error(
                     "routes of node %s not written (%d changes kept, retrying in %.1f s): %r",
-                    self._node_id, len(self._pending), backoff, exc,
-                )  # fmt: skip
+                    self._node_id,
+                    len(self._pending),
+                    backoff,
+                    exc,
+                )
                 error = RouteWriteError(self._node_id, exc)
                 for waiter in waiters:
                     if not waiter.done():

@@ -127,9 +127,13 @@ class Supervisor:
                 entry.last_error = f"{type(exc).__name__}: {exc}"
                 log.error(
                     "task %s of %s failed (restart %d in %.2f s): %s",
-                    entry.name, self.owner, entry.restarts, delay, entry.last_error,
+                    entry.name,
+                    self.owner,
+                    entry.restarts,
+                    delay,
+                    entry.last_error,
                     exc_info=exc,
-                )  # fmt: skip
+                )
             else:
                 entry.running = False
                 entry.finished = True

@@ -144,8 +144,12 @@ class RouteVisibility:
                 self.unconfirmed += 1
                 log.warning(
                     "route change %s:%d of node %s not acked by %s within %.1f s",
-                    target[0], target[1], self._node_id, ", ".join(lagging), self.timeout,
-                )  # fmt: skip
+                    target[0],
+                    target[1],
+                    self._node_id,
+                    ", ".join(lagging),
+                    self.timeout,
+                )
                 return False
             self._acked.clear()
             try:

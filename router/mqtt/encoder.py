@@ -43,9 +43,15 @@ def encode(packet: Packet, level: int = MQTT_5) -> bytes:
     65535 bytes, a packet over the protocol's size) and ``TypeError`` for a non-packet."""
     if type(packet) is Publish:
         return encode_publish(
-            topic_field(packet.topic), packet.payload, packet.qos, packet.retain, packet.dup,
-            packet.packet_id, packet.properties, level >= MQTT_5,
-        )  # fmt: skip
+            topic_field(packet.topic),
+            packet.payload,
+            packet.qos,
+            packet.retain,
+            packet.dup,
+            packet.packet_id,
+            packet.properties,
+            level >= MQTT_5,
+        )
     writer = _WRITERS.get(type(packet))
     if writer is None:
         raise TypeError(f"not an MQTT packet: {packet!r}")

@@ -58,9 +58,14 @@ class InboundLimits:
             return Outgoing(packet.topic, packet.payload, 0, packet.retain, publisher)
         self.check_quota(packet, awaiting)
         return Outgoing(
-            self.topic(packet), packet.payload, packet.qos, packet.retain, publisher,
-            properties.message_expiry_interval, carried_properties(properties),
-        )  # fmt: skip
+            self.topic(packet),
+            packet.payload,
+            packet.qos,
+            packet.retain,
+            publisher,
+            properties.message_expiry_interval,
+            carried_properties(properties),
+        )
 
     def topic(self, packet: Publish) -> str:
         """The topic of ``packet``, its alias resolved (or bound, when it has both)."""

@@ -101,7 +101,7 @@ class Intake:
         "reader",
         "server",
         "transport",
-    )  # fmt: skip
+    )
 
     def __init__(self, server: MqttServer, transport: Transport) -> None:
         self.server = server

@@ -105,16 +105,28 @@ class PublishEncoder:
                     topic = ""
         if packet_id is not None or properties is not NO_PROPERTIES:  # this connection's own
             return encode_publish(
-                self._fields[topic], delivery.payload, delivery.qos, delivery.retain, dup,
-                packet_id, properties, v5,
-            )  # fmt: skip
+                self._fields[topic],
+                delivery.payload,
+                delivery.qos,
+                delivery.retain,
+                dup,
+                packet_id,
+                properties,
+                v5,
+            )
         encoded = delivery.encoded
         if encoded is not None and encoded[0] == v5:
             return encoded[1]
         data = encode_publish(
-            self._fields[topic], delivery.payload, delivery.qos, delivery.retain, dup, None,
-            NO_PROPERTIES, v5,
-        )  # fmt: skip
+            self._fields[topic],
+            delivery.payload,
+            delivery.qos,
+            delivery.retain,
+            dup,
+            None,
+            NO_PROPERTIES,
+            v5,
+        )
         delivery.encoded = (v5, data)
         return data
 
@@ -181,9 +193,19 @@ class Outbox:
     """
 
     __slots__ = (
-        "_counters", "_encoder", "_free", "_max_packet", "_next_id", "_on_end", "_out",
-        "_session", "_slot_freed", "_task", "_transport", "_waiting",
-    )  # fmt: skip
+        "_counters",
+        "_encoder",
+        "_free",
+        "_max_packet",
+        "_next_id",
+        "_on_end",
+        "_out",
+        "_session",
+        "_slot_freed",
+        "_task",
+        "_transport",
+        "_waiting",
+    )
 
     def __init__(
         self,

@@ -152,7 +152,7 @@ class MqttConnection(Intake):
         "level",
         "node",
         "settings",
-    )  # fmt: skip
+    )
 
     _limits: InboundLimits  # (these four once the client is attached)
     _session: ClientSession
@@ -214,10 +214,14 @@ class MqttConnection(Intake):
                     )
                 elif will is not None and not delay:
                     await self.node.publish(
-                        will.topic, will.payload, qos=will.qos, retain=will.retain,
-                        publisher=client_id, expiry_interval=will.expiry_interval,
+                        will.topic,
+                        will.payload,
+                        qos=will.qos,
+                        retain=will.retain,
+                        publisher=client_id,
+                        expiry_interval=will.expiry_interval,
                         properties=will.properties,
-                    )  # fmt: skip
+                    )
         except (RouterError, RedisError, ConnectionError) as error:  # (the session stays)
             log.warning("closing MQTT client %s: %s", client_id, error)
         finally:
@@ -231,9 +235,14 @@ class MqttConnection(Intake):
             return None, 0
         will = kept.will
         outgoing = Outgoing(
-            will.topic, will.payload, will.qos, will.retain, self.client_id,
-            will.properties.message_expiry_interval, carried_properties(will.properties),
-        )  # fmt: skip
+            will.topic,
+            will.payload,
+            will.qos,
+            will.retain,
+            self.client_id,
+            will.properties.message_expiry_interval,
+            carried_properties(will.properties),
+        )
         return outgoing, will.properties.will_delay_interval or 0
 
     def end(self, code: int) -> None:
@@ -277,10 +286,14 @@ class MqttConnection(Intake):
         asked = connect.properties
         window = min(self.settings.max_inflight, asked.receive_maximum or 0xFFFF)
         self._outbox = Outbox(
-            self._session, self.transport, self.server,
+            self._session,
+            self.transport,
+            self.server,
             PublishEncoder(self.level, asked.topic_alias_maximum or 0, self.server.topic_fields),
-            window, asked.maximum_packet_size or 0, self._deliveries_ended,
-        )  # fmt: skip
+            window,
+            asked.maximum_packet_size or 0,
+            self._deliveries_ended,
+        )
         properties = NO_PROPERTIES
         if v5:
             properties, self.keepalive = connack_properties(connect, self.settings, admitted)
@@ -306,10 +319,14 @@ class MqttConnection(Intake):
             if connect.clean_start and alone and self.node.serves(client_id):
                 await self.node.disconnect(client_id)  # a clean start drops a local session
             return await self.node.connect(
-                client_id, connect.username, connect.password,
-                clean_start=connect.clean_start, expiry=self._session_expiry,
-                protocol=self.level, keepalive=connect.keepalive,
-            )  # fmt: skip
+                client_id,
+                connect.username,
+                connect.password,
+                clean_start=connect.clean_start,
+                expiry=self._session_expiry,
+                protocol=self.level,
+                keepalive=connect.keepalive,
+            )
         except (InvalidIdError, NotAuthorizedError) as error:
             self._refuse(refusal(connect, error))
             return None
@@ -440,10 +457,14 @@ class MqttConnection(Intake):
             if topic.startswith(SYSTEM_TOPICS):
                 raise NotAuthorizedError(self.client_id or "", "publish", topic, "the broker's")
             result = await self.node.publish(
-                topic, packet.payload, qos=qos, retain=packet.retain,
-                publisher=self.client_id, expiry_interval=expiry,
+                topic,
+                packet.payload,
+                qos=qos,
+                retain=packet.retain,
+                publisher=self.client_id,
+                expiry_interval=expiry,
                 properties=carried_properties(packet.properties),
-            )  # fmt: skip
+            )
             if v5 and not result.nodes:
                 code = RC.NO_MATCHING_SUBSCRIBERS
         except InvalidTopicError:
@@ -464,10 +485,15 @@ class MqttConnection(Intake):
         for sub in packet.subscriptions:
             try:
                 await self.node.subscribe(
-                    self.client_id or "", sub.topic_filter, confirm=False, qos=sub.qos,
-                    no_local=sub.no_local, retain_as_published=sub.retain_as_published,
-                    retain_handling=sub.retain_handling, subscription_identifier=identifier,
-                )  # fmt: skip
+                    self.client_id or "",
+                    sub.topic_filter,
+                    confirm=False,
+                    qos=sub.qos,
+                    no_local=sub.no_local,
+                    retain_as_published=sub.retain_as_published,
+                    retain_handling=sub.retain_handling,
+                    subscription_identifier=identifier,
+                )
                 codes.append(sub.qos)
             except InvalidTopicError:
                 codes.append(RC.TOPIC_FILTER_INVALID if v5 else RC.UNSPECIFIED_ERROR)

@@ -176,9 +176,13 @@ class MqttServer:
         handshake = None if tls is None else self.settings.connect_timeout
         try:
             server = await asyncio.get_running_loop().create_server(
-                stream_factory(self), host, port, ssl=tls, ssl_handshake_timeout=handshake,
+                stream_factory(self),
+                host,
+                port,
+                ssl=tls,
+                ssl_handshake_timeout=handshake,
                 backlog=BACKLOG,
-            )  # fmt: skip
+            )
         except OSError as error:
             raise ListenerError(f"cannot listen on {address}: {error.strerror or error}") from None
         self._servers.append(server)

@@ -109,10 +109,18 @@ async def listen_websocket(
     host, port = address
     try:
         listener = await serve(
-            handle, host, port, subprotocols=[SUBPROTOCOL], process_request=only_the_path,
-            ssl=tls, open_timeout=server.settings.connect_timeout, ping_interval=None,
-            max_size=server.settings.max_packet_size + 8, compression=None, backlog=BACKLOG,
-        )  # fmt: skip
+            handle,
+            host,
+            port,
+            subprotocols=[SUBPROTOCOL],
+            process_request=only_the_path,
+            ssl=tls,
+            open_timeout=server.settings.connect_timeout,
+            ping_interval=None,
+            max_size=server.settings.max_packet_size + 8,
+            compression=None,
+            backlog=BACKLOG,
+        )
     except OSError as error:
         raise ListenerError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
     bound = next(iter(listener.sockets)).getsockname()

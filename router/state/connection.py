@@ -99,8 +99,9 @@ async def check_eviction(redis: RedisClient, allow: bool) -> None:
     except ResponseError as exc:
         log.warning("cannot read Redis's maxmemory-policy (%s): it must be noeviction", exc)
         return
-    evicting = sorted(f"{node or 'the server'}: {p}" for node, p in policies.items()
-                      if p and p != "noeviction")  # fmt: skip
+    evicting = sorted(
+        f"{node or 'the server'}: {p}" for node, p in policies.items() if p and p != "noeviction"
+    )
     if not evicting:
         return
     problem = (

@@ -230,8 +230,9 @@ class SessionKeeper:
             await self._spill(queue, batch)
         except (RouterError, RedisError) as error:
             session.put_first(batch)
-            log.warning("could not queue %d messages for %s yet: %s", len(batch),
-                        queue.client_id, error)  # fmt: skip
+            log.warning(
+                "could not queue %d messages for %s yet: %s", len(batch), queue.client_id, error
+            )
             return False
         return True
 
@@ -332,9 +333,10 @@ class SessionKeeper:
             except (RouterError, RedisError):
                 log.warning(
                     "handing on the session of %s failed; its new node recovers its copies "
-                    "from this node's inbox once its handoff wait ends", client_id,
+                    "from this node's inbox once its handoff wait ends",
+                    client_id,
                     exc_info=True,
-                )  # fmt: skip
+                )
             finally:
                 try:
                     if not back.is_set():
@@ -372,8 +374,9 @@ class SessionKeeper:
                 await queue.mark_handoff(epoch, awaiting, tail=True)
                 ends = [asyncio.ensure_future(e.wait()) for e in (self._stopping, back)]
                 try:
-                    await asyncio.wait(ends, timeout=self.handoff_grace,
-                                       return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                    await asyncio.wait(
+                        ends, timeout=self.handoff_grace, return_when=asyncio.FIRST_COMPLETED
+                    )
                 finally:
                     for end in ends:
                         end.cancel()
@@ -467,9 +470,13 @@ class SessionKeeper:
             resume.handed = resume.handed or epoch is None  # (none awaited: none missing)
         else:
             came = await self._drain(
-                session, lambda d: epoch in (m.epoch for m in d.handoffs), epoch, resume.read,
-                resume.deadline, resume.previous,
-            )  # fmt: skip
+                session,
+                lambda d: epoch in (m.epoch for m in d.handoffs),
+                epoch,
+                resume.read,
+                resume.deadline,
+                resume.previous,
+            )
             resume.handed = came
         resume.waited = True
         if not resume.recovered:
@@ -508,12 +515,12 @@ class SessionKeeper:
             if ended or previous is None:
                 await self._recovery.release(recovery)
             else:
-                tail += await self._recovery.recover_for(previous.node_id, session.client_id,
-                                                         recovery)  # fmt: skip
+                tail += await self._recovery.recover_for(
+                    previous.node_id, session.client_id, recovery
+                )
         except (RouterError, RedisError):
             self.tails_lost += 1
-            log.warning("the tail of the move of %s was not read", session.client_id,
-                        exc_info=True)  # fmt: skip
+            log.warning("the tail of the move of %s was not read", session.client_id, exc_info=True)
         finally:
             self._tails.pop(session.client_id, None)
             session.release(tail, seen)

@@ -56,16 +56,22 @@ async def restore_sessions(
             await subscriptions.write_subscriptions(client_id, held.items(), owner=owner)
             if session.away:
                 await store.mark_away(
-                    client_id, owner, expiry=session.expiry,
+                    client_id,
+                    owner,
+                    expiry=session.expiry,
                     awaiting_release=session.awaiting_release,
-                )  # fmt: skip
+                )
                 await keeper.restore_queue(client_id)
             else:
                 protocol, keepalive, username = session.profile
                 await store.mark_open(
-                    client_id, owner, expiry=session.expiry, protocol=protocol,
-                    keepalive=keepalive, username=username,
-                )  # fmt: skip
+                    client_id,
+                    owner,
+                    expiry=session.expiry,
+                    protocol=protocol,
+                    keepalive=keepalive,
+                    username=username,
+                )
         except (RouterError, RedisError):
             log.warning("the state of session %s was not written back", client_id, exc_info=True)
             continue
