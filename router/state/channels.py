@@ -43,14 +43,14 @@ import hashlib
 import hmac
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, NamedTuple
 
 from redis.asyncio.cluster import RedisCluster
 
-from router.errors import ChannelArgumentError, MalformedAckHandleError
+from router.errors import ChannelArgumentError, MalformedAckHandleError, RouterError
 from router.state.keys import Keys, check_id
 from router.state.scripts import RedisClient, Scripts
 from router.state.wakeups import WakeUps
@@ -209,11 +209,20 @@ class Channel:
 
     async def backlog(self, subscriber: str) -> int:
         """How many clocks ``subscriber`` has not acknowledged (0 when either is missing)."""
+        position = await self.position(subscriber)
+        if position is None:
+            return 0
+        clock, cursor = position
+        return max(clock - cursor, 0)
+
+    async def position(self, subscriber: str) -> tuple[int, int] | None:
+        """(the channel's clock, ``subscriber``'s cursor), read together; None when
+        either is missing."""
         cursor_key = self.keys.channel_cursor(self.name, subscriber)
         clock, cursor = await self._redis.mget([self._clock_key, cursor_key])
         if clock is None or cursor is None:
-            return 0
-        return max(int(clock) - int(cursor), 0)
+            return None
+        return int(clock), int(cursor)
 
     async def copy_cursor(self, subscriber: str, copy: str) -> bool:
         """Make ``copy`` a subscriber whose cursor (and its TTL) is ``subscriber``'s now:
@@ -245,6 +254,16 @@ class Channel:
         that is not bytes, :class:`CorruptStateError` if the clock or a dedup entry in Redis
         is not an integer clock (nothing stored).
         """
+        call = self._publish_call(messages, push)
+        if call is None:
+            return []
+        ids, keys, args = call
+        return self._published(ids, await self._scripts.run("channel_publish", keys, args))
+
+    def _publish_call(
+        self, messages: Iterable[ChannelMessage | tuple[str, bytes]], push: bool = False
+    ) -> tuple[list[str], list[str], list[Any]] | None:
+        """(ids, KEYS, ARGV) of ``channel_publish`` for ``messages``; None for none."""
         ids: list[str] = []
         contents: list[bytes] = []
         for message in messages:
@@ -263,7 +282,7 @@ class Channel:
             ids.append(message_id)
             contents.append(content)
         if not ids:
-            return []
+            return None
         keys = [self._clock_key, self._bodies, *self.keys.channel_dedup(self.name, ids)]
         # Ids go out as bytes encoded here (channel_dedup has checked them): cheaper than
         # redis-py's generic per-argument encoder, which tries several types first.
@@ -271,7 +290,11 @@ class Channel:
         for message_id, content in zip(ids, contents, strict=True):
             args.append(message_id.encode())
             args.append(content)
-        before, duplicates = await self._scripts.run("channel_publish", keys, args)
+        return ids, keys, args
+
+    @staticmethod
+    def _published(ids: list[str], reply: Any) -> list[Published]:
+        before, duplicates = reply
         originals: dict[int, int] = {}
         if duplicates:
             for entry in duplicates.split(b","):
@@ -287,6 +310,74 @@ class Channel:
             else:
                 published.append(Published(message_id, original, True))
         return published
+
+    # -- many channels at once -----------------------------------------------------------
+
+    @staticmethod
+    async def add_subscribers(channels: Sequence[Channel], subscriber: str) -> None:
+        """:meth:`add_subscriber` on each of ``channels`` (of one Redis client), in one
+        pipelined step on a standalone server. Raises the first refusal (as
+        :meth:`add_subscriber` would), or the Redis error that stopped the step."""
+        if not channels:
+            return
+        calls = [
+            (
+                [c._clock_key, c.keys.channel_cursor(c.name, subscriber), c._epoch_key],
+                [c.ttl, ""],
+            )
+            for c in channels
+        ]
+        replies = await channels[0]._scripts.run_many("channel_add_subscriber", calls)
+        for channel, reply in zip(channels, replies, strict=True):
+            if isinstance(reply, RouterError):
+                raise reply
+            epoch = reply[1]
+            channel.epoch = epoch.decode() if isinstance(epoch, bytes) else str(epoch)
+
+    @staticmethod
+    async def positions(
+        channels: Sequence[Channel], subscriber: str
+    ) -> list[tuple[int, int] | None]:
+        """:meth:`position` of ``subscriber`` on each of ``channels``, in one pipeline
+        (not atomic: each cursor is read before its clock, so the clock is never older)."""
+        if not channels:
+            return []
+        async with channels[0]._redis.pipeline(transaction=False) as pipe:
+            for c in channels:
+                pipe.get(c.keys.channel_cursor(c.name, subscriber))
+                pipe.get(c._clock_key)
+            replies = await pipe.execute()
+        return [
+            None if clock is None or cursor is None else (int(clock), int(cursor))
+            for cursor, clock in zip(replies[::2], replies[1::2], strict=True)
+        ]
+
+    @staticmethod
+    async def publish_each(
+        batches: Sequence[tuple[Channel, Iterable[ChannelMessage]]],
+    ) -> list[list[Published] | RouterError]:
+        """:meth:`publish` of each (channel, messages) of ``batches`` (channels of one
+        Redis client), in one pipelined step on a standalone server. Returns what each
+        publish returns, or the refusal it met (the others still ran); raises the Redis
+        error that stopped the step (some may have run)."""
+        calls = [(channel, channel._publish_call(messages)) for channel, messages in batches]
+        sent = [(channel, call) for channel, call in calls if call is not None]
+        replies: list[Any] = []
+        if sent:
+            replies = await sent[0][0]._scripts.run_many(
+                "channel_publish", [(keys, args) for _, (_, keys, args) in sent]
+            )
+        answers = iter(replies)
+        results: list[list[Published] | RouterError] = []
+        for channel, call in calls:
+            if call is None:
+                results.append([])
+                continue
+            reply = next(answers)
+            results.append(
+                reply if isinstance(reply, RouterError) else channel._published(call[0], reply)
+            )
+        return results
 
     # -- fetch and ack ---------------------------------------------------------------
 

@@ -35,8 +35,8 @@ from typing import Any, Final, Literal
 import msgpack  # type: ignore[import-untyped,unused-ignore]
 
 from router.core.messages import Delivery, MessageProperties
-from router.errors import CorruptStateError, InvalidIdError, MalformedMessageError
-from router.state.channels import Channel, ChannelMessage
+from router.errors import CorruptStateError, InvalidIdError, MalformedMessageError, RouterError
+from router.state.channels import Channel, ChannelMessage, Published
 from router.state.keys import Keys, check_id
 from router.state.reads import read_each
 from router.state.scan import scan_keys, scan_pages
@@ -284,6 +284,11 @@ class Drained:
 _serial = count()
 
 
+def _queued(delivery: Delivery) -> ChannelMessage:
+    """``delivery`` as a queue message, under an id of its own."""
+    return ChannelMessage(f"{delivery.message_id.hex()}.{next(_serial)}", pack_delivery(delivery))
+
+
 class SessionQueue:
     """The offline queue of one session (see the module docstring)."""
 
@@ -293,19 +298,38 @@ class SessionQueue:
         self.channel = Channel(redis, keys.client_queue(client_id), ttl, keys)
         self._redis = redis
         self._keys = keys
+        # What bounds the backlog without reading it: the reader's cursor when last read
+        # (reads only move it on) and the clock after this object's last append.
+        self._cursor: int | None = None
+        self._clock: int | None = None
 
     async def reset(self) -> None:
         """Forget every queued message (a clean start, or a new session)."""
+        self._cursor = None
         await self.channel.remove_subscriber(READER)
         await self.channel.add_subscriber(READER)
 
     async def ensure(self) -> None:
         """Create the queue's reader if it is missing (keeps what is queued)."""
+        self._cursor = None  # (made anew, the channel's clock starts again)
         await self.channel.add_subscriber(READER)
 
     async def backlog(self) -> int:
         """How many messages wait (markers included)."""
-        return await self.channel.backlog(READER)
+        position = await self.channel.position(READER)
+        if position is None:
+            self._cursor = None
+            return 0
+        self._clock, self._cursor = position
+        return max(self._clock - self._cursor, 0)
+
+    def _surely_within(self, limit: int) -> bool:
+        """Whether at most ``limit`` messages wait, known without a read right after an
+        append: the clock it reached less the cursor last read is an upper bound while
+        the channel lives (its reader only moves the cursor on)."""
+        if self._cursor is None or self._clock is None:
+            return False
+        return 0 <= self._clock - self._cursor <= limit
 
     async def append(
         self, deliveries: Sequence[Delivery], limit: int, overflow: Overflow
@@ -316,18 +340,59 @@ class SessionQueue:
         if not deliveries:
             return 0, 0
         dropped = 0
-        if overflow == "drop_newest":
+        if overflow == "drop_newest":  # (another writer may have appended since)
             room = max(limit - await self.backlog(), 0)
             dropped = max(len(deliveries) - room, 0)
             deliveries = deliveries[:room]
-        messages = [
-            ChannelMessage(f"{d.message_id.hex()}.{next(_serial)}", pack_delivery(d))
-            for d in deliveries
-        ]
-        await self.channel.publish(messages)
-        if overflow == "drop_oldest":
+        messages = [_queued(d) for d in deliveries]
+        await self._publish(messages)
+        if overflow == "drop_oldest" and not self._surely_within(limit):
             dropped += await self._trim(limit)
         return len(messages), dropped
+
+    @staticmethod
+    async def ensure_each(queues: Sequence[SessionQueue]) -> None:
+        """:meth:`ensure` each of ``queues`` (of one Redis client) and learn where its
+        reader stands: two pipelined steps on a standalone server, whatever their number.
+        Raises the first refusal, or the Redis error that stopped a step."""
+        channels = [queue.channel for queue in queues]
+        await Channel.add_subscribers(channels, READER)
+        for queue, position in zip(queues, await Channel.positions(channels, READER), strict=True):
+            queue._clock, queue._cursor = position if position is not None else (None, None)
+
+    @staticmethod
+    async def append_each(
+        batches: Sequence[tuple[SessionQueue, Sequence[Delivery]]], limit: int, overflow: Overflow
+    ) -> list[tuple[int, int] | RouterError]:
+        """:meth:`append` each (queue, deliveries) of ``batches``: with ``drop_oldest`` in
+        one pipelined step, then a trim where a queue may have passed ``limit``. Returns
+        (stored, dropped) of each, or the refusal it met; raises the Redis error that
+        stopped a step (some may have stored theirs)."""
+        if overflow == "drop_newest":  # (each reads its room first)
+            return [
+                await queue.append(deliveries, limit, overflow) for queue, deliveries in batches
+            ]
+        messages = [[_queued(d) for d in deliveries] for _, deliveries in batches]
+        published = await Channel.publish_each(
+            [(queue.channel, batch) for (queue, _), batch in zip(batches, messages, strict=True)]
+        )
+        results: list[tuple[int, int] | RouterError] = []
+        for (queue, _), batch, outcome in zip(batches, messages, published, strict=True):
+            if isinstance(outcome, RouterError):
+                results.append(outcome)
+                continue
+            queue._learn_clock(outcome)
+            dropped = 0 if queue._surely_within(limit) else await queue._trim(limit)
+            results.append((len(batch), dropped))
+        return results
+
+    def _learn_clock(self, published: list[Published]) -> None:
+        stored = [p.clock for p in published if not p.duplicate]
+        if stored:
+            self._clock = stored[-1]
+
+    async def _publish(self, messages: list[ChannelMessage]) -> None:
+        self._learn_clock(await self.channel.publish(messages))
 
     async def _trim(self, limit: int) -> int:
         """Drop the oldest waiting messages beyond ``limit``, but never a marker nor what
@@ -356,11 +421,11 @@ class SessionQueue:
         content = ",".join(str(packet_id) for packet_id in awaiting_release).encode()
         if tail:
             content += b";tail"
-        await self.channel.publish([ChannelMessage(f"{HANDOFF}{epoch}", content)])
+        await self._publish([ChannelMessage(f"{HANDOFF}{epoch}", content)])
 
     async def mark_tail_end(self, epoch: int) -> None:
         """Append the tail end marker for the claim of ``epoch``."""
-        await self.channel.publish([ChannelMessage(f"{HANDOFF_END}{epoch}", b"")])
+        await self._publish([ChannelMessage(f"{HANDOFF_END}{epoch}", b"")])
 
     async def handed_off(self, epoch: int) -> bool:
         """Whether the handoff marker of ``epoch`` was appended (read or not): one key

@@ -10,14 +10,17 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
 from router.state.keys import Keys
+from router.state.session_store import SessionQueue
 from tests.support import waiting
 from tests.support.nodes import StartNode, die, take
 
-pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
+BOTH = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
+STANDALONE = pytest.mark.parametrize("redis_backend", ["standalone"], indirect=True)
 
 SESSIONS = 120
 
@@ -37,12 +40,45 @@ async def fleet_node(redis_connect: Callable[..., Any], keys: Keys, node_id: str
     return node
 
 
+@BOTH
 async def test_a_dead_nodes_sessions_get_everything_published_before_during_and_after_adoption(
     start_node: StartNode, redis_connect: Callable[..., Any], keys: Keys
 ) -> None:
     """Before: the dead node was purged first and its sessions adopted after, each
     waiting the whole handoff timeout (here 30 s), so publishes in between found no
     route (lost though acknowledged) and the adoption took minutes."""
+    await kill_and_check(start_node, redis_connect, keys)
+
+
+@STANDALONE
+async def test_adopted_sessions_go_away_one_by_one_when_redis_refuses_them_together(
+    start_node: StartNode,
+    redis_connect: Callable[..., Any],
+    keys: Keys,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The adoption puts its sessions away a batch at a time in pipelined steps; a batch
+    whose step Redis refused is put away session by session, losing nothing."""
+    refused = 0
+    ensure_each = SessionQueue.ensure_each
+
+    async def refuse_twice(queues: list[SessionQueue]) -> None:
+        nonlocal refused
+        if refused < 2:
+            refused += 1
+            raise RedisConnectionError("refused by the test")
+        await ensure_each(queues)
+
+    monkeypatch.setattr(SessionQueue, "ensure_each", staticmethod(refuse_twice))
+    await kill_and_check(start_node, redis_connect, keys)
+    assert refused == 2
+
+
+async def kill_and_check(
+    start_node: StartNode, redis_connect: Callable[..., Any], keys: Keys
+) -> None:
+    """Kill a node with ``SESSIONS`` away sessions while another publishes to each;
+    every acknowledged message reaches each session's client on a third node."""
     a = await fleet_node(redis_connect, keys, "a")
     b = await start_node("b", handoff_timeout=30.0)
     await waiting.eventually(

@@ -44,12 +44,9 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
-from redis.exceptions import RedisError
-
 from router.cluster.local_sessions import ClientSession, CountChange
 from router.cluster.sessions.lifecycle import SessionLifecycle
 from router.core.messages import Delivery
-from router.errors import RouterError
 from router.state.session_store import SessionInfo
 from router.state.subscriptions import Owner
 
@@ -85,10 +82,12 @@ class Adoption:
         """Adopt ``dead``'s persistent sessions: those it still owns (a client that came
         back elsewhere since owns its session there). Raises the first Redis error that
         stopped a batch, after the others went on: the caller tries again."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
         orphans = [orphan async for orphan in self._orphans(dead)]
         if not orphans:
             return
-        loop = asyncio.get_running_loop()
+        phases: dict[str, float] = {"listed": loop.time() - began}
         gate = asyncio.Semaphore(CONCURRENCY)
         recovered: asyncio.Future[dict[str, list[Delivery]]] = loop.create_future()
         batches = [orphans[i : i + BATCH] for i in range(0, len(orphans), BATCH)]
@@ -101,13 +100,17 @@ class Adoption:
         ]
         try:
             changes = await asyncio.gather(*claimed)
+            phases["claimed"] = loop.time() - began
             await self._lifecycle.adopt_routes([c for made in changes if made for c in made])
+            phases["routed"] = loop.time() - began
             if any(made is not None for made in changes) and dead != self._lifecycle.node_id:
                 await self._confirm_routes()  # (own sessions: its inbox reader reads them)
+                phases["confirmed"] = loop.time() - began
                 await asyncio.sleep(self._grace)
                 mark = await self._recovery.mark_node(dead)
                 clients = {info.client_id for info, _ in orphans}
                 recovered.set_result(await self._recovery.recover_all(dead, clients, mark))
+                phases["recovered"] = loop.time() - began
             else:
                 recovered.set_result({})
         except BaseException:
@@ -121,7 +124,13 @@ class Adoption:
         adopted = sum(r for r in results if isinstance(r, int))
         self.sessions_adopted += adopted
         self.failed += len(errors)
-        log.warning("adopted %d persistent sessions of dead node %s", adopted, dead)
+        phases["put away"] = loop.time() - began
+        log.warning(
+            "adopted %d persistent sessions of dead node %s (%s)",
+            adopted,
+            dead,
+            ", ".join(f"{phase} at {at:.2f} s" for phase, at in phases.items()),
+        )
         if errors:
             raise errors[0]
 
@@ -140,13 +149,6 @@ class Adoption:
         """At start: adopt the persistent sessions this node id held in an earlier
         incarnation (the node restarted before anyone purged it)."""
         await self.adopt(self._lifecycle.node_id)
-
-    async def _finish(self, session: ClientSession, owner: Owner, copies: list[Delivery]) -> None:
-        try:
-            await self._lifecycle.adopt_finish(session, owner, copies)
-        except (RouterError, RedisError):  # (its client's connect goes on with it)
-            self.failed += 1
-            log.error("adopted session %s not put away", session.client_id, exc_info=True)
 
     async def _adopt_batch(
         self,
@@ -176,7 +178,7 @@ class Adoption:
             with contextlib.suppress(asyncio.CancelledError):
                 copies = await asyncio.shield(recovered)
             async with gate:
-                await asyncio.gather(
-                    *(self._finish(s, o, copies.get(s.client_id, [])) for s, o, _ in adopted)
+                self.failed += await lifecycle.adopt_finish_all(
+                    [(s, o, copies.get(s.client_id, [])) for s, o, _ in adopted]
                 )
         return len(adopted)

@@ -386,11 +386,11 @@ class SessionLifecycle:
     ) -> list[tuple[ClientSession, Owner, list[CountChange]] | None]:
         """Claim each session of ``orphans`` (its description, and the claim its dead
         owner held) and open it here with its stored subscriptions, holding back the
-        copies that reach it (:meth:`adopt_finish` lets them go). For each: the session,
+        copies that reach it (:meth:`adopt_finish_all` lets them go). For each: the session,
         its new claim and the route changes to write (:meth:`adopt_routes`), or None when
         the dead node no longer holds it (the client resumed it somewhere) or this node
         serves it. The claims go to Redis together (pipelined). The caller holds the
-        clients' locks until :meth:`adopt_finish`."""
+        clients' locks until :meth:`adopt_finish_all`."""
         wanted = [(info, dead) for info, dead in orphans if not self.serves(info.client_id)]
         for info, _ in wanted:
             await self._drop_unclaimed(info.client_id)
@@ -425,19 +425,42 @@ class SessionLifecycle:
         except (RouterError, RedisError):
             log.warning("routes of adopted sessions not written yet", exc_info=True)
 
-    async def adopt_finish(
-        self, session: ClientSession, owner: Owner, recovered: list[Delivery]
-    ) -> None:
-        """The adopted session takes the copies ``recovered`` from the dead node's inbox
+    async def adopt_finish_all(
+        self, adopted: list[tuple[ClientSession, Owner, list[Delivery]]]
+    ) -> int:
+        """Each adopted session takes the copies ``recovered`` from the dead node's inbox
         first, then those it held since :meth:`adopt_claim`, and is put away with its
-        expiry (its queue goes on after what the dead node queued). A session taken over
-        meanwhile gets ``recovered`` in its queue, for the node that resumes it."""
-        client_id = session.client_id
-        if self.claims.held(client_id) != owner or self.sessions.find(client_id) is not session:
-            await self.keeper.queue_copies(client_id, session.expiry, recovered)
-            return
-        session.release(recovered)
-        await self.keeper.put_away(session, owner, marked=True)
+        expiry (its queue goes on after what the dead node queued); the sessions are put
+        away together (:meth:`SessionKeeper.put_away_adopted`), or each on its own when
+        Redis refused that. A session taken over meanwhile gets ``recovered`` in its
+        queue, for the node that resumes it. Returns how many could not be put away
+        (each logged)."""
+        kept: list[tuple[ClientSession, Owner]] = []
+        failed = 0
+        for session, owner, recovered in adopted:
+            client_id = session.client_id
+            if self.claims.held(client_id) != owner or self.sessions.find(client_id) is not session:
+                try:
+                    await self.keeper.queue_copies(client_id, session.expiry, recovered)
+                except (RouterError, RedisError):
+                    failed += 1
+                    log.error("copies of taken over %s not queued", client_id, exc_info=True)
+                continue
+            session.release(recovered)
+            kept.append((session, owner))
+        try:
+            await self.keeper.put_away_adopted([session for session, _ in kept])
+        except (RouterError, RedisError) as error:
+            log.warning("adopted sessions put away one by one: %s", error)
+        else:
+            return failed
+        for session, owner in kept:
+            try:
+                await self.keeper.put_away(session, owner, marked=True)
+            except (RouterError, RedisError):  # (its client's connect goes on with it)
+                failed += 1
+                log.error("adopted session %s not put away", session.client_id, exc_info=True)
+        return failed
 
     def serves(self, client_id: str) -> bool:
         """True while this node holds the client's session (its claim in Redis)."""

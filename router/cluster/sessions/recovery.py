@@ -109,9 +109,7 @@ class InboxRecovery:
         else:
             copies = (await self.recover_all(dead, {client_id}, recovery)).get(client_id, [])
         if copies:
-            log.warning(
-                "recovered %d copies for %s from dead node %s", len(copies), client_id, dead
-            )
+            log.info("recovered %d copies for %s from dead node %s", len(copies), client_id, dead)
         return copies
 
     async def _from_backlog(

@@ -1,0 +1,84 @@
+"""The copies of many away sessions reach their Redis queues together (a group commit),
+and a group Redis refuses is tried again without losing a copy; on real Redis and a
+3-master Redis Cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from router.core.messages import Delivery
+from router.errors import RouterError
+from router.state.session_store import Overflow, SessionQueue
+from tests.support import waiting
+from tests.support.nodes import StartNode, take
+
+pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
+
+SESSIONS = 300
+
+
+async def test_copies_for_many_away_sessions_go_to_redis_in_a_few_steps(
+    start_node: StartNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, each away session's spiller wrote its copies in calls of its own: a
+    publish matching 300 away sessions cost 300 round trips (and a backlog read each)."""
+    steps: list[int] = []
+    append_each = SessionQueue.append_each
+
+    async def counted(
+        batches: Sequence[tuple[SessionQueue, Sequence[Delivery]]], limit: int, overflow: Overflow
+    ) -> list[tuple[int, int] | RouterError]:
+        steps.append(len(batches))
+        return await append_each(batches, limit, overflow)
+
+    a = await start_node("a")
+    for index in range(SESSIONS):
+        await a.connect(f"s{index}", clean_start=False, expiry=600)
+        await a.subscribe(f"s{index}", "fleet/all", qos=1, confirm=False)
+        await a.put_away(f"s{index}")
+    monkeypatch.setattr(SessionQueue, "append_each", staticmethod(counted))
+    for sequence in range(3):
+        await a.publish("fleet/all", f"{sequence}".encode(), qos=1)
+    await waiting.eventually(
+        lambda: a.stats()["session_queued"] == 3 * SESSIONS, 10.0, "every copy queued"
+    )
+    assert sum(steps) <= 3 * SESSIONS
+    assert len(steps) <= 3 * SESSIONS // 100  # (groups of up to 200)
+    b = await start_node("b")
+    for index in range(SESSIONS):
+        assert await b.connect(f"s{index}", clean_start=False, expiry=600)
+        got = await take(b, f"s{index}", 3)
+        assert [d.payload for d in got] == [b"0", b"1", b"2"], f"s{index}"
+
+
+async def test_a_group_redis_refuses_is_written_again_in_order(
+    start_node: StartNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refused = 0
+    append_each = SessionQueue.append_each
+
+    async def refuse_twice(*args: Any) -> list[tuple[int, int] | RouterError]:
+        nonlocal refused
+        if refused < 2:
+            refused += 1
+            raise RedisConnectionError("refused by the test")
+        return await append_each(*args)
+
+    a = await start_node("a")
+    for index in range(20):
+        await a.connect(f"s{index}", clean_start=False, expiry=600)
+        await a.subscribe(f"s{index}", "fleet/all", qos=1, confirm=False)
+        await a.put_away(f"s{index}")
+    monkeypatch.setattr(SessionQueue, "append_each", staticmethod(refuse_twice))
+    for sequence in range(4):
+        await a.publish("fleet/all", f"{sequence}".encode(), qos=1)
+    await waiting.eventually(lambda: a.stats()["session_queued"] == 80, 10.0, "every copy queued")
+    assert refused == 2
+    for index in range(20):
+        assert await a.connect(f"s{index}", clean_start=False, expiry=600)
+        got = await take(a, f"s{index}", 4)
+        assert [d.payload for d in got] == [b"0", b"1", b"2", b"3"], f"s{index}"
