@@ -24,9 +24,11 @@ session's client, before or after the kill; ``lost_absent``: the same for client
 never got back), ``duplicates``, ``refused`` (reconnect attempts refused: a CONNACK
 other than 0, the connection closed, or no CONNACK within :data:`RECONNECT_TIMEOUT`;
 ``never_back``: clients refused at every attempt), ``sessions_not_present`` (a
-reconnect whose CONNACK said no session: the session was lost), ``adopted_within_s``
-(from the kill until the adoption finished; None if not within the adoption deadline,
-and ``left_with_dead_node`` says how many sessions still belong to A at the end),
+reconnect whose CONNACK said no session: the session was lost), ``claimed_within_s``
+(from the kill until no session belonged to A: B holds each, and what is published to it
+from then on), ``adopted_within_s`` (until the adoption finished: every session put
+away in its Redis queue; None if not within the adoption deadline, and
+``left_with_dead_node`` says how many sessions still belong to A at the end),
 ``reconnect_p50_ms`` / ``p99_ms`` (CONNECT to CONNACK of the reconnects that got in), the
 storms' timeline and B's counters from its ``/metrics``. Every payload is checked: one
 that is not its client's, or a seq never published to it, raises
@@ -152,10 +154,11 @@ def progress(pool: WorkerPool) -> dict[str, Any]:
 
 def storms(
     pool: WorkerPool, node: RunningNode, spec: ConnectSpec, watch: OwnerWatch, killed: float
-) -> tuple[list[dict[str, Any]], float | None, int]:
+) -> tuple[list[dict[str, Any]], float | None, float | None]:
     """Step 3 of the module docstring: the three storms, each launched in the
-    background; returns a line per group, ``adopted_within_s`` and the sessions still
-    with the dead node when the last storm started.
+    background; returns a line per group, ``claimed_within_s`` (no session belongs to
+    the dead node any more: the survivor holds each, its copies with it) and
+    ``adopted_within_s``.
 
     The second storm starts once the dead node's heartbeat expired (B may adopt from
     then on, within a heartbeat interval). The adoption counts as finished once no
@@ -167,6 +170,7 @@ def storms(
     groups = [spec.indices[g :: len(GROUPS)] for g in range(len(GROUPS))]
     timeline: list[dict[str, Any]] = []
     adopted_within: float | None = None
+    claimed_within: float | None = None
     deadline = killed + adoption_deadline(count)
 
     def launch(group: int, figures: dict[str, Any]) -> None:
@@ -190,6 +194,8 @@ def storms(
         adopted = scrape(node.metrics or "").get("router_sessions_adopted_total", 0)
         left, back = watch.with_dead(), pool.tally().returned
         now = time.monotonic()
+        if left == 0 and claimed_within is None:
+            claimed_within = round(now - killed, 3)
         if left == 0 and adopted >= count - back:
             adopted_within = round(now - killed, 3)
         if adopted_within is not None or now > deadline:
@@ -207,7 +213,7 @@ def storms(
             session_present=done.present,
             connack_ns=done.connack_ns,
         )
-    return timeline, adopted_within, left
+    return timeline, claimed_within, adopted_within
 
 
 def finish(
@@ -332,7 +338,7 @@ def run_kill(url: str, config: FleetConfig, pool: WorkerPool) -> dict[str, Any]:
             a.process.wait()
             watch = OwnerWatch(url, prefix, ids, count, dead)
             stack.callback(watch.close)
-            timeline, adopted_within, _ = storms(
+            timeline, claimed_within, adopted_within = storms(
                 pool, b, replace(spec, address=b.address), watch, killed
             )
             if adopted_within is None:
@@ -372,6 +378,7 @@ def run_kill(url: str, config: FleetConfig, pool: WorkerPool) -> dict[str, Any]:
         "reconnected": resumed,
         "never_back": sum(line["gave_up"] for line in timeline),
         "sessions_not_present": resumed - sum(line["session_present"] for line in timeline),
+        "claimed_within_s": claimed_within,
         "adopted_within_s": adopted_within,
         "left_with_dead_node": left,
         "reconnect_p50_ms": round(percentile(latencies, 0.5), 3),

@@ -39,7 +39,7 @@ from router.errors import CorruptStateError, InvalidIdError, MalformedMessageErr
 from router.state.channels import Channel, ChannelMessage, Published
 from router.state.keys import Keys, check_id
 from router.state.reads import read_each
-from router.state.scan import scan_keys, scan_pages
+from router.state.scan import SCAN_COUNT, scan_keys, scan_pages
 from router.state.scripts import RedisClient, Scripts
 from router.state.subscriptions import Owner, SubscriptionStore, _owner_args
 
@@ -201,10 +201,14 @@ class SessionStore:
         ids = (self.keys.client_of_session_key(key) for key in found.keys)
         return sorted(i for i in ids if i is not None), found.complete
 
-    async def client_id_pages(self, page: int = 1_000) -> AsyncIterator[list[str]]:
-        """Every client with a session, in pages of at most ``page`` ids (a SCAN: no
-        limit on the total, no command that blocks Redis on a large keyspace)."""
-        async for keys in scan_pages(self.redis, self.keys.client_sessions_pattern(), page=page):
+    async def client_id_pages(
+        self, page: int = 1_000, count: int = SCAN_COUNT
+    ) -> AsyncIterator[list[str]]:
+        """Every client with a session, in pages of at most ``page`` ids (a SCAN of
+        ``count`` keys a call: no limit on the total, no command that blocks Redis on a
+        large keyspace)."""
+        pattern = self.keys.client_sessions_pattern()
+        async for keys in scan_pages(self.redis, pattern, page=page, count=count):
             ids = (self.keys.client_of_session_key(key) for key in keys)
             yield [i for i in ids if i is not None]
 

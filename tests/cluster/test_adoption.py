@@ -57,21 +57,23 @@ async def test_adopted_sessions_go_away_one_by_one_when_redis_refuses_them_toget
     keys: Keys,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The adoption puts its sessions away a batch at a time in pipelined steps; a batch
-    whose step Redis refused is put away session by session, losing nothing."""
+    """The adoption makes the queues of a batch of sessions in pipelined steps while it
+    waits for the mirrors, and puts the batch away together; a batch whose queues Redis
+    refused then (both of its two batches) is tried again at the put away, and refused
+    there too (both again), put away session by session: nothing is lost."""
     refused = 0
     ensure_each = SessionQueue.ensure_each
 
-    async def refuse_twice(queues: list[SessionQueue]) -> None:
+    async def refuse_four_times(queues: list[SessionQueue]) -> None:
         nonlocal refused
-        if refused < 2:
+        if refused < 4:
             refused += 1
             raise RedisConnectionError("refused by the test")
         await ensure_each(queues)
 
-    monkeypatch.setattr(SessionQueue, "ensure_each", staticmethod(refuse_twice))
+    monkeypatch.setattr(SessionQueue, "ensure_each", staticmethod(refuse_four_times))
     await kill_and_check(start_node, redis_connect, keys)
-    assert refused == 2
+    assert refused == 4
 
 
 async def kill_and_check(

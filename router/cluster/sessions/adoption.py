@@ -58,6 +58,10 @@ CONCURRENCY: Final = 8
 """Batches whose Redis steps run at the same time."""
 PAGE: Final = 1_000
 """Session ids read (and described) at a time."""
+SCAN_KEYS: Final = 5_000
+"""Keys one SCAN call examines while listing sessions: each key of every client, queue
+and message counts, so the sessions are a small share of them (about a millisecond of
+Redis a call)."""
 
 
 class Adoption:
@@ -137,7 +141,7 @@ class Adoption:
     async def _orphans(self, dead: str) -> AsyncIterator[tuple[SessionInfo, Owner]]:
         """(description, claim) of each persistent session ``dead`` still owns."""
         store, subscriptions = self._lifecycle.store, self._lifecycle.subscriptions
-        async for ids in store.client_id_pages(PAGE):
+        async for ids in store.client_id_pages(PAGE, SCAN_KEYS):
             infos = [i for i in await store.describe_many(ids) if i and i.expiry]
             candidates = [i for i in infos if i.node_id == dead]
             owners = await subscriptions.owners([i.client_id for i in candidates])
@@ -174,11 +178,13 @@ class Adoption:
                 if not claimed.done():
                     claimed.set_result(made if any(opened) else None)
             adopted = [one for one in opened if one is not None]
+            async with gate:  # (made while the recovery waits for the mirrors)
+                ready = await lifecycle.adopt_queues([s for s, _, _ in adopted])
             copies: dict[str, list[Delivery]] = {}
             with contextlib.suppress(asyncio.CancelledError):
                 copies = await asyncio.shield(recovered)
             async with gate:
                 self.failed += await lifecycle.adopt_finish_all(
-                    [(s, o, copies.get(s.client_id, [])) for s, o, _ in adopted]
+                    [(s, o, copies.get(s.client_id, [])) for s, o, _ in adopted], ready
                 )
         return len(adopted)

@@ -178,15 +178,15 @@ class SessionKeeper:
             await self.spills.write_together(queue, session.take_all(), session)
         self._keep_away(session, away, tail, will, will_delay)
 
-    async def put_away_adopted(self, sessions: list[ClientSession]) -> None:
-        """:meth:`put_away` of ``sessions``, which an adoption marked away in Redis,
-        together: their queues made and what they hold appended in a few pipelined
-        steps, not a few calls each. Raises what Redis raised before anything changed
-        (then each may be put away on its own)."""
-        queues = [self.queue(session.client_id, session.expiry) for session in sessions]
-        await SessionQueue.ensure_each(queues)
+    async def put_away_adopted(
+        self, sessions: list[ClientSession], queues: dict[str, SessionQueue]
+    ) -> None:
+        """:meth:`put_away` of ``sessions``, which an adoption marked away in Redis and
+        whose ``queues`` (by client id) it made, together: what they hold is appended in
+        a few pipelined steps, not in calls of their own."""
         batches = []
-        for session, queue in zip(sessions, queues, strict=True):
+        for session in sessions:
+            queue = queues[session.client_id]
             session.move_to(SessionState.AWAY)
             self._away[session.client_id] = _Away(queue)
             if session.client_id not in self._tails:

@@ -41,7 +41,7 @@ from router.core.topics import TopicFilter, validate_filter
 from router.errors import RouterError, SessionOwnershipError
 from router.state.keys import Keys, check_id
 from router.state.scripts import RedisClient
-from router.state.session_store import NEVER, SessionInfo, SessionStore
+from router.state.session_store import NEVER, SessionInfo, SessionQueue, SessionStore
 from router.state.subscriptions import Owner, SubscriptionStore
 
 log = logging.getLogger(__name__)
@@ -425,14 +425,31 @@ class SessionLifecycle:
         except (RouterError, RedisError):
             log.warning("routes of adopted sessions not written yet", exc_info=True)
 
+    async def adopt_queues(self, sessions: list[ClientSession]) -> dict[str, SessionQueue]:
+        """The queues of adopted ``sessions``, made ahead of :meth:`adopt_finish_all`
+        (none when Redis refused: it makes them then)."""
+        try:
+            return await self._made_queues(sessions)
+        except (RouterError, RedisError) as error:
+            log.warning("queues of adopted sessions not made yet: %s", error)
+            return {}
+
+    async def _made_queues(self, sessions: list[ClientSession]) -> dict[str, SessionQueue]:
+        queues = [self.keeper.queue(session.client_id, session.expiry) for session in sessions]
+        await SessionQueue.ensure_each(queues)
+        return {queue.client_id: queue for queue in queues}
+
     async def adopt_finish_all(
-        self, adopted: list[tuple[ClientSession, Owner, list[Delivery]]]
+        self,
+        adopted: list[tuple[ClientSession, Owner, list[Delivery]]],
+        ready: dict[str, SessionQueue],
     ) -> int:
         """Each adopted session takes the copies ``recovered`` from the dead node's inbox
         first, then those it held since :meth:`adopt_claim`, and is put away with its
         expiry (its queue goes on after what the dead node queued); the sessions are put
-        away together (:meth:`SessionKeeper.put_away_adopted`), or each on its own when
-        Redis refused that. A session taken over meanwhile gets ``recovered`` in its
+        away together (:meth:`SessionKeeper.put_away_adopted`, in the queues ``ready``
+        from :meth:`adopt_queues`, or made now), or each on its own when Redis refused
+        that. A session taken over meanwhile gets ``recovered`` in its
         queue, for the node that resumes it. Returns how many could not be put away
         (each logged)."""
         kept: list[tuple[ClientSession, Owner]] = []
@@ -449,7 +466,9 @@ class SessionLifecycle:
             session.release(recovered)
             kept.append((session, owner))
         try:
-            await self.keeper.put_away_adopted([session for session, _ in kept])
+            missing = [session for session, _ in kept if session.client_id not in ready]
+            queues = {**ready, **await self._made_queues(missing)}
+            await self.keeper.put_away_adopted([session for session, _ in kept], queues)
         except (RouterError, RedisError) as error:
             log.warning("adopted sessions put away one by one: %s", error)
         else:
