@@ -55,6 +55,16 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
         click.IntRange(min=1, max=65535),
         "QoS 1/2 deliveries a client may leave unacknowledged.",
     ),
+    "--mqtt-max-subscriptions": (
+        "max_subscriptions",
+        click.IntRange(min=0),
+        "Filters one session may hold (0x97 Quota exceeded past it; 0: no limit).",
+    ),
+    "--mqtt-max-topic-levels": (
+        "max_topic_levels",
+        click.IntRange(min=1, max=65535),
+        "Levels of a topic a client publishes or of a filter it subscribes, at most.",
+    ),
     "--mqtt-session-expiry-max": (
         "session_expiry_max",
         click.IntRange(min=0, max=0xFFFFFFFF),

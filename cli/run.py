@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -107,6 +108,15 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
     help="Start even if Redis's maxmemory-policy may evict keys (logged as an error).",
 )
 @setting(
+    "--share-sessions-between-users",
+    "shared_sessions",
+    is_flag=True,
+    default=False,
+    show_default=False,
+    help="Let any user resume or take over a client id's session (by default only the "
+    "user that made it; others get CONNACK 0x87).",
+)
+@setting(
     "--metrics",
     default=None,
     metavar="HOST:PORT",
@@ -181,6 +191,7 @@ def node_run(
     redis_pool_size: int,
     publish_timeout: float,
     allow_eviction: bool,
+    shared_sessions: bool,
     metrics: str | None,
     queue_limit: int,
     max_queued: int,
@@ -218,6 +229,12 @@ def node_run(
     ):
         parse_address(address)  # a bad address is one error line, before connecting
     passwords = None if password_file is None else PasswordFile.from_file(password_file)
+    if not settings.allow_anonymous and passwords is None:
+        raise click.BadParameter(
+            "needs an authentication source (--password-file): without one any user "
+            "name and password would be accepted",
+            param_hint="--no-allow-anonymous",
+        )
     tls = None
     if tls_listeners:
         if tls_cert is None or tls_key is None:
@@ -243,6 +260,7 @@ def node_run(
                 redis_pool_size=redis_pool_size,
                 publish_timeout=publish_timeout,
                 allow_eviction=allow_eviction,
+                shared_sessions=shared_sessions,
                 queue_limit=queue_limit,
                 max_queued=max_queued,
                 acl=acl,
@@ -274,6 +292,14 @@ def node_run(
                     for scheme, host, port in front.listeners:
                         kind = {"mqtt": "MQTT", "mqtts": "MQTT TLS", "ws": "MQTT WS"}[scheme]
                         log.info("%s on %s:%d", kind, host, port)
+                        if settings.allow_anonymous and not is_loopback(host):
+                            log.warning(
+                                "%s on %s:%d accepts anonymous clients from the network "
+                                "(--no-allow-anonymous with --password-file refuses them)",
+                                kind,
+                                host,
+                                port,
+                            )
                     if metrics is not None:
                         bound = await extras.enter_async_context(
                             serve_metrics(running, metrics, front)
@@ -294,3 +320,13 @@ def node_run(
             log.info("node %s stopped: %s", running.node_id, running.stats())
 
     run(main())
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listener bound to ``host`` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

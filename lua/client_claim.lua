@@ -9,9 +9,13 @@
 -- ARGV[1] = the id of the node that takes the session over
 -- ARGV[2] = 'keep' (the session goes on with its stored state) or 'fresh' (subscriptions,
 --           aliases and session description are deleted first)
+-- ARGV[3] = the user name of the connecting client ('' for none)
+-- ARGV[4] = 'bound' (a session may be claimed only by the user its owner hash records,
+--           '' for a client without one; an owner hash written before users were recorded
+--           binds none) or 'shared' (any user may claim it); the hash records the claimer
 -- returns {previous owner node or false, previous epoch or false, new epoch as a decimal string}
 -- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (stored epoch not an
---         integer); nothing is changed then
+--         integer), ROUTER_OTHER_USER (bound to another user); nothing is changed then
 --
 -- The epoch is max(old epoch + 1, server time in microseconds): it grows with every claim,
 -- and keeps growing after remove_client deleted the owner hash (the clock has moved on), so a
@@ -23,10 +27,15 @@ if wrong_keys then
   return redis.error_reply(wrong_keys)
 end
 
-if #ARGV ~= 2 or ARGV[1] == '' or (ARGV[2] ~= 'keep' and ARGV[2] ~= 'fresh') then
-  return redis.error_reply('ROUTER_INVALID client_claim takes a non-empty node id and keep or fresh')
+if #ARGV ~= 4 or ARGV[1] == '' or (ARGV[2] ~= 'keep' and ARGV[2] ~= 'fresh')
+    or (ARGV[4] ~= 'bound' and ARGV[4] ~= 'shared') then
+  return redis.error_reply(
+    'ROUTER_INVALID client_claim takes a non-empty node id, keep or fresh, a user, bound or shared')
 end
-local current = redis.call('HMGET', KEYS[2], 'node', 'epoch')
+local current = redis.call('HMGET', KEYS[2], 'node', 'epoch', 'user')
+if ARGV[4] == 'bound' and current[3] and current[3] ~= ARGV[3] then
+  return redis.error_reply('ROUTER_OTHER_USER the session belongs to another user')
+end
 local time = redis.call('TIME')
 local epoch = tonumber(time[1]) * 1000000 + tonumber(time[2])
 if current[2] then
@@ -42,5 +51,5 @@ if ARGV[2] == 'fresh' then
   redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 end
 local text = string.format('%.0f', epoch)
-redis.call('HSET', KEYS[2], 'node', ARGV[1], 'epoch', text)
+redis.call('HSET', KEYS[2], 'node', ARGV[1], 'epoch', text, 'user', ARGV[3])
 return {current[1] or false, current[2] or false, text}

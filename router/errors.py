@@ -216,6 +216,17 @@ class NotAuthorizedError(RouterError):
         super().__init__(f"client {client_id!r} may not {what}: {reason}")
 
 
+class SessionUserError(NotAuthorizedError):
+    """The client id's session belongs to another user: the session records the user
+    that made it, and only that user's clients may resume or take it over (CONNACK
+    0x87, 3.1.1 return code 5), unless the node shares sessions between users."""
+
+    def __init__(
+        self, client_id: str = "", reason: str = "its session belongs to another user"
+    ) -> None:
+        super().__init__(client_id, "connect", None, reason)
+
+
 # -- Redis connections ---------------------------------------------------------------------
 
 

@@ -36,6 +36,7 @@ class NodeConfig:
     handoff_grace: float = 1.0  # how long a handed-on session's filters keep queueing late copies
     publish_timeout: float = 10.0  # a publish not done by then raises PublishTimeoutError
     allow_eviction: bool = False  # start on a Redis that may evict keys (logged as an error)
+    shared_sessions: bool = False  # any user may resume a client id's session (else its user's)
 
     def strategy(self) -> ShareStrategy:
         """How this node picks a share group's member (``local``: its own members first)."""

@@ -28,8 +28,8 @@ from router.cluster.visibility import ArrivalOrder
 from router.core.guid import GuidGenerator
 from router.core.messages import Message, Outgoing, PublishResult
 from router.core.route_mirror import RouteMirror
-from router.core.topics import TopicFilter, validate_topic
-from router.errors import PublishTimeoutError
+from router.core.topics import SYSTEM_PREFIX, TopicFilter, validate_topic
+from router.errors import NotAuthorizedError, PublishTimeoutError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -119,6 +119,8 @@ class Dispatcher:
 
     async def _publish(self, outgoing: Outgoing) -> PublishResult:
         message = self.message(outgoing)
+        if message.publisher is not None and message.topic.startswith(SYSTEM_PREFIX):
+            raise _system_topic(message)
         if self._arrivals.pending:  # (subscription changes that arrived first apply)
             await self._arrivals.settled()
         if self._policy.guards_publish:
@@ -137,6 +139,9 @@ class Dispatcher:
         ids = self._ids.new_bytes_many(len(items))
         now = time.monotonic()
         messages = [self.message(o, i, now) for o, i in zip(items, ids, strict=True)]
+        for message in messages:
+            if message.publisher is not None and message.topic.startswith(SYSTEM_PREFIX):
+                raise _system_topic(message)
         if self._arrivals.pending:  # (subscription changes that arrived first apply)
             await self._arrivals.settled()
         admitted: Sequence[Message | None] = messages
@@ -278,3 +283,11 @@ class Dispatcher:
             "undeliverable": self.undeliverable,
             "copies_unmatched": self.unmatched,
         }
+
+
+def _system_topic(message: Message) -> NotAuthorizedError:
+    """The refusal of a client's message under ``$SYS/`` (nothing of the batch is
+    published): the broker's topics are the node's own."""
+    return NotAuthorizedError(
+        str(message.publisher), "publish", message.topic, "the broker's topic"
+    )

@@ -315,8 +315,11 @@ class RouterNode:
         client (on this node or another) goes on here: its subscriptions, and what was
         queued for it first. ``expiry`` is the Session Expiry Interval (0: the session
         ends with the connection). A session that another node served is taken over:
-        that node gets a notice in its inbox. ``authenticate=False``: the node resumes a
-        stored session itself (see Policy.authenticate). A connect that fails (Redis
+        that node gets a notice in its inbox. ``authenticate=False``: the credentials
+        were judged already (:meth:`admit_connect`), or the node resumes a stored session
+        itself (see Policy.authenticate). A session that belongs to another user is
+        refused (:class:`SessionUserError`) unless the node shares sessions between users
+        (``NodeConfig.shared_sessions``). A connect that fails (Redis
         failed: CONNACK 0x88) leaves no client attached, and the next connect goes on
         from where it stopped (:mod:`router.cluster.sessions.lifecycle`).
         """
@@ -330,6 +333,27 @@ class RouterNode:
             keepalive=keepalive,
             authenticate=authenticate,
         )
+
+    async def admit_connect(
+        self,
+        client_id: str,
+        username: str | None = None,
+        password: str | bytes | None = None,
+        *,
+        will_topic: str | None = None,
+    ) -> None:
+        """Judge a connecting client before it changes anything (a listener calls it
+        first, then :meth:`connect` with ``authenticate=False``): its credentials
+        (``client.authenticate`` hooks), that a session this node holds under its id is
+        its user's (the claim checks the same in Redis for one held elsewhere), and that
+        its will may be published (not under ``$SYS/``, allowed by the ACL). Raises
+        :class:`NotAuthorizedError` (:class:`SessionUserError` for another user's
+        session); changes nothing."""
+        check_id(client_id, "client id")
+        client = await self._policy.authenticate(client_id, username, password)
+        self._lifecycle.check_user(client_id, username)
+        if will_topic is not None:
+            await self._policy.admit_will(client, will_topic)
 
     async def put_away(
         self,

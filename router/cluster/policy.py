@@ -91,7 +91,13 @@ from router.core.hooks import (
 from router.core.messages import Delivery, Message
 from router.core.options import SubscriptionOptions
 from router.core.passwords import PasswordFile
-from router.core.topics import TopicFilter, TopicName, validate_filter, validate_topic
+from router.core.topics import (
+    SYSTEM_PREFIX,
+    TopicFilter,
+    TopicName,
+    validate_filter,
+    validate_topic,
+)
 from router.errors import AclRuleError, HookError, NotAuthorizedError
 
 NO_AUTHENTICATOR_ALLOWED = Decision.deny("no authentication hook accepted the client")
@@ -172,6 +178,16 @@ class Policy:
         if not decision.allowed:
             raise NotAuthorizedError(client_id, "connect", None, decision.reason)
         return client
+
+    async def admit_will(self, client: ClientInfo, topic: str) -> None:
+        """Whether ``client`` may leave a will on ``topic``: the gate every publish passes
+        (not under ``$SYS/``, the ACL allows it), asked at CONNECT; raises
+        :class:`NotAuthorizedError` if not."""
+        if topic.startswith(SYSTEM_PREFIX):
+            raise NotAuthorizedError(client.client_id, "publish", topic, "the broker's topic")
+        decision = await self.check(client, AclAction.PUBLISH, topic)
+        if not decision.allowed:
+            raise NotAuthorizedError(client.client_id, "publish", topic, decision.reason)
 
     async def attached(self, client: ClientInfo, new: bool) -> None:
         """Remember the client (its username for the ACL); run ``client.connected`` if

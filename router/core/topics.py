@@ -30,6 +30,9 @@ SEPARATOR: Final = "/"
 SINGLE_LEVEL: Final = "+"
 MULTI_LEVEL: Final = "#"
 SHARE_PREFIX: Final = "$share/"
+SYSTEM_PREFIX: Final = "$SYS/"
+"""The broker's own topics: no client publishes under them (wills, retained and API
+publishes included); only the node's own publisher does."""
 
 # A str of this many characters or fewer cannot exceed MAX_TOPIC_BYTES (4 bytes a character).
 _SAFE_CHARS: Final = MAX_TOPIC_BYTES // 4

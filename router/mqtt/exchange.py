@@ -34,6 +34,7 @@ from router.errors import (
     InvalidIdError,
     MqttProtocolError,
     NotAuthorizedError,
+    SessionUserError,
 )
 from router.mqtt.packets import (
     MQTT_5,
@@ -98,10 +99,15 @@ def admit(connect: Connect, settings: MqttSettings, new_id: Callable[[], str]) -
 
 def refusal(connect: Connect, error: Exception) -> int:
     """The CONNACK code for a connect the node refused with ``error``: an invalid id
-    0x85, a refused login 0x86 with a password (else 0x87), anything else (Redis refused
-    or is gone) 0x88, Server unavailable: the client may retry."""
+    0x85, another user's session or a will the publish gate refuses 0x87, a refused
+    login 0x86 with a password (else 0x87), anything else (Redis refused or is gone)
+    0x88, Server unavailable: the client may retry."""
     if isinstance(error, InvalidIdError):
         return RC.CLIENT_IDENTIFIER_NOT_VALID
+    if isinstance(error, SessionUserError) or (
+        isinstance(error, NotAuthorizedError) and error.action != "connect"
+    ):
+        return RC.NOT_AUTHORIZED  # (another user's session, a will the gate refuses)
     if isinstance(error, NotAuthorizedError):
         return RC.BAD_USER_NAME_OR_PASSWORD if connect.password is not None else RC.NOT_AUTHORIZED
     return RC.SERVER_UNAVAILABLE

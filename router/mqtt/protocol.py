@@ -62,7 +62,7 @@ import contextlib
 import logging
 import uuid
 from dataclasses import replace
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
@@ -124,13 +124,12 @@ from router.mqtt.settings import MqttSettings
 if TYPE_CHECKING:
     from router.mqtt.server import MqttServer
 
-__all__ = ["READ_PAUSE", "SYSTEM_TOPICS", "MqttConnection", "Transport"]
+__all__ = ["READ_PAUSE", "MqttConnection", "Transport"]
 
 log = logging.getLogger(__name__)
 
 #: Topics only the broker publishes (:mod:`router.mqtt.sys_topics`); a client's publish
 #: there is refused (PUBACK/PUBREC 0x87 in 5.0, dropped in 3.1.1), as Mosquitto does.
-SYSTEM_TOPICS: Final = "$SYS/"
 
 RC = ReasonCode
 
@@ -264,6 +263,15 @@ class MqttConnection(Intake):
         if isinstance(admitted, Refuse):
             return self._refuse(admitted.code)
         client_id = admitted.client_id
+        try:  # (before anything changes: no takeover, no session cleared, no will)
+            await self.node.admit_connect(
+                client_id,
+                connect.username,
+                connect.password,
+                will_topic=None if connect.will is None else connect.will.topic,
+            )
+        except (InvalidIdError, NotAuthorizedError) as error:
+            return self._refuse(refusal(connect, error))
         previous = self.server.owner(client_id)
         if previous is not None:
             previous.end(RC.SESSION_TAKEN_OVER)
@@ -282,14 +290,20 @@ class MqttConnection(Intake):
         self._session = self.node.sessions.session(client_id)
         self._acks = Acknowledgements(self._session.inflight, self._session.awaiting_release, v5)
         settings = self.settings
-        self._limits = InboundLimits(settings.topic_alias_maximum, settings.receive_maximum)
+        self._limits = InboundLimits(
+            settings.topic_alias_maximum, settings.receive_maximum, settings.max_topic_levels
+        )
         asked = connect.properties
         window = min(self.settings.max_inflight, asked.receive_maximum or 0xFFFF)
         self._outbox = Outbox(
             self._session,
             self.transport,
             self.server,
-            PublishEncoder(self.level, asked.topic_alias_maximum or 0, self.server.topic_fields),
+            PublishEncoder(
+                self.level,
+                min(asked.topic_alias_maximum or 0, settings.topic_alias_maximum),
+                self.server.topic_fields,
+            ),
             window,
             asked.maximum_packet_size or 0,
             self._deliveries_ended,
@@ -297,6 +311,8 @@ class MqttConnection(Intake):
         properties = NO_PROPERTIES
         if v5:
             properties, self.keepalive = connack_properties(connect, self.settings, admitted)
+        elif settings.max_keepalive and not 0 < self.keepalive <= settings.max_keepalive:
+            self.keepalive = settings.max_keepalive  # (held to it: 3.1.1 cannot be told)
         self._write(ConnAck(present, RC.SUCCESS, properties))
         self._watch_silence(self.keepalive)
         self._outbox.start()
@@ -326,6 +342,7 @@ class MqttConnection(Intake):
                 expiry=self._session_expiry,
                 protocol=self.level,
                 keepalive=connect.keepalive,
+                authenticate=False,  # (admitted already)
             )
         except (InvalidIdError, NotAuthorizedError) as error:
             self._refuse(refusal(connect, error))
@@ -420,8 +437,6 @@ class MqttConnection(Intake):
                 error = refused  # (the packets before it still go)
                 break
         try:
-            if any(item.topic.startswith(SYSTEM_TOPICS) for item in items):
-                raise NotAuthorizedError(self.client_id or "", "publish", "$SYS", "the broker's")
             results = await self.node.publish_many(items)
         except (InvalidTopicError, NotAuthorizedError):
             for packet, item in zip(packets, items, strict=False):
@@ -454,8 +469,6 @@ class MqttConnection(Intake):
         expiry = packet.properties.message_expiry_interval
         code = RC.SUCCESS
         try:
-            if topic.startswith(SYSTEM_TOPICS):
-                raise NotAuthorizedError(self.client_id or "", "publish", topic, "the broker's")
             result = await self.node.publish(
                 topic,
                 packet.payload,
@@ -481,8 +494,19 @@ class MqttConnection(Intake):
         v5 = self.level >= MQTT_5
         identifiers = packet.properties.subscription_identifiers
         identifier = identifiers[0] if identifiers else None
-        codes = []
+        codes: list[int] = []
+        held: set[str] = set(self.node.sessions.trie.subscriptions(self.client_id or ""))
+        limit, levels = self.settings.max_subscriptions, self.settings.max_topic_levels
         for sub in packet.subscriptions:
+            new = sub.topic_filter not in held
+            if new and limit and len(held) >= limit:
+                self.server.subscriptions_refused += 1
+                codes.append(RC.QUOTA_EXCEEDED if v5 else RC.UNSPECIFIED_ERROR)
+                continue
+            if sub.topic_filter.count("/") >= levels:
+                self.server.subscriptions_refused += 1
+                codes.append(RC.TOPIC_FILTER_INVALID if v5 else RC.UNSPECIFIED_ERROR)
+                continue
             try:
                 await self.node.subscribe(
                     self.client_id or "",
@@ -495,6 +519,7 @@ class MqttConnection(Intake):
                     subscription_identifier=identifier,
                 )
                 codes.append(sub.qos)
+                held.add(sub.topic_filter)
             except InvalidTopicError:
                 codes.append(RC.TOPIC_FILTER_INVALID if v5 else RC.UNSPECIFIED_ERROR)
             except InvalidOptionsError:

@@ -122,6 +122,7 @@ class MqttServer:
         self.messages_sent = 0  # PUBLISH packets to clients
         self.oversized_dropped = 0  # deliveries above a client's Maximum Packet Size
         self.expired_dropped = 0  # deliveries whose Message Expiry Interval passed
+        self.subscriptions_refused = 0  # past max_subscriptions or max_topic_levels
         self.topic_fields = TopicFields()  # (the PUBLISH fields of topics, for every client)
         self.closed = dict.fromkeys(CLOSE_REASONS, 0)  # connections ended, by reason
         self.sys_topics = SysTopics(self)  # $SYS/broker/...: started by serve()
@@ -265,6 +266,7 @@ class MqttServer:
             "mqtt_messages_sent": self.messages_sent,
             "mqtt_oversized_dropped": self.oversized_dropped,
             "mqtt_expired_dropped": self.expired_dropped,
+            "mqtt_subscriptions_refused": self.subscriptions_refused,
             **{f"mqtt_closed_{name}": count for name, count in self.closed.items()},
         }
 

@@ -27,8 +27,11 @@ class MqttSettings:
     a client may send (0x95 above it, judged from the fixed header: nothing of it is
     buffered), announced in CONNACK. ``receive_maximum``: QoS 1/2 publishes a client may
     have unanswered (0x93 above it; :mod:`router.mqtt.inbound`). ``max_keepalive``: a
-    larger keepalive is cut down and announced as Server Keep Alive (0: no cap).
-    ``topic_alias_maximum``: inbound topic aliases a client may use. ``max_inflight``:
+    larger keepalive, or 0, is cut down and announced as Server Keep Alive (0: no cap);
+    a 3.1.1 client, which cannot be told, is held to it all the same (closed after 1.5 x
+    ``max_keepalive`` of silence). ``topic_alias_maximum``: topic aliases a client may
+    use towards the node, and the most the node uses towards a client (whatever larger
+    Topic Alias Maximum the client announced). ``max_inflight``:
     QoS 1/2 deliveries unacknowledged by a client, at most (and at most the client's
     Receive Maximum); further ones wait in the client's queue. ``allow_anonymous``: a
     client without a user name may connect. ``sys_interval``: seconds between updates of
@@ -39,7 +42,10 @@ class MqttSettings:
     node work (session claim, Redis reads and writes) runs at once; the others wait
     their turn, at most until ``connect_timeout`` after their accept (then CONNACK 0x89
     Server busy, 3.1.1: 3 server unavailable), so that a burst of clients is served in
-    turn instead of running the node's Redis connection pool out.
+    turn instead of running the node's Redis connection pool out. ``max_subscriptions``:
+    the filters one session may hold (a SUBSCRIBE past it: 0x97 Quota exceeded, 3.1.1:
+    0x80; 0: no limit). ``max_topic_levels``: the levels of a topic a client publishes
+    (more: DISCONNECT 0x90) or of a filter it subscribes (0x8F, 3.1.1: 0x80).
     """
 
     max_connections: int = 10_000
@@ -53,6 +59,8 @@ class MqttSettings:
     sys_interval: float = 10.0
     session_expiry_max: int = 7 * 24 * 3600
     max_connecting: int = 64
+    max_subscriptions: int = 1_000
+    max_topic_levels: int = 128
 
     def __post_init__(self) -> None:
         checks = {
@@ -66,6 +74,8 @@ class MqttSettings:
             "sys_interval": self.sys_interval >= 0,
             "session_expiry_max": 0 <= self.session_expiry_max <= 0xFFFFFFFF,
             "max_connecting": self.max_connecting >= 1,
+            "max_subscriptions": self.max_subscriptions >= 0,
+            "max_topic_levels": 1 <= self.max_topic_levels <= 0xFFFF,
         }
         for name, good in checks.items():
             if not good:

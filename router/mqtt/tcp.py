@@ -29,6 +29,26 @@ if TYPE_CHECKING:
 #: Bytes asyncio reads from a socket at once (into the buffer a listener's sockets share).
 READ_SIZE: Final = 65536
 
+#: TCP keepalive of a client socket: probes after this many idle seconds, this far
+#: apart, this many unanswered before the kernel closes it. A client that vanished
+#: (power cut, NAT timeout) frees its connection even with MQTT keepalive 0.
+KEEPALIVE_IDLE: Final = 300
+KEEPALIVE_INTERVAL: Final = 30
+KEEPALIVE_PROBES: Final = 4
+
+
+def keep_alive(sock: socket.socket) -> None:
+    """Turn TCP keepalive on for ``sock`` (the timings where the platform has them)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
+        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
+    ):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
 
 def stream_factory(server: MqttServer) -> Callable[[], TcpStream]:
     """The protocol factory of one listener of ``server`` (one read buffer for all its
@@ -60,6 +80,7 @@ class TcpStream(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            keep_alive(sock)
         connection = self._connection = MqttConnection(self._server, self)
         self._server.admit(connection)
         connection.start(self)

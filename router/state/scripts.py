@@ -40,6 +40,7 @@ from router.errors import (
     RouteSetMissingError,
     ScriptError,
     SessionOwnershipError,
+    SessionUserError,
     StaleIncarnationError,
     SubscriptionNotFoundError,
 )
@@ -59,6 +60,7 @@ ERROR_CODES: Final[dict[str, Callable[[str], RouterError]]] = {
     "ROUTER_BAD_ID": InvalidIdError,
     "ROUTER_CORRUPT": CorruptStateError,
     "ROUTER_NOT_OWNER": SessionOwnershipError,
+    "ROUTER_OTHER_USER": lambda message: SessionUserError(reason=message),
     "ROUTER_NO_SUBSCRIPTION": SubscriptionNotFoundError,
     "ROUTER_BAD_HANDLE": MalformedAckHandleError,
     "ROUTER_BAD_ALIAS": _bad_alias,

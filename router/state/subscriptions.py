@@ -155,15 +155,25 @@ class SubscriptionStore:
         return owner
 
     async def claim_over(
-        self, client_id: str, node_id: str, *, fresh: bool = False
+        self,
+        client_id: str,
+        node_id: str,
+        *,
+        fresh: bool = False,
+        user: str | None = None,
+        shared: bool = True,
     ) -> tuple[Owner | None, Owner]:
         """Claim the client's session for ``node_id`` (see :meth:`claim`) in one script;
         return the owner it had (None if none) and the new one. ``fresh``: the client's
         subscriptions, aliases and session description are deleted in the same step (a
         new session under an old id), as by :meth:`remove_client` but keeping the epoch
-        growing from the stored one."""
+        growing from the stored one. ``user``: the connecting client's user name (None:
+        none), which the claim records; unless ``shared``, a session that records another
+        is refused with :class:`SessionUserError` and nothing changes."""
         check_id(node_id, "node id")
-        args = [node_id, "fresh" if fresh else "keep"]
+        if user is not None and (type(user) is not str or not user):
+            raise InvalidIdError(f"a user name is a non-empty str, not {user!r}")
+        args = [node_id, "fresh" if fresh else "keep", user or "", "shared" if shared else "bound"]
         node, epoch, new = await self._scripts.run(
             "client_claim", self.client_keys(client_id), args
         )

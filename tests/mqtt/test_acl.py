@@ -31,7 +31,7 @@ Started = tuple[int, int, str]  # (port of node a, port of node b, node b's metr
 @pytest.fixture
 def acl_nodes(tmp_path: Path, redis_standalone_url: str, keys: Keys) -> Iterator[Started]:
     """Node a without an ACL and node b with ``RULES`` and the default allow (and
-    ``/metrics``), on one Redis namespace."""
+    ``/metrics``; sessions shared between users), on one Redis namespace."""
     path = tmp_path / "acl.conf"
     path.write_text(RULES, encoding="utf-8")
     env = {"ROUTER_REDIS_URL": redis_standalone_url, "ROUTER_PREFIX": keys.prefix}
@@ -39,7 +39,12 @@ def acl_nodes(tmp_path: Path, redis_standalone_url: str, keys: Keys) -> Iterator
     with ExitStack() as stack:
         _, port_a = stack.enter_context(mqtt_node("a", env))
         _, port_b = stack.enter_context(
-            mqtt_node("b", env, "--acl", str(path), "--acl-default", "allow", "--metrics", metrics)
+            mqtt_node(
+                "b",
+                env,
+                *("--acl", str(path), "--acl-default", "allow", "--metrics", metrics),
+                "--share-sessions-between-users",  # (bob may resume alice's session here)
+            )
         )
         yield port_a, port_b, metrics
 

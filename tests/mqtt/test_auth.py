@@ -87,3 +87,12 @@ def test_a_bad_password_file_is_one_error_line(tmp_path: Path) -> None:
     assert result.exit_code != 0
     assert f"{bad}:1:" in result.output
     assert "Traceback" not in result.output
+
+
+def test_no_anonymous_without_an_authentication_source_is_one_error_line() -> None:
+    """Before, ``--no-allow-anonymous`` without a password file accepted any user name
+    with any password."""
+    result = CliRunner().invoke(app, ["node", "run", "--no-allow-anonymous"])
+    assert result.exit_code != 0
+    assert "--no-allow-anonymous" in result.output and "--password-file" in result.output
+    assert "Traceback" not in result.output

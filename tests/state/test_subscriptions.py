@@ -16,6 +16,7 @@ from router.errors import (
     InvalidTopicError,
     RouterError,
     SessionOwnershipError,
+    SessionUserError,
 )
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
@@ -213,7 +214,11 @@ async def test_a_garbage_epoch_in_redis_raises_corrupt_state(
         await store.owners(["c2", "c1"])
     with pytest.raises(CorruptStateError):
         await store.subscribe("c1", "new", owner=owner)
-    assert await redis_client.hgetall(key) == {b"node": b"node-a", b"epoch": b"twelve"}
+    assert await redis_client.hgetall(key) == {
+        b"node": b"node-a",
+        b"epoch": b"twelve",
+        b"user": b"",
+    }
     assert set(await store.subscriptions("c1")) == {"keep"}
 
 
@@ -246,3 +251,31 @@ async def test_an_adoption_leaves_a_session_its_client_resumed_meanwhile(
     assert await store.owner("c1") == resumed
     assert await store.adopt("gone", Owner("node-a", 5), "node-b", -1) is None
     assert await store.owner("gone") is None
+
+
+async def test_a_session_is_claimed_only_by_the_user_it_records(
+    store: SubscriptionStore, redis_client: RedisClient
+) -> None:
+    """Before, any user's client could claim (resume, take over) any client id's session."""
+    _, alice = await store.claim_over("phone", "node-a", user="alice", shared=False)
+    await store.subscribe("phone", "alice/secret", owner=alice)
+    key = store.keys.client_owner("phone")
+    before = await redis_client.hgetall(key)
+    for user, fresh in (("bob", False), ("bob", True), (None, False)):
+        with pytest.raises(SessionUserError):
+            await store.claim_over("phone", "node-b", fresh=fresh, user=user, shared=False)
+    assert await redis_client.hgetall(key) == before  # (nothing changed)
+    assert set(await store.subscriptions("phone")) == {"alice/secret"}
+    previous, again = await store.claim_over("phone", "node-b", user="alice", shared=False)
+    assert previous == alice and again.epoch > alice.epoch
+    _, anyone = await store.claim_over("phone", "node-c", user="bob", shared=True)
+    assert await store.owner("phone") == anyone
+    with pytest.raises(SessionUserError):  # (bob's now: the claim records the claimer)
+        await store.claim_over("phone", "node-a", user="alice", shared=False)
+    await store.claim_over("kiosk", "node-a", shared=False)
+    with pytest.raises(SessionUserError):
+        await store.claim_over("kiosk", "node-a", user="mallory", shared=False)
+    await redis_client.hdel(store.keys.client_owner("kiosk"), "user")  # (written before users)
+    await store.claim_over("kiosk", "node-b", user="mallory", shared=False)
+    with pytest.raises(InvalidIdError):
+        await store.claim_over("kiosk", "node-b", user="", shared=False)

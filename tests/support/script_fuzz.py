@@ -199,7 +199,11 @@ SHARDS = ("shards", "counts", "total")
 counts = one("0", "1", "2", "3")
 
 SPECS: Final[dict[str, Spec]] = {
-    "client_claim": Spec(CLIENT_KEYS, "client", fixed(one("n1", "n2", ""), one("keep", "fresh"))),
+    "client_claim": Spec(
+        CLIENT_KEYS,
+        "client",
+        fixed(one("n1", "n2", ""), one("keep", "fresh"), one("", "u1"), one("bound", "shared", "")),
+    ),
     "client_restore": Spec(("owner",), "client", fixed(one("n1", "n2"), one("5", "0", "x"))),
     "client_subscribe": Spec(("subs", "owner"), "client", then(owner, pairs(filters, options))),
     "client_unsubscribe": Spec(

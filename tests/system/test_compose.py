@@ -45,9 +45,13 @@ def test_services(compose: dict[str, Any]) -> None:
         node_ids.add(service["environment"]["ROUTER_NODE_ID"])
         assert "redis" in service["depends_on"]
         assert service["environment"]["ROUTER_MQTT"] == "0.0.0.0:1883"
-        host_ports.add(service["ports"][0].split(":")[0])
+        address, host_port, _ = service["ports"][0].split(":")
+        assert address == "127.0.0.1"  # (the host's loopback unless an operator opens it)
+        host_ports.add(host_port)
     assert len(node_ids) == 3
     assert len(host_ports) == 3  # a listener per node, each on a port of its own
+    redis = services["redis"]["command"]
+    assert redis[redis.index("--appendonly") + 1] == "yes"  # (sessions survive a restart)
 
 
 def test_every_router_command_exists(compose: dict[str, Any]) -> None:

@@ -59,8 +59,11 @@ class SessionClaims:
         store: SubscriptionStore,
         forwarder: Forwarder,
         close_taken_over: Callable[[str, Takeover | None], Awaitable[None]],
+        *,
+        shared: bool = False,
     ) -> None:
         self.node_id = node_id
+        self.shared = shared
         self._store = store
         self._forwarder = forwarder
         self._close_taken_over = close_taken_over
@@ -89,8 +92,13 @@ class SessionClaims:
         """Forget the claim (the session ends here); returns it, None if none was held."""
         return self._held.pop(client_id, None)
 
-    async def claim(self, client_id: str, *, keep_state: bool = False) -> Claimed | None:
+    async def claim(
+        self, client_id: str, *, keep_state: bool = False, user: str | None = None
+    ) -> Claimed | None:
         """Claim the client's session: for a clean start, or (``keep_state``) to resume it.
+        The claim records ``user``, the connecting client's user name: unless the node
+        shares sessions between users, a session of another user is refused
+        (:class:`SessionUserError`, nothing changed).
 
         Returns None when this node already holds the current claim (the session goes
         on). Otherwise a local copy that lost its claim is closed first, then the client's
@@ -104,7 +112,7 @@ class SessionClaims:
                 return None
             await self._drop(client_id, None)  # taken over before its notice arrived
         previous, owner = await self._store.claim_over(
-            client_id, self.node_id, fresh=not keep_state
+            client_id, self.node_id, fresh=not keep_state, user=user, shared=self.shared
         )
         self._held[client_id] = owner
         return Claimed(owner, previous)

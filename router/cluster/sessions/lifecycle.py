@@ -38,7 +38,7 @@ from router.core.hooks import ClientInfo
 from router.core.messages import Delivery, Outgoing
 from router.core.options import SubscriptionOptions
 from router.core.topics import TopicFilter, validate_filter
-from router.errors import RouterError, SessionOwnershipError
+from router.errors import RouterError, SessionOwnershipError, SessionUserError
 from router.state.keys import Keys, check_id
 from router.state.scripts import RedisClient
 from router.state.session_store import NEVER, SessionInfo, SessionQueue, SessionStore
@@ -83,7 +83,13 @@ class SessionLifecycle:
         self._publish_will = publish_will
         self._running = running
         self._is_dead = is_dead
-        self.claims = SessionClaims(self.node_id, subscriptions, forwarder, self._on_taken_over)
+        self.claims = SessionClaims(
+            self.node_id,
+            subscriptions,
+            forwarder,
+            self._on_taken_over,
+            shared=config.shared_sessions,
+        )
         self.locks = ClientLocks()
         self.recovery = InboxRecovery(
             redis, keys, self.node_id, config.inbox_expire, sessions, is_dead
@@ -151,6 +157,16 @@ class SessionLifecycle:
                 authenticate,
             )
 
+    def check_user(self, client_id: str, username: str | None) -> None:
+        """:class:`SessionUserError` when this node holds the client's session for
+        another user (unless the node shares sessions between users); the claim checks
+        the same in Redis for a session held elsewhere."""
+        if self.claims.shared or client_id not in self.claims:
+            return
+        session = self.sessions.find(client_id)
+        if session is not None and session.profile[2] != username:
+            raise SessionUserError(client_id)
+
     async def _connect(
         self,
         client_id: str,
@@ -163,6 +179,7 @@ class SessionLifecycle:
         authenticate: bool,
     ) -> bool:
         client = await self._policy.authenticate(client_id, username, password, authenticate)
+        self.check_user(client_id, username)
         await self.keeper.handing_off(client_id)  # (a session that just left: it is back)
         profile = (protocol, keepalive, username)
         session = self.sessions.find(client_id)
@@ -197,11 +214,14 @@ class SessionLifecycle:
         """Open the client's session here and claim it (with its stored subscriptions
         and routes, unless ``clean_start``); returns the session, the new claim (None:
         held already), the stored description and the mark of its old node's inbox."""
+        user = profile[2]
         if clean_start:
             await self._drop_unclaimed(client_id)  # (what a handoff kept here)
-            claimed = await self.claims.claim(client_id)
+            claimed = await self.claims.claim(client_id, user=user)
             return self.sessions.open(client_id), claimed, None, None
         info = await self.store.describe(client_id)
+        if info is not None and not self.claims.shared and info.username != user:
+            raise SessionUserError(client_id)  # (before its routes are written here)
         if info is None:
             await self._drop_unclaimed(client_id)
         session = self.sessions.open(client_id, profile)
@@ -215,7 +235,7 @@ class SessionLifecycle:
             )
         dead = info is not None and self._is_dead(info.node_id)  # (its cursor stays put)
         recovery = None if dead else await self.recovery.mark(info)
-        claimed = await self.claims.claim(client_id, keep_state=info is not None)
+        claimed = await self.claims.claim(client_id, keep_state=info is not None, user=user)
         return session, claimed, info, recovery
 
     async def _take_on(

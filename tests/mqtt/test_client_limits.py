@@ -1,0 +1,95 @@
+"""Limits a hostile client meets, each with the reason code the specification names and
+a counter: subscriptions per session, topic levels, a 3.1.1 keepalive of 0, TCP
+keepalive; paho-mqtt clients against ``router node run --mqtt`` on a real Redis."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from router.mqtt.tcp import KEEPALIVE_IDLE, keep_alive
+from router.state.keys import Keys
+from tests.support.metrics import scrape
+from tests.support.mqtt import TIMEOUT, V5, V311, Paho, connect_properties, mqtt_node
+from tests.support.servers import free_port
+from tests.support.waiting import wait_until
+
+Node = tuple[int, str]  # (MQTT port, metrics address)
+
+
+@pytest.fixture
+def node(redis_standalone_url: str, keys: Keys) -> Iterator[Node]:
+    env = {"ROUTER_REDIS_URL": redis_standalone_url, "ROUTER_PREFIX": keys.prefix}
+    metrics = f"127.0.0.1:{free_port()}"
+    limits = ("--mqtt-max-subscriptions", "3", "--mqtt-max-topic-levels", "4")
+    with mqtt_node("limits", env, *limits, "--mqtt-max-keepalive", "1", "--metrics", metrics) as (
+        _,
+        port,
+    ):
+        yield port, metrics
+
+
+def refused(metrics: str) -> float:
+    return scrape(metrics)["router_mqtt_subscriptions_refused_total"]
+
+
+@pytest.mark.parametrize(("protocol", "quota_code"), [(V5, 0x97), (V311, 0x80)])
+def test_a_session_holds_at_most_max_subscriptions_filters(
+    node: Node, clients: list[Paho], protocol: int, quota_code: int
+) -> None:
+    """Before, one client could hold any number of filters (each a route, a trie entry
+    and Redis state)."""
+    port, metrics = node
+    properties = connect_properties(SessionExpiryInterval=300) if protocol == V5 else None
+    client = Paho(port, "hoarder", protocol, clean=False, properties=properties)
+    clients.append(client)
+    assert client.connected()[0] == 0
+    for n in range(3):
+        assert client.subscribe(f"f/{n}", 1) == [1]
+    before = refused(metrics)
+    assert client.subscribe("f/3", 1) == [quota_code]
+    assert refused(metrics) == before + 1
+    assert client.subscribe("f/0", 0) == [0]  # (one it holds: changed, not counted twice)
+    client.client.unsubscribe("f/1")
+    wait_until(lambda: client.subscribe("f/4", 1) == [1], TIMEOUT, "room after UNSUBSCRIBE")
+    client.close()
+    again = Paho(port, "hoarder", protocol, clean=False, properties=properties)
+    clients.append(again)
+    assert again.connected()[0] == 0
+    assert again.subscribe("f/5", 1) == [quota_code]  # (the resumed session holds three)
+
+
+def test_topics_and_filters_deeper_than_max_topic_levels_are_refused(
+    node: Node, clients: list[Paho]
+) -> None:
+    port, metrics = node
+    client = Paho(port, "deep", V5)
+    clients.append(client)
+    assert client.connected()[0] == 0
+    before = refused(metrics)
+    assert client.subscribe("a/b/c/d", 1) == [1]
+    assert client.subscribe("a/b/c/d/e", 1) == [0x8F]
+    assert refused(metrics) == before + 1
+    client.client.publish("a/b/c/d/e", b"too deep", 1)
+    assert client.expect_disconnect() == 0x90
+
+
+def test_a_311_client_with_keepalive_0_is_held_to_max_keepalive(
+    node: Node, clients: list[Paho]
+) -> None:
+    """Before, a 3.1.1 client's keepalive 0 was never capped: a vanished client held its
+    connection and session for ever."""
+    port, _ = node
+    silent = Paho(port, "silent", V311, keepalive=0)
+    clients.append(silent)
+    assert silent.connected()[0] == 0
+    silent.expect_disconnect()  # (closed after 1.5 x 1 s of silence)
+
+
+def test_client_sockets_get_tcp_keepalive() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        keep_alive(sock)
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == KEEPALIVE_IDLE
