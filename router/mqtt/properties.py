@@ -10,6 +10,9 @@ Rules enforced when reading, with the reason code a violation gets:
 * Values outside their range are a Protocol Error: Receive Maximum 0, Maximum Packet Size
   0, a Subscription Identifier 0, a flag (Payload Format Indicator, Request Problem
   Information, ...) other than 0 or 1, Maximum QoS other than 0 or 1.
+* More than :data:`MAX_USER_PROPERTIES` User Properties in one packet is Quota exceeded
+  (0x97, a limit of ours: each costs decoding, memory and an encoding per subscriber;
+  their bytes are bounded by the maximum packet size).
 
 Properties travel as one frozen :class:`Properties` (``None`` fields are absent); a packet
 without properties carries :data:`NO_PROPERTIES`, shared, so a plain PUBLISH allocates none.
@@ -40,6 +43,9 @@ from router.mqtt.wire import (
 )
 
 WILL: Final = 0
+#: User Properties one packet may carry (a hostile 1 MB PUBLISH holds 140,000 pairs).
+MAX_USER_PROPERTIES: Final = 128
+QUOTA_EXCEEDED: Final = 0x97
 """The pseudo packet type of the will properties inside CONNECT."""
 
 
@@ -188,6 +194,10 @@ def read_properties(data: memoryview, at: int, packet: int) -> tuple[Properties,
                 f"property 0x{identifier:02x} is not allowed in packet type {packet}"
             )
         if spec.kind is Kind.PAIR:
+            if len(pairs) >= MAX_USER_PROPERTIES:
+                raise MqttProtocolError(
+                    f"more than {MAX_USER_PROPERTIES} user properties", QUOTA_EXCEEDED
+                )
             name, at = read_string(block, at)
             text, at = read_string(block, at)
             pairs.append((name, text))

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 SUBPROTOCOL: Final = Subprotocol("mqtt")
 DEFAULT_PATH: Final = "/mqtt"
+#: Frames a connection buffers before it stops reading its socket (each up to the
+#: maximum packet size; the library's default of 16 let a client park 16 MiB a socket).
+QUEUED_FRAMES: Final = 2
 WebSocketServer = Server
 
 
@@ -118,6 +121,7 @@ async def listen_websocket(
             open_timeout=server.settings.connect_timeout,
             ping_interval=None,
             max_size=server.settings.max_packet_size + 8,
+            max_queue=QUEUED_FRAMES,
             compression=None,
             backlog=BACKLOG,
         )

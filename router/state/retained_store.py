@@ -82,12 +82,13 @@ MAX_EXPIRY_INTERVAL: Final = 2**32 - 1  # seconds: MQTT's four-byte integer
 class RetainedConfig:
     """Limits of the store and how often a node clears expired messages.
 
-    ``max_payload`` bytes (0: no limit), ``max_count`` topics (0: no limit),
+    ``max_payload`` bytes (0: no limit), ``max_count`` topics (0: no limit; by default
+    100,000, so that clients cannot grow the shared store without end),
     ``clear_interval`` seconds between a node's clearing runs (0: never).
     """
 
     max_payload: int = 0
-    max_count: int = 0
+    max_count: int = 100_000
     clear_interval: float = 30.0
 
     def __post_init__(self) -> None:

@@ -204,11 +204,12 @@ async def test_a_retained_message_goes_only_to_who_may_receive_it(start_node: St
 async def test_another_user_resuming_a_session_gets_nothing_it_may_not_receive(
     start_node: StartNode,
 ) -> None:
-    """alice's persistent session (``#``) is resumed by bob on another node: neither what
-    was queued for alice meanwhile nor what comes after reaches bob if bob may not
-    receive it (the old subscribe check never sees the restored ``#``)."""
-    a = await start_node("a", acl=open_acl())
-    b = await start_node("b", acl=open_acl())
+    """alice's persistent session (``#``) is resumed by bob on another node (the nodes
+    share sessions between users): neither what was queued for alice meanwhile nor what
+    comes after reaches bob if bob may not receive it (the old subscribe check never
+    sees the restored ``#``)."""
+    a = await start_node("a", acl=open_acl(), shared_sessions=True)
+    b = await start_node("b", acl=open_acl(), shared_sessions=True)
     await a.connect("shared", username="alice", clean_start=False, expiry=300)
     await a.subscribe("shared", "#", qos=1)
     await a.put_away("shared")
