@@ -65,6 +65,17 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
         click.IntRange(min=1, max=65535),
         "Levels of a topic a client publishes or of a filter it subscribes, at most.",
     ),
+    "--mqtt-max-publish-rate": (
+        "max_publish_rate",
+        click.FloatRange(min=0.0),
+        "PUBLISH packets a client may send a second (beyond it the node stops reading "
+        "from it a while; 0: no limit).",
+    ),
+    "--mqtt-max-publish-bytes-rate": (
+        "max_publish_bytes_rate",
+        click.IntRange(min=0),
+        "Payload bytes a client may publish a second (as --mqtt-max-publish-rate).",
+    ),
     "--mqtt-session-expiry-max": (
         "session_expiry_max",
         click.IntRange(min=0, max=0xFFFFFFFF),

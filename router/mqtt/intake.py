@@ -24,7 +24,9 @@ without a task either: :class:`~router.mqtt.outgoing.Outbox`).
   packet raised. The worker then hands the reason to :meth:`Intake._conclude`, which
   answers it and lets go of the client; :meth:`Intake.finished` returns after that.
 * Reading pauses (pushed) while more than ``READ_LIMIT`` bytes of packets wait for the
-  worker, and from the end on. It also pauses while more than ``READ_PAUSE`` bytes
+  worker, and from the end on; and for as long as :meth:`Intake._throttle` says after a
+  batch (a client past its publish rate; the worker waits, so a pulled stream is not
+  read either, and the wait is not silence). It also pauses while more than ``READ_PAUSE`` bytes
   written to the client wait for it to read them (a client that sends and never reads
   must not grow the node's write buffer without bound: TCP then pushes back on it);
   that wait is silence too (0x8D after 1.5 x keepalive).
@@ -54,6 +56,12 @@ READ_LIMIT: Final = 1 << 17
 _WAITING: Final = 1  # packets wait for the worker
 _UNREAD: Final = 2  # the client does not read what it is sent
 _ENDING: Final = 4  # the connection ends
+_THROTTLED: Final = 8  # the client publishes faster than its rate (router.mqtt.rates)
+#: Packets handled at a time: a client that sent many at once does not hold the event
+#: loop for all of them, and its publish rate is judged after each batch.
+HANDLE_BATCH: Final = 512
+#: Seconds a throttled worker sleeps at a time (it looks for the connection's end between).
+THROTTLE_STEP: Final = 0.1
 
 
 class Transport(Protocol):
@@ -198,6 +206,10 @@ class Intake:
         """Answer the reason the connection ends and let go of its client."""
         raise NotImplementedError
 
+    def _throttle(self) -> float:
+        """Seconds to stop reading after the packets just handled (0: none)."""
+        return 0.0
+
     # -- the worker ------------------------------------------------------------------------
 
     def _end_with(self, reason: BaseException) -> None:
@@ -218,7 +230,12 @@ class Intake:
                     self._pending = None
                     self._unhandled = 0
                     self._resume(_WAITING)
-                    await self._handle_packets(packets)
+                    for start in range(0, len(packets), HANDLE_BATCH):
+                        if start:
+                            await asyncio.sleep(0)  # (the loop's other work between)
+                        await self._handle_packets(packets[start : start + HANDLE_BATCH])
+                        if (wait := self._throttle()) > 0:
+                            await self._throttled(wait)
                 elif self._reason is not None:
                     raise self._reason
                 elif self.transport.backlog() > READ_PAUSE:
@@ -239,6 +256,17 @@ class Intake:
             return
         self._heard = asyncio.get_running_loop().time()
         self._worker = None
+
+    async def _throttled(self, wait: float) -> None:
+        """Stop reading for ``wait`` seconds (or until the connection ends)."""
+        self.server.publish_throttled += 1
+        self._pause(_THROTTLED)
+        try:
+            end = asyncio.get_running_loop().time() + wait
+            while self._reason is None and (left := end - asyncio.get_running_loop().time()) > 0:
+                await asyncio.sleep(min(left, THROTTLE_STEP))
+        finally:
+            self._resume(_THROTTLED)
 
     async def _wait_for_client(self) -> None:
         """Stop reading until the client reads what it was sent (silence if it does not)."""

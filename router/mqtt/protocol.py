@@ -118,6 +118,7 @@ from router.mqtt.packets import (
     Unsubscribe,
 )
 from router.mqtt.properties import NO_PROPERTIES
+from router.mqtt.rates import PublishRate
 from router.mqtt.reason_codes import ReasonCode
 from router.mqtt.settings import MqttSettings
 
@@ -144,6 +145,7 @@ class MqttConnection(Intake):
         "_kept",
         "_limits",
         "_outbox",
+        "_rate",
         "_session",
         "_session_expiry",
         "client_id",
@@ -168,6 +170,7 @@ class MqttConnection(Intake):
         self._kept: Connect | None = None  # its will and expiry, should it have either
         self._session_expiry = 0
         self._disconnect_sent = False
+        self._rate: PublishRate | None = None  # (made at the first PUBLISH)
 
     # -- the connection's life -----------------------------------------------------------
 
@@ -364,6 +367,7 @@ class MqttConnection(Intake):
     async def _handle_all(self, packets: list[Packet]) -> None:
         """Handle packets in order; a run of QoS 0/1 PUBLISH packets is published as one
         batch (one inbox write per node, one write of their acknowledgements)."""
+        self._count_publishes(packets)
         run: list[Publish] = []
         for packet in packets:
             if type(packet) is Publish and packet.qos < 2:
@@ -375,6 +379,20 @@ class MqttConnection(Intake):
             await self._handle(packet)
         if run:
             await self._on_publishes(run)
+
+    def _count_publishes(self, packets: list[Packet]) -> None:
+        """Take what ``packets`` publish from the client's rates (:mod:`router.mqtt.rates`)."""
+        settings = self.settings
+        if settings.max_publish_rate or settings.max_publish_bytes_rate:
+            published = [p for p in packets if type(p) is Publish]
+            if published:
+                if self._rate is None:
+                    limits = settings.max_publish_rate, settings.max_publish_bytes_rate
+                    self._rate = PublishRate(*limits)
+                self._rate.published(len(published), sum(len(p.payload) for p in published))
+
+    def _throttle(self) -> float:
+        return 0.0 if self._rate is None else self._rate.wait()
 
     async def _handle(self, packet: Packet) -> None:
         kind = type(packet)

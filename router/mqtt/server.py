@@ -123,6 +123,7 @@ class MqttServer:
         self.oversized_dropped = 0  # deliveries above a client's Maximum Packet Size
         self.expired_dropped = 0  # deliveries whose Message Expiry Interval passed
         self.subscriptions_refused = 0  # past max_subscriptions or max_topic_levels
+        self.publish_throttled = 0  # reading paused: a client past its publish rate
         self.topic_fields = TopicFields()  # (the PUBLISH fields of topics, for every client)
         self.closed = dict.fromkeys(CLOSE_REASONS, 0)  # connections ended, by reason
         self.sys_topics = SysTopics(self)  # $SYS/broker/...: started by serve()
@@ -267,6 +268,7 @@ class MqttServer:
             "mqtt_oversized_dropped": self.oversized_dropped,
             "mqtt_expired_dropped": self.expired_dropped,
             "mqtt_subscriptions_refused": self.subscriptions_refused,
+            "mqtt_publish_throttled": self.publish_throttled,
             **{f"mqtt_closed_{name}": count for name, count in self.closed.items()},
         }
 

@@ -46,6 +46,10 @@ class MqttSettings:
     the filters one session may hold (a SUBSCRIBE past it: 0x97 Quota exceeded, 3.1.1:
     0x80; 0: no limit). ``max_topic_levels``: the levels of a topic a client publishes
     (more: DISCONNECT 0x90) or of a filter it subscribes (0x8F, 3.1.1: 0x80).
+    ``max_publish_rate`` and ``max_publish_bytes_rate``: PUBLISH packets and payload
+    bytes a client may send a second (a burst of one second's worth; 0: no limit); past
+    either the connection stops reading until it is back within them
+    (:mod:`router.mqtt.rates`).
     """
 
     max_connections: int = 10_000
@@ -61,6 +65,8 @@ class MqttSettings:
     max_connecting: int = 64
     max_subscriptions: int = 1_000
     max_topic_levels: int = 128
+    max_publish_rate: float = 2_000.0
+    max_publish_bytes_rate: int = 8 << 20
 
     def __post_init__(self) -> None:
         checks = {
@@ -76,6 +82,8 @@ class MqttSettings:
             "max_connecting": self.max_connecting >= 1,
             "max_subscriptions": self.max_subscriptions >= 0,
             "max_topic_levels": 1 <= self.max_topic_levels <= 0xFFFF,
+            "max_publish_rate": 0 <= self.max_publish_rate < float("inf"),
+            "max_publish_bytes_rate": self.max_publish_bytes_rate >= 0,
         }
         for name, good in checks.items():
             if not good:

@@ -1,7 +1,7 @@
 """Limits a hostile client meets, each with the reason code the specification names and
-a counter: subscriptions per session, topic levels, user properties, a 3.1.1 keepalive
-of 0, TCP keepalive; paho-mqtt clients against ``router node run --mqtt`` on a real
-Redis."""
+a counter: subscriptions per session, topic levels, user properties, the publish rate,
+a 3.1.1 keepalive of 0, TCP keepalive; paho-mqtt clients against ``router node run
+--mqtt`` on a real Redis."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ def node(redis_standalone_url: str, keys: Keys) -> Iterator[Node]:
     env = {"ROUTER_REDIS_URL": redis_standalone_url, "ROUTER_PREFIX": keys.prefix}
     metrics = f"127.0.0.1:{free_port()}"
     limits = ("--mqtt-max-subscriptions", "3", "--mqtt-max-topic-levels", "4")
+    limits += ("--mqtt-max-publish-rate", "100")
     with mqtt_node("limits", env, *limits, "--mqtt-max-keepalive", "1", "--metrics", metrics) as (
         _,
         port,
@@ -126,3 +127,26 @@ def test_a_publish_with_too_many_user_properties_is_quota_exceeded(
     sender.client.publish("props/b", b"past it", 1, properties=over)
     assert sender.expect_disconnect() == 0x97
     assert watcher.nothing_more(0.3)
+
+
+def test_a_client_publishing_past_its_rate_is_slowed_not_cut_off(
+    node: Node, clients: list[Paho]
+) -> None:
+    """Before, one client could publish as fast as the node could take it, starving the
+    others; now the node stops reading from it a while (TCP pushes back) and loses
+    nothing."""
+    port, metrics = node
+    watcher = Paho(port, "rate-watcher", V5)
+    clients.append(watcher)
+    assert watcher.connected()[0] == 0
+    assert watcher.subscribe("rate/#", 0) == [0]
+    sender = Paho(port, "rate-sender", V5)
+    clients.append(sender)
+    assert sender.connected()[0] == 0
+    before = scrape(metrics)["router_mqtt_publish_throttled_total"]
+    for n in range(300):  # (three seconds' worth at 100 a second, sent at once)
+        sender.client.publish("rate/x", str(n).encode(), 0)
+    got = watcher.take(300)
+    assert [int(m.payload) for m in got] == list(range(300))
+    assert sender.disconnects.empty()
+    assert scrape(metrics)["router_mqtt_publish_throttled_total"] > before

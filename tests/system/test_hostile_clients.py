@@ -575,3 +575,75 @@ def answer_one(sock: socket.socket) -> Packet:
         assert chunk, "closed"
         packets = reader.feed(chunk)
     return packets[0]
+
+
+# -- f. floods of subscriptions, user properties and publishes from one client --------------
+
+FILTERS = 5_000  # subscribed by one client, against the default --mqtt-max-subscriptions
+PAIRS = 140_000  # user properties in one PUBLISH (the issue's 1 MB case)
+FLOODED = 10_000  # QoS 0 publishes sent at once, against --mqtt-max-publish-rate
+RATE = 2_000
+
+
+def test_floods_from_one_client_are_bounded_and_others_stay_served(
+    redis_standalone_url: str, keys: Keys
+) -> None:
+    """One client subscribes 5,000 filters (1,000 granted, the rest 0x97), sends a PUBLISH
+    with 140,000 user properties (DISCONNECT 0x97 before decoding them all) and 10,000
+    QoS 0 publishes at once (read at its rate); a paho client beside is served
+    throughout. Before: every filter was kept, the properties took 0.3-0.4 s of the
+    event loop, and the publishes as fast as the node could take them."""
+    rate = ("--mqtt-max-publish-rate", str(RATE))
+    with hostile_node(keys, redis_standalone_url, *rate) as (node, port, metrics):
+        quiet = max(works(port, f"quiet-{n}") for n in range(3))
+        before = rss(node)
+        hoarder = connected(port, "hoarder")
+        for start in range(0, FILTERS, 500):
+            batch = tuple(Subscription(f"f/{n}", 0) for n in range(start, start + 500))
+            hoarder.sendall(encode(Subscribe(start // 500 + 1, batch)))
+        reader = PacketReader()
+        reader.level = MQTT_5
+        subacks: list[Packet] = []
+        while len(subacks) < FILTERS // 500:
+            subacks += reader.feed(hoarder.recv(65536))
+        granted = sum(code < 0x80 for ack in subacks for code in ack.reason_codes)  # type: ignore[attr-defined]
+        hoarder.close()
+        pairs = (("k", ""),) * PAIRS  # (6 bytes each: the packet stays under 1 MiB)
+        heavy = connected(port, "heavy", maximum_packet_size=2 * MiB)
+        started = time.monotonic()
+        heavy.sendall(
+            encode(Publish("p/x", b"", 0, False, False, None, Properties(user_properties=pairs)))
+        )
+        refused_pairs = answer(heavy)
+        pairs_took = time.monotonic() - started
+        flooder = connected(port, "flooder")
+        received = scrape(metrics, WAIT)["router_mqtt_messages_received_total"]
+        sender = threading.Thread(
+            target=lambda: flooder.sendall(b"".join(publish("flood/x") for _ in range(FLOODED)))
+        )
+        started = time.monotonic()
+        sender.start()
+        during = [works(port, f"during-{n}") for n in range(3)]
+        taken = lambda: scrape(metrics, WAIT)["router_mqtt_messages_received_total"]  # noqa: E731
+        wait_until(lambda: taken() >= received + FLOODED, 2 * FLOODED / RATE, "the flood read")
+        flood_took = time.monotonic() - started
+        sender.join(WAIT)
+        flooder.close()
+        figures = scrape(metrics, WAIT)
+        after = rss(node)
+    refused = figures["router_mqtt_subscriptions_refused_total"]
+    throttled = figures["router_mqtt_publish_throttled_total"]
+    print(
+        f"\nfloods from one client: {FILTERS} filters -> {granted} granted, {refused:.0f} "
+        f"refused (0x97); a PUBLISH with {PAIRS} user properties -> {codes(refused_pairs)} "
+        f"in {pairs_took:.3f} s; {FLOODED} QoS 0 publishes at once -> read in "
+        f"{flood_took:.2f} s at --mqtt-max-publish-rate {RATE}, throttled {throttled:.0f} "
+        f"times; a paho client's connect + subscribe + QoS 1 round trip: quiet "
+        f"{quiet:.3f} s (worst of 3), during the flood {max(during):.3f} s (worst of 3); "
+        f"node RSS {before:.1f} -> {after:.1f} MiB ({after - before:+.1f})"
+    )
+    assert granted == 1_000 and refused == FILTERS - 1_000
+    assert refused_pairs == [Disconnect(0x97)]
+    assert not sender.is_alive() and throttled > 1
+    assert flood_took > (FLOODED - RATE) / RATE * 0.9  # (read at about its rate)
+    assert after - before < 64  # MiB

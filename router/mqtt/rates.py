@@ -1,0 +1,66 @@
+"""Publish rate limits of one MQTT connection: token buckets that push back.
+
+A client may publish ``max_publish_rate`` messages and ``max_publish_bytes_rate`` bytes a
+second (:class:`~router.mqtt.settings.MqttSettings`), with a burst of one second's worth.
+A client past either does not lose what it sent and is not disconnected: once the
+packets read so far are handled, the connection stops reading its socket until the
+buckets are out of debt (TCP then pushes back on the client), counted as
+``mqtt_publish_throttled``. This is how EMQX's rate limiter treats a connection; a
+disconnect (MQTT 5's 0x96 Message rate too high) would make a bursty device reconnect
+and send again, more work for the node than the wait, and lose its QoS 0 messages.
+The wait is not silence: the keepalive does not count it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+class TokenBucket:
+    """Up to ``rate`` tokens (one second's worth), refilled at ``rate`` a second. A take
+    may overdraw; :meth:`debt` says how long until the bucket is back to zero."""
+
+    __slots__ = ("_clock", "_level", "_stamp", "rate")
+
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self._clock = clock
+        self._level = rate
+        self._stamp = clock()
+
+    def take(self, amount: float) -> None:
+        now = self._clock()
+        self._level = min(self.rate, self._level + (now - self._stamp) * self.rate) - amount
+        self._stamp = now
+
+    def debt(self) -> float:
+        """Seconds until the bucket holds no debt (0 when it holds none now)."""
+        if self._level >= 0:
+            return 0.0
+        refilled = self._level + (self._clock() - self._stamp) * self.rate
+        return 0.0 if refilled >= 0 else -refilled / self.rate
+
+
+class PublishRate:
+    """The two buckets of one connection; a rate of 0 is no limit."""
+
+    __slots__ = ("_bytes", "_messages")
+
+    def __init__(
+        self, messages: float, size: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._messages = TokenBucket(messages, clock) if messages else None
+        self._bytes = TokenBucket(size, clock) if size else None
+
+    def published(self, count: int, size: int) -> None:
+        """``count`` PUBLISH packets of ``size`` payload bytes in all were read."""
+        if self._messages is not None:
+            self._messages.take(count)
+        if self._bytes is not None:
+            self._bytes.take(size)
+
+    def wait(self) -> float:
+        """Seconds the connection should stop reading (0: none)."""
+        waits = [b.debt() for b in (self._messages, self._bytes) if b is not None]
+        return max(waits, default=0.0)

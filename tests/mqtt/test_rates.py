@@ -1,0 +1,41 @@
+"""The token buckets behind the publish rate limits, on a clock the test moves."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.mqtt.rates import PublishRate, TokenBucket
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_bucket_allows_a_second_of_burst_then_owes_time() -> None:
+    clock = Clock()
+    bucket = TokenBucket(10, clock)
+    bucket.take(10)
+    assert bucket.debt() == 0
+    bucket.take(5)
+    assert bucket.debt() == pytest.approx(0.5)
+    clock.now += 0.2
+    assert bucket.debt() == pytest.approx(0.3)
+    clock.now += 0.3
+    assert bucket.debt() == 0
+    clock.now += 100  # (it never holds more than a second's worth)
+    bucket.take(11)
+    assert bucket.debt() == pytest.approx(0.1)
+
+
+def test_a_connection_waits_for_the_more_indebted_of_its_buckets() -> None:
+    clock = Clock()
+    rate = PublishRate(100, 1000, clock)
+    rate.published(50, 3000)  # (half the messages, three seconds of bytes)
+    assert rate.wait() == pytest.approx(2.0)
+    unlimited = PublishRate(0, 0, clock)
+    unlimited.published(10**6, 10**9)
+    assert unlimited.wait() == 0
