@@ -21,6 +21,7 @@ from redis.exceptions import (
 
 from router import RouterError, __version__
 
+from .bans import bans
 from .clients import clients
 
 
@@ -52,6 +53,7 @@ def app() -> None:
     """A Redis-backed, distributed, MQTT-style publish/subscribe router."""
 
 
+app.add_command(bans)
 app.add_command(clients)
 
 

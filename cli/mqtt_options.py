@@ -76,6 +76,22 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
         click.IntRange(min=0),
         "Payload bytes a client may publish a second (as --mqtt-max-publish-rate).",
     ),
+    "--mqtt-flapping-max-connects": (
+        "flapping_max_connects",
+        click.IntRange(min=0),
+        "More CONNECTs of one client id within --mqtt-flapping-window ban it on every "
+        "node for --mqtt-flapping-ban seconds (0: never).",
+    ),
+    "--mqtt-flapping-window": (
+        "flapping_window",
+        click.FloatRange(min=0.0, min_open=True),
+        "Seconds over which a client id's CONNECTs are counted.",
+    ),
+    "--mqtt-flapping-ban": (
+        "flapping_ban",
+        click.FloatRange(min=0.0, min_open=True),
+        "Seconds a flapping client id stays banned.",
+    ),
     "--mqtt-session-expiry-max": (
         "session_expiry_max",
         click.IntRange(min=0, max=0xFFFFFFFF),

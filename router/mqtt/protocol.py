@@ -266,6 +266,8 @@ class MqttConnection(Intake):
         if isinstance(admitted, Refuse):
             return self._refuse(admitted.code)
         client_id = admitted.client_id
+        if self.server.bans.connect(client_id, connect.username) is not None:
+            return self._refuse(RC.BANNED)  # (before authentication: cheap, and told)
         try:  # (before anything changes: no takeover, no session cleared, no will)
             await self.node.admit_connect(
                 client_id,

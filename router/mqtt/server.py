@@ -35,6 +35,7 @@ from typing import Final
 
 from router.cluster.node import RouterNode
 from router.errors import InvalidSettingError, ListenerError
+from router.mqtt.ban_list import BanList, Flapping
 from router.mqtt.outgoing import TopicFields
 from router.mqtt.protocol import MqttConnection
 from router.mqtt.reason_codes import ReasonCode
@@ -42,6 +43,7 @@ from router.mqtt.settings import BACKLOG, DEFAULT_SETTINGS, MqttSettings
 from router.mqtt.sys_topics import SysTopics
 from router.mqtt.tcp import stream_factory
 from router.mqtt.websocket import DEFAULT_PATH, WebSocketServer, listen_websocket
+from router.state.ban_store import BanStore
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +129,12 @@ class MqttServer:
         self.topic_fields = TopicFields()  # (the PUBLISH fields of topics, for every client)
         self.closed = dict.fromkeys(CLOSE_REASONS, 0)  # connections ended, by reason
         self.sys_topics = SysTopics(self)  # $SYS/broker/...: started by serve()
+        flapping = Flapping(
+            settings.flapping_max_connects, settings.flapping_window, settings.flapping_ban
+        )
+        self.bans = BanList(
+            BanStore(node.registry.redis, node.keys), flapping
+        )  # (serve() starts it)
 
     # -- the registry of connections -------------------------------------------------------
 
@@ -201,6 +209,11 @@ class MqttServer:
         self.refused += 1
         return True
 
+    def banned_peer(self, peer: object) -> bool:
+        """True when ``peer`` (a socket's peer name) is a banned address (counted)."""
+        host = peer[0] if isinstance(peer, tuple) and peer else None
+        return self.bans.address(host if isinstance(host, str) else None) is not None
+
     def admit(self, connection: MqttConnection) -> None:
         """A connection accepted (:meth:`refuses` said no) is served until it ends."""
         self.accepted += 1
@@ -237,6 +250,7 @@ class MqttServer:
             self.node.remove_kicker(self.kick)
         self.node.liveness.forget_cut_off(self.end_all)
         await self.sys_topics.stop()
+        await self.bans.stop()
         for server in self._servers:
             server.close()
         for listener in self._websockets:
@@ -269,6 +283,8 @@ class MqttServer:
             "mqtt_expired_dropped": self.expired_dropped,
             "mqtt_subscriptions_refused": self.subscriptions_refused,
             "mqtt_publish_throttled": self.publish_throttled,
+            "mqtt_banned": self.bans.banned,
+            "mqtt_flapping_banned": self.bans.flapping_banned,
             **{f"mqtt_closed_{name}": count for name, count in self.closed.items()},
         }
 
@@ -301,6 +317,8 @@ async def serve(
             await server.listen_websocket(address, websocket_path)
         if settings.sys_interval > 0 and server.listeners:
             server.sys_topics.start()
+        if server.listeners:
+            server.bans.start()
         yield server
     finally:
         await server.close()

@@ -74,7 +74,8 @@ class TcpStream(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
-        if self._server.refuses():
+        server = self._server
+        if server.refuses() or server.banned_peer(transport.get_extra_info("peername")):
             transport.close()
             return
         sock = transport.get_extra_info("socket")

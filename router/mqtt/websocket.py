@@ -104,6 +104,9 @@ async def listen_websocket(
         return None
 
     async def handle(websocket: ServerConnection) -> None:
+        if server.banned_peer(websocket.remote_address):
+            await websocket.close()
+            return
         transport = WebSocketTransport(websocket)
         connection = MqttConnection(server, transport)
         await server.run_connection(connection, _messages(websocket))

@@ -47,6 +47,8 @@ ROUTER_COMMANDS: Final = (
     "scan",
     "hget",
     "hset",
+    "hsetnx",
+    "hscan",
     "hdel",
     "hexists",
     "hgetall",

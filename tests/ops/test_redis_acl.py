@@ -95,7 +95,9 @@ def test_the_router_user_is_denied_nothing(restricted: tuple[str, list[Redis]], 
     runner = CliRunner()
     for command in (["nodes"], ["routes"], ["match", "news/x"], ["subs", "phone"],
                     ["clients"], ["channels", "list"], ["reconcile"], ["retained", "list"],
-                    ["publish", "news/z", "x"]):  # fmt: skip
+                    ["publish", "news/z", "x"], ["bans", "add", "client", "x", "--for", "5"],
+                    ["bans", "add", "user", "y"], ["bans", "list"],
+                    ["bans", "remove", "client", "x"]):  # fmt: skip
         result = runner.invoke(app, [*command, "--redis", url, "--prefix", keys.prefix])
         assert result.exit_code == 0, (command, result.output)
     for admin in admins:
