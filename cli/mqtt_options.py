@@ -76,6 +76,12 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
         click.IntRange(min=0),
         "Payload bytes a client may publish a second (as --mqtt-max-publish-rate).",
     ),
+    "--mqtt-max-connect-rate": (
+        "max_connect_rate",
+        click.FloatRange(min=0.0),
+        "Connections one source address may open a second (more are closed at accept; "
+        "0: no limit).",
+    ),
     "--mqtt-flapping-max-connects": (
         "flapping_max_connects",
         click.IntRange(min=0),

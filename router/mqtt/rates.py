@@ -1,4 +1,5 @@
-"""Publish rate limits of one MQTT connection: token buckets that push back.
+"""Rate limits: the publish rates of one MQTT connection, token buckets that push back,
+and the connection rate of each source address.
 
 A client may publish ``max_publish_rate`` messages and ``max_publish_bytes_rate`` bytes a
 second (:class:`~router.mqtt.settings.MqttSettings`), with a burst of one second's worth.
@@ -9,6 +10,11 @@ buckets are out of debt (TCP then pushes back on the client), counted as
 disconnect (MQTT 5's 0x96 Message rate too high) would make a bursty device reconnect
 and send again, more work for the node than the wait, and lose its QoS 0 messages.
 The wait is not silence: the keepalive does not count it.
+
+A source address may open ``max_connect_rate`` connections a second (a burst of one
+second's worth, :class:`AddressRates`); more are closed at accept, before a byte is read,
+and counted (``mqtt_refused``, ``mqtt_connect_rate_refused``): a flood from one host
+costs the node no TLS handshake nor CONNECT work.
 """
 
 from __future__ import annotations
@@ -33,6 +39,10 @@ class TokenBucket:
         now = self._clock()
         self._level = min(self.rate, self._level + (now - self._stamp) * self.rate) - amount
         self._stamp = now
+
+    def full(self, now: float) -> bool:
+        """Whether the bucket is full again at ``now`` (one second after its last take)."""
+        return now - self._stamp >= 1.0 and self._level >= 0
 
     def debt(self) -> float:
         """Seconds until the bucket holds no debt (0 when it holds none now)."""
@@ -64,3 +74,37 @@ class PublishRate:
         """Seconds the connection should stop reading (0: none)."""
         waits = [b.debt() for b in (self._messages, self._bytes) if b is not None]
         return max(waits, default=0.0)
+
+
+class AddressRates:
+    """New connections a second per source address (``rate``, a burst of one second's
+    worth; 0: no limit): a bucket per address, made at its first connection and forgotten
+    once full again, when more than ``keep`` addresses are held."""
+
+    __slots__ = ("_buckets", "_clock", "keep", "rate")
+
+    def __init__(
+        self, rate: float, clock: Callable[[], float] = time.monotonic, keep: int = 10_000
+    ) -> None:
+        self.rate = rate
+        self.keep = keep
+        self._clock = clock
+        self._buckets: dict[str, TokenBucket] = {}
+
+    def allows(self, address: str) -> bool:
+        """Whether one more connection from ``address`` is within its rate (it counts)."""
+        if not self.rate:
+            return True
+        bucket = self._buckets.get(address)
+        if bucket is None:
+            if len(self._buckets) >= self.keep:
+                now = self._clock()
+                self._buckets = {a: b for a, b in self._buckets.items() if not b.full(now)}
+            bucket = self._buckets[address] = TokenBucket(self.rate, self._clock)
+        if bucket.debt() > 0:
+            return False
+        bucket.take(1)
+        return True
+
+    def __len__(self) -> int:
+        return len(self._buckets)

@@ -38,6 +38,7 @@ from router.errors import InvalidSettingError, ListenerError
 from router.mqtt.ban_list import BanList, Flapping
 from router.mqtt.outgoing import TopicFields
 from router.mqtt.protocol import MqttConnection
+from router.mqtt.rates import AddressRates
 from router.mqtt.reason_codes import ReasonCode
 from router.mqtt.settings import BACKLOG, DEFAULT_SETTINGS, MqttSettings
 from router.mqtt.sys_topics import SysTopics
@@ -126,6 +127,8 @@ class MqttServer:
         self.expired_dropped = 0  # deliveries whose Message Expiry Interval passed
         self.subscriptions_refused = 0  # past max_subscriptions or max_topic_levels
         self.publish_throttled = 0  # reading paused: a client past its publish rate
+        self.connect_rates = AddressRates(settings.max_connect_rate)
+        self.connect_rate_refused = 0  # connections closed at accept: their address's rate
         self.topic_fields = TopicFields()  # (the PUBLISH fields of topics, for every client)
         self.closed = dict.fromkeys(CLOSE_REASONS, 0)  # connections ended, by reason
         self.sys_topics = SysTopics(self)  # $SYS/broker/...: started by serve()
@@ -214,6 +217,16 @@ class MqttServer:
         host = peer[0] if isinstance(peer, tuple) and peer else None
         return self.bans.address(host if isinstance(host, str) else None) is not None
 
+    def too_fast(self, peer: object) -> bool:
+        """True when ``peer``'s address opens connections beyond ``max_connect_rate`` (it
+        is counted as refused: the caller closes it)."""
+        host = peer[0] if isinstance(peer, tuple) and peer else None
+        if not isinstance(host, str) or self.connect_rates.allows(host):
+            return False
+        self.refused += 1
+        self.connect_rate_refused += 1
+        return True
+
     def admit(self, connection: MqttConnection) -> None:
         """A connection accepted (:meth:`refuses` said no) is served until it ends."""
         self.accepted += 1
@@ -284,6 +297,7 @@ class MqttServer:
             "mqtt_subscriptions_refused": self.subscriptions_refused,
             "mqtt_publish_throttled": self.publish_throttled,
             "mqtt_banned": self.bans.banned,
+            "mqtt_connect_rate_refused": self.connect_rate_refused,
             "mqtt_flapping_banned": self.bans.flapping_banned,
             **{f"mqtt_closed_{name}": count for name, count in self.closed.items()},
         }

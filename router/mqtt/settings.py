@@ -49,7 +49,9 @@ class MqttSettings:
     ``max_publish_rate`` and ``max_publish_bytes_rate``: PUBLISH packets and payload
     bytes a client may send a second (a burst of one second's worth; 0: no limit); past
     either the connection stops reading until it is back within them
-    (:mod:`router.mqtt.rates`). ``flapping_max_connects``: more CONNECTs of one client
+    (:mod:`router.mqtt.rates`). ``max_connect_rate``: connections a source address may
+    open a second (a second's burst; more are closed at accept; 0: no limit).
+    ``flapping_max_connects``: more CONNECTs of one client
     id within ``flapping_window`` seconds on one node ban it for ``flapping_ban`` seconds
     on every node (0: never, as EMQX ships it; :mod:`router.mqtt.ban_list`).
     """
@@ -69,6 +71,7 @@ class MqttSettings:
     max_topic_levels: int = 128
     max_publish_rate: float = 2_000.0
     max_publish_bytes_rate: int = 8 << 20
+    max_connect_rate: float = 500.0
     flapping_max_connects: int = 0
     flapping_window: float = 60.0
     flapping_ban: float = 300.0
@@ -89,6 +92,7 @@ class MqttSettings:
             "max_topic_levels": 1 <= self.max_topic_levels <= 0xFFFF,
             "max_publish_rate": 0 <= self.max_publish_rate < float("inf"),
             "max_publish_bytes_rate": self.max_publish_bytes_rate >= 0,
+            "max_connect_rate": 0 <= self.max_connect_rate < float("inf"),
             "flapping_max_connects": self.flapping_max_connects >= 0,
             "flapping_window": 0 < self.flapping_window < float("inf"),
             "flapping_ban": 0 < self.flapping_ban < float("inf"),

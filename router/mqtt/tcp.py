@@ -74,8 +74,8 @@ class TcpStream(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
-        server = self._server
-        if server.refuses() or server.banned_peer(transport.get_extra_info("peername")):
+        server, peer = self._server, transport.get_extra_info("peername")
+        if server.refuses() or server.banned_peer(peer) or server.too_fast(peer):
             transport.close()
             return
         sock = transport.get_extra_info("socket")

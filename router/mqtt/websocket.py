@@ -104,7 +104,9 @@ async def listen_websocket(
         return None
 
     async def handle(websocket: ServerConnection) -> None:
-        if server.banned_peer(websocket.remote_address):
+        if server.banned_peer(websocket.remote_address) or server.too_fast(
+            websocket.remote_address
+        ):
             await websocket.close()
             return
         transport = WebSocketTransport(websocket)

@@ -5,6 +5,7 @@ a 3.1.1 keepalive of 0, TCP keepalive; paho-mqtt clients against ``router node r
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Iterator
 
@@ -150,3 +151,33 @@ def test_a_client_publishing_past_its_rate_is_slowed_not_cut_off(
     assert [int(m.payload) for m in got] == list(range(300))
     assert sender.disconnects.empty()
     assert scrape(metrics)["router_mqtt_publish_throttled_total"] > before
+
+
+def test_an_address_opening_connections_too_fast_is_closed_at_accept(
+    redis_standalone_url: str, keys: Keys
+) -> None:
+    """Before, one host could open connections as fast as the node accepted them (each a
+    TLS handshake or CONNECT's work)."""
+    env = {"ROUTER_REDIS_URL": redis_standalone_url, "ROUTER_PREFIX": keys.prefix}
+    metrics = f"127.0.0.1:{free_port()}"
+    with mqtt_node("rated", env, "--mqtt-max-connect-rate", "5", "--metrics", metrics) as (
+        _,
+        port,
+    ):
+        socks = [socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) for _ in range(20)]
+        try:
+            closed = 0
+            for sock in socks:
+                sock.settimeout(0.5)
+                with contextlib.suppress(TimeoutError):  # (accepted: it waits for a CONNECT)
+                    closed += sock.recv(1) == b""
+            assert 10 <= closed <= 15  # (5 a second, a second's burst, while they opened)
+            other = socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0))
+            with other:
+                other.settimeout(0.5)
+                with pytest.raises(TimeoutError):
+                    other.recv(1)  # (another address: accepted)
+            assert scrape(metrics)["router_mqtt_connect_rate_refused_total"] == closed
+        finally:
+            for sock in socks:
+                sock.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.mqtt.rates import PublishRate, TokenBucket
+from router.mqtt.rates import AddressRates, PublishRate, TokenBucket
 
 
 class Clock:
@@ -39,3 +39,16 @@ def test_a_connection_waits_for_the_more_indebted_of_its_buckets() -> None:
     unlimited = PublishRate(0, 0, clock)
     unlimited.published(10**6, 10**9)
     assert unlimited.wait() == 0
+
+
+def test_each_address_opens_at_most_its_rate_and_idle_ones_are_forgotten() -> None:
+    clock = Clock()
+    rates = AddressRates(3, clock, keep=2)
+    assert [rates.allows("10.0.0.1") for _ in range(5)] == [True, True, True, True, False]
+    assert rates.allows("10.0.0.2")  # (an address of its own)
+    clock.now += 1.5
+    assert rates.allows("10.0.0.1")
+    clock.now += 1.5
+    rates.allows("10.0.0.3")  # (a third address: the full buckets go)
+    assert len(rates) == 1
+    assert all(AddressRates(0, clock).allows("10.0.0.1") for _ in range(100))
