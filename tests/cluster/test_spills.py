@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from router.cluster.node import RouterNode
 from router.core.messages import Delivery
 from router.errors import RouterError
 from router.state.session_store import Overflow, SessionQueue
@@ -19,6 +20,16 @@ from tests.support.nodes import StartNode, take
 pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
 
 SESSIONS = 300
+
+
+async def away_sessions(start_node: StartNode, count: int) -> RouterNode:
+    """Node a with ``count`` persistent sessions ``s<i>`` on ``fleet/all`` (QoS 1), away."""
+    a = await start_node("a")
+    for index in range(count):
+        await a.connect(f"s{index}", clean_start=False, expiry=600)
+        await a.subscribe(f"s{index}", "fleet/all", qos=1, confirm=False)
+        await a.put_away(f"s{index}")
+    return a
 
 
 async def test_copies_for_many_away_sessions_go_to_redis_in_a_few_steps(
@@ -35,11 +46,7 @@ async def test_copies_for_many_away_sessions_go_to_redis_in_a_few_steps(
         steps.append(len(batches))
         return await append_each(batches, limit, overflow)
 
-    a = await start_node("a")
-    for index in range(SESSIONS):
-        await a.connect(f"s{index}", clean_start=False, expiry=600)
-        await a.subscribe(f"s{index}", "fleet/all", qos=1, confirm=False)
-        await a.put_away(f"s{index}")
+    a = await away_sessions(start_node, SESSIONS)
     monkeypatch.setattr(SessionQueue, "append_each", staticmethod(counted))
     for sequence in range(3):
         await a.publish("fleet/all", f"{sequence}".encode(), qos=1)
@@ -68,11 +75,7 @@ async def test_a_group_redis_refuses_is_written_again_in_order(
             raise RedisConnectionError("refused by the test")
         return await append_each(*args)
 
-    a = await start_node("a")
-    for index in range(20):
-        await a.connect(f"s{index}", clean_start=False, expiry=600)
-        await a.subscribe(f"s{index}", "fleet/all", qos=1, confirm=False)
-        await a.put_away(f"s{index}")
+    a = await away_sessions(start_node, 20)
     monkeypatch.setattr(SessionQueue, "append_each", staticmethod(refuse_twice))
     for sequence in range(4):
         await a.publish("fleet/all", f"{sequence}".encode(), qos=1)

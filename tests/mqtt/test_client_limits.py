@@ -47,6 +47,16 @@ def refused(metrics: str) -> float:
     return scrape(metrics)["router_mqtt_subscriptions_refused_total"]
 
 
+def attached(port: int, clients: list[Paho], client_id: str, watch: str | None = None) -> Paho:
+    """A connected 5.0 paho client (subscribed to ``watch`` at QoS 0, if given)."""
+    client = Paho(port, client_id, V5)
+    clients.append(client)
+    assert client.connected()[0] == 0
+    if watch is not None:
+        assert client.subscribe(watch, 0) == [0]
+    return client
+
+
 @pytest.mark.parametrize(("protocol", "quota_code"), [(V5, 0x97), (V311, 0x80)])
 def test_a_session_holds_at_most_max_subscriptions_filters(
     node: Node, clients: list[Paho], protocol: int, quota_code: int
@@ -77,9 +87,7 @@ def test_topics_and_filters_deeper_than_max_topic_levels_are_refused(
     node: Node, clients: list[Paho]
 ) -> None:
     port, metrics = node
-    client = Paho(port, "deep", V5)
-    clients.append(client)
-    assert client.connected()[0] == 0
+    client = attached(port, clients, "deep")
     before = refused(metrics)
     assert client.subscribe("a/b/c/d", 1) == [1]
     assert client.subscribe("a/b/c/d/e", 1) == [0x8F]
@@ -113,13 +121,8 @@ def test_a_publish_with_too_many_user_properties_is_quota_exceeded(
     """Before, a 1 MB PUBLISH with 140,000 user properties cost 0.3-0.4 s of the node's
     event loop to decode, and was encoded again for each subscriber."""
     port, _ = node
-    watcher = Paho(port, "watcher", V5)
-    clients.append(watcher)
-    assert watcher.connected()[0] == 0
-    assert watcher.subscribe("props/#", 0) == [0]
-    sender = Paho(port, "sender", V5)
-    clients.append(sender)
-    assert sender.connected()[0] == 0
+    watcher = attached(port, clients, "watcher", "props/#")
+    sender = attached(port, clients, "sender")
     most = [(f"k{n}", "v") for n in range(MAX_USER_PROPERTIES)]
     sender.publish("props/a", b"at the limit", 1, properties=user_properties(most))
     [got] = watcher.take(1)
@@ -137,13 +140,8 @@ def test_a_client_publishing_past_its_rate_is_slowed_not_cut_off(
     others; now the node stops reading from it a while (TCP pushes back) and loses
     nothing."""
     port, metrics = node
-    watcher = Paho(port, "rate-watcher", V5)
-    clients.append(watcher)
-    assert watcher.connected()[0] == 0
-    assert watcher.subscribe("rate/#", 0) == [0]
-    sender = Paho(port, "rate-sender", V5)
-    clients.append(sender)
-    assert sender.connected()[0] == 0
+    watcher = attached(port, clients, "rate-watcher", "rate/#")
+    sender = attached(port, clients, "rate-sender")
     before = scrape(metrics)["router_mqtt_publish_throttled_total"]
     for n in range(300):  # (three seconds' worth at 100 a second, sent at once)
         sender.client.publish("rate/x", str(n).encode(), 0)
