@@ -130,6 +130,16 @@ def node_command(node_id: str) -> tuple[list[str], dict[str, str]]:
     return [sys.executable, "-c", code], env
 
 
+def node_run(
+    url: str, prefix: str, node_id: str, port: int, *options: str
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of ``router node run`` as ``node_id`` on ``url``
+    under ``prefix``, its MQTT listener on loopback ``port``, with ``options``."""
+    command, env = node_command(node_id)
+    args = [*command, "node", "run", "--redis", url, "--prefix", prefix, "--node-id", node_id]
+    return [*args, "--mqtt", f"127.0.0.1:{port}", *options], env
+
+
 @contextlib.contextmanager
 def router_nodes(
     url: str, count: int, pids: list[int], options: tuple[str, ...] = ROUTER_OPTIONS
@@ -143,21 +153,7 @@ def router_nodes(
         with contextlib.ExitStack() as stack:
             for number in range(1, count + 1):
                 node_id, port = f"{prefix}-{number}", free_port()
-                command, env = node_command(node_id)
-                args = [
-                    *command,
-                    "node",
-                    "run",
-                    "--redis",
-                    url,
-                    "--prefix",
-                    prefix,
-                    "--node-id",
-                    node_id,
-                    "--mqtt",
-                    f"127.0.0.1:{port}",
-                    *options,
-                ]
+                args, env = node_run(url, prefix, node_id, port, *options)
                 ready = logged(f"node {node_id} ready")
                 pids.append(stack.enter_context(broker_process(node_id, args, ready, env)).pid)
                 addresses.append(("127.0.0.1", port))

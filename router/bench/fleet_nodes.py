@@ -29,7 +29,7 @@ from typing import Final
 from router.errors import BenchSetupError
 from router.ops.embedded_redis import free_port
 
-from .brokers import ROUTER_OPTIONS, broker_process, logged, node_command
+from .brokers import ROUTER_OPTIONS, broker_process, logged, node_run
 from .checks import check_positive
 
 MAX_PROCESSES: Final = 64
@@ -113,26 +113,8 @@ def fleet_node(
     MQTT clients, the options of ``bench mqtt`` (unbounded queues) and ``options``;
     with metrics on a free port. Stopped (SIGTERM, then SIGKILL) on exit."""
     port, metrics = free_port(), f"127.0.0.1:{free_port()}"
-    command, env = node_command(node_id)
-    args = [
-        *command,
-        "node",
-        "run",
-        "--redis",
-        url,
-        "--prefix",
-        prefix,
-        "--node-id",
-        node_id,
-        "--mqtt",
-        f"127.0.0.1:{port}",
-        "--mqtt-max-connections",
-        str(connections),
-        "--metrics",
-        metrics,
-        *ROUTER_OPTIONS,
-        *options,
-    ]
+    limits = ("--mqtt-max-connections", str(connections), "--metrics", metrics)
+    args, env = node_run(url, prefix, node_id, port, *limits, *ROUTER_OPTIONS, *options)
     with broker_process(node_id, args, logged(f"node {node_id} ready"), env) as process:
         yield RunningNode(node_id, process, ("127.0.0.1", port), metrics)
 

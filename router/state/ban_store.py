@@ -8,9 +8,10 @@ detector's entries)::
 
 ``KIND`` is ``client``, ``user`` or ``address``; ``until`` is when the ban ends, in Unix
 seconds of the Redis server's clock (0: never). An ended ban is invisible at once and
-removed by the next :meth:`BanStore.add` or :meth:`BanStore.bans`. Nodes read the whole
-hash every second or so into a local copy (:mod:`router.mqtt.ban_list`), so a ban reaches
-every node within that time, and checking one costs a dictionary lookup.
+removed by the next :meth:`BanStore.bans` (an add that keeps a ban in force runs one).
+Nodes read the whole hash every second or so into a local copy
+(:mod:`router.mqtt.ban_list`), so a ban reaches every node within that time, and
+checking one costs a dictionary lookup.
 """
 
 from __future__ import annotations
@@ -101,9 +102,11 @@ class BanStore:
             raise InvalidSettingError(f"a ban's reason is a str, not {reason!r}")
         kind_of, _, value_of = field.partition(":")
         if not replace:
-            for ban in await self.bans():  # (the ended ones go first)
-                if (ban.kind, ban.value) == (kind_of, value_of):
-                    return ban
+            held = [
+                ban for ban in await self.bans() if (ban.kind, ban.value) == (kind_of, value_of)
+            ]
+            if held:  # (bans() removed the ended ones: this one is in force)
+                return held[0]
         now = await self._now()
         until = 0.0 if seconds is None else now + seconds
         entry = msgpack.packb([until, reason])
@@ -111,7 +114,6 @@ class BanStore:
             await self.redis.hset(self.key, field, entry)
         elif not await self.redis.hsetnx(self.key, field, entry):  # (one came meanwhile)
             return next(b for b in await self.bans() if (b.kind, b.value) == (kind_of, value_of))
-        await self.bans()  # (and the ended ones go)
         return Ban(kind_of, value_of, until, reason)  # type: ignore[arg-type]
 
     async def remove(self, kind: str, value: str) -> bool:
