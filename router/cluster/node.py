@@ -98,7 +98,7 @@ class RouterNode:
         self.hooks = HookRegistry()  # see router.cluster.policy for what the node runs where
         self._policy = Policy(self.hooks, config.acl, self.sessions)
         self.mirror = RouteMirror(config.strategy(), cache=config.match_cache)
-        self._arrivals = ArrivalOrder()
+        self.arrivals = ArrivalOrder()  # (see router.cluster.visibility)
         self._visibility = RouteVisibility(
             RouteAcks(redis, self.keys),
             self.node_id,
@@ -143,7 +143,7 @@ class RouterNode:
             self._policy,
             self._retainer,
             self._traffic,
-            self._arrivals,
+            self.arrivals,
             config.publish_timeout,
         )
         self._lifecycle = SessionLifecycle(
@@ -427,7 +427,7 @@ class RouterNode:
             checked, opts = await self._policy.admit_subscribe(client_id, checked, opts)
         if opts.no_local and parse_shared(checked) is not None:
             raise InvalidOptionsError("a shared subscription cannot set no_local (MQTT-3.8.3-4)")
-        with self._arrivals.applying():
+        with self.arrivals.applying():
             owner = self._claims.held(client_id)
             if owner is None:
                 await self.connect(client_id)
@@ -459,7 +459,7 @@ class RouterNode:
         kept = await self._policy.admit_unsubscribe(client_id, checked)
         if kept is None:
             return False
-        with self._arrivals.applying():
+        with self.arrivals.applying():
             await self.subscriptions.delete_subscriptions(client_id, [kept], owner=owner)
             existed, change = self.sessions.unsubscribe(client_id, kept)
             if change is not None:

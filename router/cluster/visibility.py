@@ -6,9 +6,10 @@ Two guarantees, and the two mechanisms behind them:
    the node received before a PUBLISH (from any connection) applies to it, as on
    mosquitto. A subscription changes local state only after Redis took it (the client's
    subscriptions, then the node's route set), so a change is *open* from the moment it is
-   admitted until the node's own trie and route mirror hold it; a publish that arrives
-   while changes are open waits for those (and only those) before it is matched. With no
-   change open a publish pays one attribute read.
+   admitted (for an MQTT client, the moment the node read its bytes:
+   :mod:`router.mqtt.subscribing`) until the node's own trie and route mirror hold it;
+   a publish that arrives while changes are open waits for those (and only those)
+   before it is matched. With no change open a publish pays one attribute read.
 2. **SUBACK means subscribed, cluster-wide** (:class:`RouteVisibility`). Once a node
    acknowledges a subscription, every PUBLISH that any node receives afterwards is routed
    to it. Other nodes learn a node's route changes from its change stream; each of them
@@ -44,7 +45,15 @@ log = logging.getLogger(__name__)
 
 
 class ArrivalOrder:
-    """The subscription changes a node has admitted and not yet applied locally."""
+    """The subscription changes a node has admitted and not yet applied locally.
+
+    A change is opened when it is admitted (:meth:`open`; an MQTT listener opens one the
+    moment it reads a SUBSCRIBE or UNSUBSCRIBE, :mod:`router.mqtt.subscribing`) and
+    closed once the node's trie and route mirror hold it, or it failed (:meth:`close`,
+    exactly once). A publish waits for the changes open when it is handled
+    (:meth:`settled`), so whoever opens one must never wait for a publish before
+    closing it.
+    """
 
     def __init__(self) -> None:
         self._open: set[asyncio.Future[None]] = set()
@@ -54,16 +63,26 @@ class ArrivalOrder:
         """True while some change is open (a publish must wait: :meth:`settled`)."""
         return bool(self._open)
 
+    def open(self) -> asyncio.Future[None]:
+        """Open a change; the returned handle is given back to :meth:`close`."""
+        change: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._open.add(change)
+        return change
+
+    def close(self, change: asyncio.Future[None]) -> None:
+        """The change applied (or failed): publishes stop waiting for it."""
+        self._open.discard(change)
+        if not change.done():
+            change.set_result(None)
+
     @contextlib.contextmanager
     def applying(self) -> Iterator[None]:
         """Open a change for the duration of the block (closed however it ends)."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._open.add(done)
+        change = self.open()
         try:
             yield
         finally:
-            self._open.discard(done)
-            done.set_result(None)
+            self.close(change)
 
     async def settled(self) -> None:
         """Return once every change open now is closed (later ones are not waited for)."""

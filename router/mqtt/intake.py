@@ -160,6 +160,7 @@ class Intake:
                 self._pending += packets
             self._unhandled += len(data)
             if self._worker is None:
+                self._arrived(packets)
                 self._worker = asyncio.get_running_loop().create_task(self._work())
             elif self._unhandled > READ_LIMIT:
                 self._pause(_WAITING)
@@ -201,6 +202,10 @@ class Intake:
     async def _handle_packets(self, packets: list[Packet]) -> None:
         """Handle packets in order (the first ones start with the CONNECT)."""
         raise NotImplementedError
+
+    def _arrived(self, packets: list[Packet]) -> None:
+        """``packets`` were read while the connection was idle (no worker): they are
+        the next ones handled. Called before the worker starts on them."""
 
     async def _conclude(self, reason: BaseException) -> None:
         """Answer the reason the connection ends and let go of its client."""

@@ -72,13 +72,11 @@ from router.core.messages import Outgoing, PublishResult
 from router.errors import (
     ConnectionEndedError,
     InvalidIdError,
-    InvalidOptionsError,
     InvalidTopicError,
     MqttError,
     MqttProtocolError,
     NotAuthorizedError,
     RouterError,
-    RouteWriteError,
     StateError,
     UnsupportedProtocolVersionError,
 )
@@ -112,15 +110,14 @@ from router.mqtt.packets import (
     Publish,
     PubRec,
     PubRel,
-    SubAck,
     Subscribe,
-    UnsubAck,
     Unsubscribe,
 )
 from router.mqtt.properties import NO_PROPERTIES
 from router.mqtt.rates import PublishRate
 from router.mqtt.reason_codes import ReasonCode
 from router.mqtt.settings import MqttSettings
+from router.mqtt.subscribing import Subscribing
 
 if TYPE_CHECKING:
     from router.mqtt.server import MqttServer
@@ -128,9 +125,6 @@ if TYPE_CHECKING:
 __all__ = ["READ_PAUSE", "MqttConnection", "Transport"]
 
 log = logging.getLogger(__name__)
-
-#: Topics only the broker publishes (:mod:`router.mqtt.sys_topics`); a client's publish
-#: there is refused (PUBACK/PUBREC 0x87 in 5.0, dropped in 3.1.1), as Mosquitto does.
 
 RC = ReasonCode
 
@@ -148,6 +142,7 @@ class MqttConnection(Intake):
         "_rate",
         "_session",
         "_session_expiry",
+        "_subscribing",
         "client_id",
         "keepalive",
         "level",
@@ -155,8 +150,9 @@ class MqttConnection(Intake):
         "settings",
     )
 
-    _limits: InboundLimits  # (these four once the client is attached)
+    _limits: InboundLimits  # (these five once the client is attached)
     _session: ClientSession
+    _subscribing: Subscribing
     _acks: Acknowledgements
     _outbox: Outbox
 
@@ -184,8 +180,14 @@ class MqttConnection(Intake):
             packets = packets[1:]
         await self._handle_all(packets)
 
+    def _arrived(self, packets: list[Packet]) -> None:
+        if self.client_id is not None:
+            self._subscribing.arrived(packets)
+
     async def _conclude(self, reason: BaseException) -> None:
         """Answer why the connection ends; never raises for anything the client did."""
+        if self.client_id is not None:
+            self._subscribing.close()
         keep_will = True
         if isinstance(reason, ConnectionEndedError):
             keep_will = reason.keep_will
@@ -294,6 +296,7 @@ class MqttConnection(Intake):
         self.keepalive = connect.keepalive
         self._session = self.node.sessions.session(client_id)
         self._acks = Acknowledgements(self._session.inflight, self._session.awaiting_release, v5)
+        self._subscribing = Subscribing(self.server, client_id, v5)
         settings = self.settings
         self._limits = InboundLimits(
             settings.topic_alias_maximum, settings.receive_maximum, settings.max_topic_levels
@@ -412,10 +415,10 @@ class MqttConnection(Intake):
             self._write(self._acks.on_pubrel(packet))
         elif kind is Subscribe:
             assert isinstance(packet, Subscribe)
-            await self._on_subscribe(packet)
+            self._write(await self._subscribing.subscribe(packet))
         elif kind is Unsubscribe:
             assert isinstance(packet, Unsubscribe)
-            await self._on_unsubscribe(packet)
+            self._write(await self._subscribing.unsubscribe(packet))
         elif kind is PingReq:
             self._write(PingResp())
         elif kind is Disconnect:
@@ -509,58 +512,6 @@ class MqttConnection(Intake):
         ack = self._acks.published(packet, code)
         if ack is not None:
             self._write(ack)
-
-    async def _on_subscribe(self, packet: Subscribe) -> None:
-        v5 = self.level >= MQTT_5
-        identifiers = packet.properties.subscription_identifiers
-        identifier = identifiers[0] if identifiers else None
-        codes: list[int] = []
-        held: set[str] = set(self.node.sessions.trie.subscriptions(self.client_id or ""))
-        limit, levels = self.settings.max_subscriptions, self.settings.max_topic_levels
-        for sub in packet.subscriptions:
-            new = sub.topic_filter not in held
-            if new and limit and len(held) >= limit:
-                self.server.subscriptions_refused += 1
-                codes.append(RC.QUOTA_EXCEEDED if v5 else RC.UNSPECIFIED_ERROR)
-                continue
-            if sub.topic_filter.count("/") >= levels:
-                self.server.subscriptions_refused += 1
-                codes.append(RC.TOPIC_FILTER_INVALID if v5 else RC.UNSPECIFIED_ERROR)
-                continue
-            try:
-                await self.node.subscribe(
-                    self.client_id or "",
-                    sub.topic_filter,
-                    confirm=False,
-                    qos=sub.qos,
-                    no_local=sub.no_local,
-                    retain_as_published=sub.retain_as_published,
-                    retain_handling=sub.retain_handling,
-                    subscription_identifier=identifier,
-                )
-                codes.append(sub.qos)
-                held.add(sub.topic_filter)
-            except InvalidTopicError:
-                codes.append(RC.TOPIC_FILTER_INVALID if v5 else RC.UNSPECIFIED_ERROR)
-            except InvalidOptionsError:
-                raise MqttProtocolError("no local on a shared subscription") from None
-            except NotAuthorizedError:
-                codes.append(RC.NOT_AUTHORIZED if v5 else RC.UNSPECIFIED_ERROR)
-            except RouteWriteError:  # (kept and written later: a repeat is harmless)
-                codes.append(RC.UNSPECIFIED_ERROR)
-        if any(code < 0x80 for code in codes):
-            await self.node.confirm_routes()  # (SUBACK: in effect on every node)
-        self._write(SubAck(packet.packet_id, tuple(codes)))
-
-    async def _on_unsubscribe(self, packet: Unsubscribe) -> None:
-        codes = []
-        for topic_filter in packet.topic_filters:
-            try:
-                existed = await self.node.unsubscribe(self.client_id or "", topic_filter)
-                codes.append(RC.SUCCESS if existed else RC.NO_SUBSCRIPTION_EXISTED)
-            except InvalidTopicError:
-                codes.append(RC.TOPIC_FILTER_INVALID)
-        self._write(UnsubAck(packet.packet_id, tuple(codes)))
 
     # -- deliveries to the client ----------------------------------------------------------
 

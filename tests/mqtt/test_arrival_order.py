@@ -1,0 +1,156 @@
+"""Arrival order on one node, in process (a node on fakeredis, raw clients): a SUBSCRIBE
+or UNSUBSCRIBE that the node read before another client's PUBLISH applies to it, even
+when the publisher's connection was still busy with an earlier packet and so handles
+the PUBLISH before the subscriber's connection starts on its SUBSCRIBE
+(:mod:`router.cluster.visibility`, :mod:`router.mqtt.subscribing`).
+
+The order of the reads is set exactly by feeding the connections' bytes as their
+listener would (:meth:`~router.mqtt.intake.Intake.feed`), within one turn of the loop;
+the clients' sockets carry the answers. An asynchronous ``message.publish`` hook holds
+the publisher's connection busy on its first PUBLISH until the test lets it go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from router.core.hooks import HookPoint
+from router.mqtt.codec import encode
+from router.mqtt.packets import (
+    MQTT_5,
+    PubAck,
+    Publish,
+    SubAck,
+    Subscribe,
+    Subscription,
+    UnsubAck,
+    Unsubscribe,
+)
+from router.mqtt.server import MqttServer, serve
+from router.mqtt.settings import MqttSettings
+from tests.support.nodes import StartNode
+from tests.support.raw_mqtt import RawClient
+
+pytestmark = pytest.mark.parametrize("redis_backend", ["fake"], indirect=True)
+
+WAIT = 5.0
+
+
+class Hold:
+    """A ``message.publish`` hook that keeps a publish of topic ``hold`` waiting."""
+
+    def __init__(self) -> None:
+        self.reached = asyncio.Event()
+        self.released = asyncio.Event()
+
+    async def __call__(self, client: Any, message: Any) -> None:
+        if message.topic == "hold":
+            self.reached.set()
+            await self.released.wait()
+
+
+def feed(server: MqttServer, client_id: str, packet: Any) -> None:
+    """Give ``client_id``'s connection the bytes of ``packet`` as its listener would."""
+    connection = server.owner(client_id)
+    assert connection is not None
+    connection.feed(encode(packet, MQTT_5))
+
+
+async def busy_publisher(server: MqttServer, hold: Hold) -> None:
+    """Leave the publisher's connection busy on a PUBLISH the hook holds."""
+    feed(server, "pub", Publish("hold", b"", 0))
+    async with asyncio.timeout(WAIT):
+        await hold.reached.wait()
+
+
+async def test_a_subscribe_read_first_applies_to_a_publish_a_busy_connection_reads_after_it(
+    start_node: StartNode,
+) -> None:
+    node = await start_node("n1")
+    hold = Hold()
+    node.hooks.register(HookPoint.MESSAGE_PUBLISH, hold)
+    async with serve(node, ["127.0.0.1:0"], MqttSettings(sys_interval=0)) as server:
+        port = server.addresses[0][1]
+        subscriber = await RawClient.connect(port, "sub", clean_start=True, expiry=0)
+        publisher = await RawClient.connect(port, "pub", clean_start=True, expiry=0)
+        try:
+            await busy_publisher(server, hold)
+            hold.released.set()  # (the publisher's connection goes on first in the next turn)
+            feed(server, "sub", Subscribe(1, (Subscription("order/x", 0),)))
+            feed(server, "pub", Publish("order/x", b"read after the subscribe", 0))
+            [suback] = await subscriber.next(SubAck, 1)
+            assert isinstance(suback, SubAck) and suback.reason_codes == (0,)
+            [delivered] = await subscriber.take(1)
+            assert delivered.payload == b"read after the subscribe"
+        finally:
+            subscriber.drop()
+            publisher.drop()
+
+
+async def test_an_unsubscribe_read_first_applies_to_a_publish_a_busy_connection_reads_after_it(
+    start_node: StartNode,
+) -> None:
+    node = await start_node("n1")
+    hold = Hold()
+    node.hooks.register(HookPoint.MESSAGE_PUBLISH, hold)
+    async with serve(node, ["127.0.0.1:0"], MqttSettings(sys_interval=0)) as server:
+        port = server.addresses[0][1]
+        subscriber = await RawClient.connect(port, "sub", clean_start=True, expiry=0)
+        publisher = await RawClient.connect(port, "pub", clean_start=True, expiry=0)
+        try:
+            await subscriber.subscribe("order/x", 0)
+            await subscriber.subscribe("order/last", 1)
+            await busy_publisher(server, hold)
+            hold.released.set()
+            feed(server, "sub", Unsubscribe(2, ("order/x",)))
+            feed(server, "pub", Publish("order/x", b"read after the unsubscribe", 0))
+            feed(server, "pub", Publish("order/last", b"last", 1, packet_id=1))
+            [unsuback] = await subscriber.next(UnsubAck, 1)
+            assert isinstance(unsuback, UnsubAck) and unsuback.reason_codes == (0,)
+            [delivered] = await subscriber.take(1)  # (the last one: nothing came before it)
+            assert delivered.topic == "order/last"
+        finally:
+            subscriber.drop()
+            publisher.drop()
+
+
+async def test_subscribes_and_publishes_read_together_never_wait_on_each_other(
+    start_node: StartNode,
+) -> None:
+    """Each connection reads, in one chunk, a SUBSCRIBE, a PUBLISH on the other's filter,
+    a SUBSCRIBE again, and a PUBLISH on its own new filter: the first SUBSCRIBE opens a
+    change (the connection was idle), the second cannot (a PUBLISH is ahead of it). Every
+    answer comes, and each publish read after a subscription reaches it."""
+    node = await start_node("n1")
+    async with serve(node, ["127.0.0.1:0"], MqttSettings(sys_interval=0)) as server:
+        port = server.addresses[0][1]
+        one = await RawClient.connect(port, "one", clean_start=True, expiry=0)
+        two = await RawClient.connect(port, "two", clean_start=True, expiry=0)
+        try:
+            for me, other in (("one", "two"), ("two", "one")):
+                connection = server.owner(me)
+                assert connection is not None
+                connection.feed(
+                    b"".join(
+                        encode(packet, MQTT_5)
+                        for packet in (
+                            Subscribe(1, (Subscription(f"{me}/a", 1),)),
+                            Publish(f"{other}/a", f"from {me}".encode(), 1, packet_id=1),
+                            Subscribe(2, (Subscription(f"{me}/b", 1),)),
+                            Publish(f"{me}/b", f"{me} to itself".encode(), 1, packet_id=2),
+                        )
+                    )
+                )
+            for client, other in ((one, "two"), (two, "one")):
+                await client.next(SubAck, 2)
+                await client.next(PubAck, 2)
+                got = await client.take(2)
+                assert sorted(p.payload for p in got) == sorted(
+                    [f"from {other}".encode(), f"{client.client_id} to itself".encode()]
+                )
+        finally:
+            one.drop()
+            two.drop()
