@@ -1,6 +1,17 @@
 """The ``router`` command line (click). Thin: parse options, call the library, print."""
 
-from . import bench, demo, pipeline, pubsub, reconcile, redis_acl, retained_messages, run, views
+from . import (
+    bench,
+    demo,
+    pipeline,
+    pubsub,
+    reconcile,
+    redis_acl,
+    retained_messages,
+    run,
+    users_and_rules,
+    views,
+)
 from .application import app, main
 
 app.add_command(bench.bench)
@@ -8,6 +19,8 @@ app.add_command(demo.demo)
 app.add_command(retained_messages.retained)
 app.add_command(pipeline.pipeline)
 app.add_command(redis_acl.redis_acl)
+app.add_command(users_and_rules.users)
+app.add_command(users_and_rules.acl)
 for _command in (*views.COMMANDS, *pubsub.COMMANDS, run.node, reconcile.reconcile):
     app.add_command(_command)
 

@@ -252,3 +252,38 @@ def bench_fleet(url: str | None, as_json: bool, **sizes: Any) -> None:
             f"storm {group['group']}: {group['clients']} clients at {group['at_s']} s, "
             f"{group['ok']} back, refused {group['refused']}"
         )
+
+
+@bench.command("hostile")
+@click.option("--redis", "url", default=None, help="Standalone Redis URL (default: start one).")
+@click.option("--probes", default=20, show_default=True, help="Well-behaved clients timed.")
+@click.option("--seconds", default=10.0, show_default=True, help="Seconds of each phase.")
+@click.option(
+    "--floods",
+    default="subscriptions,properties,retained,aliases,publishes",
+    show_default=True,
+    help="The floods run at once (comma-separated).",
+)
+@click.option("--skip-mosquitto", is_flag=True, help="Leave mosquitto out.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_hostile(url: str | None, floods: str, as_json: bool, **sizes: Any) -> None:
+    """Well-behaved clients' round trips on a quiet broker and beside floods of
+    subscriptions, user properties, retained messages, topic aliases and publishes, on a
+    router node and on mosquitto."""
+    from router.bench import hostile
+
+    kinds = tuple(kind.strip() for kind in floods.split(",") if kind.strip())
+    result = hostile.run(url, hostile.HostileConfig(floods=kinds, **sizes))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    for broker in ("router", "mosquitto"):
+        if broker in result:
+            figures = result[broker]
+            rows = {phase: figures[phase] for phase in ("quiet", "flooded")}
+            _print_table(f"router bench hostile: {broker}", rows)
+            click.echo(
+                f"{broker}: flooded p99 / quiet p99 = {figures['p99_flooded_over_quiet']}; "
+                f"RSS {figures['rss_mib_before']} -> {figures['rss_mib_after']} MiB; "
+                f"floods sent {figures['floods_sent']}"
+            )

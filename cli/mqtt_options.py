@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from router.mqtt.settings import DEFAULT_SETTINGS, MqttSettings
 from router.mqtt.websocket import DEFAULT_PATH
+
+if TYPE_CHECKING:
+    from router.cluster.jwt_auth import JwtVerifier
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
@@ -55,6 +58,12 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
         click.IntRange(min=1, max=65535),
         "QoS 1/2 deliveries a client may leave unacknowledged.",
     ),
+    "--mqtt-max-inflight-bytes": (
+        "max_inflight_bytes",
+        click.IntRange(min=0),
+        "Payload bytes of the QoS 1/2 deliveries a client may leave unacknowledged (more "
+        "wait in its queue, but one always goes; 0: no limit).",
+    ),
     "--mqtt-max-subscriptions": (
         "max_subscriptions",
         click.IntRange(min=0),
@@ -64,6 +73,17 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
         "max_topic_levels",
         click.IntRange(min=1, max=65535),
         "Levels of a topic a client publishes or of a filter it subscribes, at most.",
+    ),
+    "--mqtt-max-user-properties": (
+        "max_user_properties",
+        click.IntRange(min=0),
+        "User properties one packet of a client may carry (DISCONNECT 0x97 past it; 0: no limit).",
+    ),
+    "--mqtt-max-user-properties-bytes": (
+        "max_user_properties_bytes",
+        click.IntRange(min=0),
+        "UTF-8 bytes of the user properties' names and values in one packet of a client "
+        "(DISCONNECT 0x97 past it; 0: no limit).",
     ),
     "--mqtt-max-publish-rate": (
         "max_publish_rate",
@@ -111,6 +131,47 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
 }
 
 
+# JWT authentication (router.cluster.jwt_auth): option, destination, click.option arguments.
+_JWT: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("--jwt-secret", "jwt_secret", {"default": None, "metavar": "SECRET", "help": (
+        "Accept a JWT as the MQTT password, signed with this HMAC secret (32 bytes at least; "
+        "prefer ROUTER_JWT_SECRET: a command line is visible to the machine's users).")}),
+    ("--jwt-public-key", "jwt_public_key", {"default": None, "metavar": "FILE", "help": (
+        "Accept a JWT as the MQTT password, signed with the key of this PEM public key "
+        "(or certificate) file.")}),
+    ("--jwt-algorithms", "jwt_algorithms", {"default": None, "metavar": "LIST", "help": (
+        "JWT algorithms accepted, comma-separated (never none) [default: HS256 with a "
+        "secret; RS256 for an RSA key, ES256/384/512 for an EC key, EdDSA].")}),
+    ("--jwt-audience", "jwt_audience", {"default": None, "help": (
+        "A JWT's aud must name this (tokens with an aud claim need it).")}),
+    ("--jwt-issuer", "jwt_issuer", {"default": None, "help": "A JWT's iss must be this."}),
+    ("--jwt-username-claim", "jwt_username_claim", {"default": "sub", "help": (
+        "The JWT claim that must equal the CONNECT user name, when one is sent.")}),
+    ("--jwt-leeway", "jwt_leeway", {"default": 5.0, "type": click.FloatRange(min=0.0),
+        "help": "Seconds of slack on a JWT's exp, nbf and iat (clocks that disagree)."}),
+)  # fmt: skip
+
+
+def jwt_verifier(options: dict[str, Any]) -> JwtVerifier | None:
+    """The JWT verifier of the ``--jwt-*`` options (removed from ``options``); None without
+    ``--jwt-secret`` or ``--jwt-public-key``. Raises :class:`JwtSettingError`."""
+    given = {dest: options.pop(dest) for _, dest, _ in _JWT}
+    secret, key = given.pop("jwt_secret"), given.pop("jwt_public_key")
+    if secret is None and key is None:
+        return None
+    from router.cluster.jwt_auth import jwt_verifier as make  # (PyJWT loads only when used)
+
+    return make(
+        secret,
+        key,
+        given["jwt_algorithms"],
+        audience=given["jwt_audience"],
+        issuer=given["jwt_issuer"],
+        username_claim=given["jwt_username_claim"],
+        leeway=given["jwt_leeway"],
+    )
+
+
 _TLS_FILES = (
     ("--tls-cert", "tls_cert", "The TLS listeners' certificate chain (PEM)."),
     ("--tls-key", "tls_key", "The private key of --tls-cert (PEM)."),
@@ -142,6 +203,8 @@ def mqtt_options(
             metavar="FILE",
             help="Check MQTT users against FILE (the mosquitto_passwd format).",
         )(command)
+        for flag, dest, kwargs in reversed(_JWT):
+            command = setting(flag, dest, **kwargs)(command)
         command = setting(
             "--tls-require-client-cert",
             "tls_require_client_cert",

@@ -27,9 +27,6 @@ import click
 
 from router.api import REDIS_TIMEOUT, connect, default_node_id
 from router.cluster.config import NodeConfig
-from router.cluster.policy import load_acl, password_authenticator
-from router.core.hooks import HookPoint
-from router.core.passwords import PasswordFile
 from router.core.sharing import STRATEGY_NAMES
 from router.errors import StaleIncarnationError
 from router.mqtt.server import parse_address, serve, tls_context
@@ -38,8 +35,9 @@ from router.ops.node_process import settle_collector
 from router.state.connection import DEFAULT_POOL_SIZE
 from router.state.retained_store import RetainedConfig
 
+from .auth_sources import auth_sources, install
 from .common import Target, log_to_stderr, run, stop_on_signals, target_options as target
-from .mqtt_options import mqtt_options, mqtt_settings
+from .mqtt_options import jwt_verifier, mqtt_options, mqtt_settings
 
 _DEFAULTS = NodeConfig("defaults")
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -129,6 +127,13 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
     help="Deliveries queued per local client before the overflow policy drops one.",
 )
 @setting(
+    "--queue-bytes",
+    type=click.IntRange(min=0),
+    default=_DEFAULTS.queue_bytes,
+    help="Payload bytes queued per local client before the overflow policy drops one "
+    "(one message always fits; 0: no bound).",
+)
+@setting(
     "--mqtt-max-queued",
     "max_queued",
     type=click.IntRange(min=1),
@@ -148,6 +153,29 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
     type=click.Choice(["allow", "deny"]),
     default=None,
     help="What the ACL decides when no rule matches [default: deny].",
+)
+@setting(
+    "--auth-redis",
+    is_flag=True,
+    default=False,
+    help="Users and ACL rules from Redis, shared by the cluster (router users, router acl); "
+    "instead of --password-file and --acl.",
+)
+@setting(
+    "--auth-emqx-redis",
+    "emqx_url",
+    default=None,
+    metavar="URL",
+    help="Users and ACL entries where EMQX keeps them (mqtt_user:NAME, mqtt_acl:NAME) in "
+    "the Redis at URL; with --emqx-password-hash.",
+)
+@setting(
+    "--emqx-password-hash",
+    "emqx_hash",
+    default=None,
+    metavar="SPEC",
+    help="How EMQX hashed the passwords: plain, bcrypt, md5|sha|sha256|sha512"
+    "[,prefix|suffix|disable], pbkdf2,MAC,ITERATIONS[,DK_LENGTH].",
 )
 @setting(
     "--traffic-dir",
@@ -194,9 +222,13 @@ def node_run(
     shared_sessions: bool,
     metrics: str | None,
     queue_limit: int,
+    queue_bytes: int,
     max_queued: int,
     acl_file: str | None,
     acl_default: str | None,
+    auth_redis: bool,
+    emqx_url: str | None,
+    emqx_hash: str | None,
     traffic_dir: str | None,
     traffic_sample: float,
     retained_max_payload: int,
@@ -221,6 +253,7 @@ def node_run(
         )
     node_id = node_id or default_node_id()
     settings = mqtt_settings(mqtt)
+    verifier = jwt_verifier(mqtt)  # (a bad key file or option: one error line)
     for address in (
         *mqtt_listeners,
         *tls_listeners,
@@ -228,11 +261,12 @@ def node_run(
         *filter(None, [metrics]),
     ):
         parse_address(address)  # a bad address is one error line, before connecting
-    passwords = None if password_file is None else PasswordFile.from_file(password_file)
-    if not settings.allow_anonymous and passwords is None:
+    sources = auth_sources(password_file, acl_file, acl_default, auth_redis, emqx_url, emqx_hash)
+    if not settings.allow_anonymous and not sources.authenticates and verifier is None:
         raise click.BadParameter(
-            "needs an authentication source (--password-file): without one any user "
-            "name and password would be accepted",
+            "needs an authentication source (--password-file, --auth-redis, "
+            "--auth-emqx-redis, --jwt-secret, --jwt-public-key): without one any user name "
+            "and password would be accepted",
             param_hint="--no-allow-anonymous",
         )
     tls = None
@@ -240,7 +274,6 @@ def node_run(
         if tls_cert is None or tls_key is None:
             raise click.BadParameter("needs --tls-cert and --tls-key", param_hint="--mqtt-tls")
         tls = tls_context(tls_cert, tls_key, tls_ca, require_client_cert=tls_require_client_cert)
-    acl = load_acl(acl_file, acl_default)
     retained = RetainedConfig(
         max_payload=retained_max_payload,
         max_count=retained_max_count,
@@ -249,34 +282,38 @@ def node_run(
 
     async def main() -> None:
         with log_to_stderr(log_level.upper()) as log, stop_on_signals() as stop:
-            async with connect(
-                target.url,
-                node_id=node_id,
-                prefix=target.prefix,
-                share_strategy=share_strategy,
-                heartbeat_interval=heartbeat_interval,
-                heartbeat_ttl=heartbeat_ttl,
-                redis_timeout=redis_timeout,
-                redis_pool_size=redis_pool_size,
-                publish_timeout=publish_timeout,
-                allow_eviction=allow_eviction,
-                shared_sessions=shared_sessions,
-                queue_limit=queue_limit,
-                max_queued=max_queued,
-                acl=acl,
-                traffic_dir=traffic_dir,
-                traffic_sample=traffic_sample,
-                retained=retained,
-            ) as running:
-                if passwords is not None:
-                    authenticator = password_authenticator(
-                        passwords, allow_anonymous=settings.allow_anonymous
+            async with (
+                connect(
+                    target.url,
+                    node_id=node_id,
+                    prefix=target.prefix,
+                    share_strategy=share_strategy,
+                    heartbeat_interval=heartbeat_interval,
+                    heartbeat_ttl=heartbeat_ttl,
+                    redis_timeout=redis_timeout,
+                    redis_pool_size=redis_pool_size,
+                    publish_timeout=publish_timeout,
+                    allow_eviction=allow_eviction,
+                    shared_sessions=shared_sessions,
+                    queue_limit=queue_limit,
+                    queue_bytes=queue_bytes,
+                    max_queued=max_queued,
+                    acl=sources.acl,
+                    traffic_dir=traffic_dir,
+                    traffic_sample=traffic_sample,
+                    retained=retained,
+                ) as running,
+                contextlib.AsyncExitStack() as stack,
+            ):
+                await install(sources, running, settings.allow_anonymous, stack, log)
+                if verifier is not None:  # (before the password file: router.cluster.jwt_auth)
+                    from router.cluster.jwt_auth import install_jwt
+
+                    anonymous = settings.allow_anonymous
+                    install_jwt(
+                        running, verifier, passwords=sources.passwords, allow_anonymous=anonymous
                     )
-                    running.hooks.register(HookPoint.CLIENT_AUTHENTICATE, authenticator)
-                    log.info("password file %s: %d users", password_file, len(passwords))
-                if acl is not None:
-                    rules, default = len(acl.rules), acl.default.value
-                    log.info("ACL %s: %d rules, default %s", acl_file, rules, default)
+                    log.info("JWT authentication: %s", verifier.describe())
                 async with (
                     serve(
                         running,

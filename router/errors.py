@@ -199,6 +199,22 @@ class InvalidSettingError(RouterError, ValueError):
     """A tuning setting outside its allowed range (cache sizes, thresholds, periods)."""
 
 
+class JwtSettingError(InvalidSettingError):
+    """JWT authentication cannot be set up as asked: a key file that cannot be read or
+    is not a PEM public key, a secret too short for its algorithm, an algorithm that is
+    unknown, ``none`` or of the wrong family for the key (:mod:`router.cluster.jwt_auth`)."""
+
+
+class TokenRefusedError(RouterError, ValueError):
+    """A JWT a client presented is not accepted (bad signature or algorithm, expired,
+    not yet valid, wrong audience, issuer or user name, a bad ``acl`` claim). ``reason``
+    says which check failed; it never quotes the token."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
 class NotAuthorizedError(RouterError):
     """Authentication or the ACL (or a hook) refused what a client asked; nothing changed.
 

@@ -23,6 +23,7 @@ class NodeConfig:
     inbox_expire: float = 300.0
     inbox_poll: float = 5.0
     queue_limit: int = 10_000
+    queue_bytes: int = 16 << 20  # payload bytes a local client's queue holds (0: no bound)
     overflow: Overflow = "drop_oldest"
     share_strategy: str = "random"
     stream_length: int = 10_000

@@ -14,12 +14,17 @@ session's ``receiver``, the rules that apply to its user prepared once), both dr
 when the session's user name changes; the decisions are bounded over all sessions: past
 ``limit`` entries every session's cache is cleared. A denied copy is not queued; it is counted
 (``denied``) and, when the node reports drops, told to ``on_denied``.
+
+A client may also bring rules of its own (``narrowing``: a JWT's ``acl`` claim). They
+only narrow: a copy goes when the node's ACL (if any) and the client's rules (if any)
+both allow it. Whoever changes a client's rules drops its session's decisions
+(:meth:`~router.cluster.local_sessions.ClientSession.rejudge`).
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final
 
 from router.core.acl import Acl
@@ -34,15 +39,22 @@ DEFAULT_LIMIT: Final = 100_000
 
 #: Told of each denied copy (or message, before a copy was made): (client id, it).
 DenialObserver = Callable[[str, Message | Delivery], None]
+#: Rules of a client's own that narrow what it may receive (a JWT's ``acl`` claim:
+#: :mod:`router.cluster.jwt_auth`): a function of a topic name, None when it has none.
+Narrowing = Callable[[ClientInfo], Callable[[str], bool] | None]
 
 
 class DeliveryAcl:
     """One node's receive check with its caches (see the module docstring)."""
 
-    def __init__(self, acl: Acl, limit: int = DEFAULT_LIMIT) -> None:
+    def __init__(self, acl: Acl | None, limit: int = DEFAULT_LIMIT) -> None:
+        """``acl`` None: only :attr:`narrowing` judges (a node without an ACL whose
+        clients bring their own rules)."""
         if limit < 1:
             raise ValueError("the cache limit must be at least 1")
         self.acl = acl
+        #: A client's own rules, asked too: a copy goes only if both allow it.
+        self.narrowing: Narrowing | None = None
         self.limit = limit
         self.denied = 0
         self.on_denied: DenialObserver | None = None
@@ -57,7 +69,7 @@ class DeliveryAcl:
             receiver = session.receiver
             if receiver is None:
                 client = ClientInfo(session.client_id, session.profile[2])
-                receiver = session.receiver = self.acl.receiver(client)
+                receiver = session.receiver = self._receiver(client)
             allowed = receiver(topic)
             if self._cached >= self.limit:
                 self.clear()
@@ -66,6 +78,16 @@ class DeliveryAcl:
             session.receives[topic] = allowed
             self._cached += 1
         return allowed
+
+    def _receiver(self, client: ClientInfo) -> Callable[[str], bool]:
+        """The ACL's receive check for ``client``, and its own rules' when it has some."""
+        base = None if self.acl is None else self.acl.receiver(client)
+        own = None if self.narrowing is None else self.narrowing(client)
+        if own is None:
+            return base if base is not None else _everything
+        if base is None:
+            return own
+        return lambda topic: own(topic) and base(topic)
 
     def refuse(self, client_id: str, what: Message | Delivery, copies: int = 1) -> None:
         """Count ``copies`` denied copies of ``what`` for ``client_id`` and report it."""
@@ -83,9 +105,21 @@ class DeliveryAcl:
                 self.refuse(session.client_id, delivery)
         return kept
 
+    def replace(self, acl: Acl, sessions: Iterable[ClientSession]) -> None:
+        """Judge with ``acl`` from now on: every session's decisions and prepared rules
+        (``sessions``: all of them) are dropped."""
+        self.acl = acl
+        for session in sessions:
+            session.receiver = None
+        self.clear()
+
     def clear(self) -> None:
         """Forget every cached decision (the bound was reached)."""
         for session in list(self._holders):
             session.receives.clear()
         self._holders = weakref.WeakSet()
         self._cached = 0
+
+
+def _everything(topic: str) -> bool:
+    return True

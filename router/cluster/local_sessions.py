@@ -1,6 +1,8 @@
 """Clients attached to this node: their subscriptions, delivery queues and route counts.
 
-Each local client has a bounded delivery queue. When a queue is full, the overflow policy
+Each local client has a bounded delivery queue: at most ``queue_limit`` deliveries and
+``queue_bytes`` payload bytes (one delivery is always let in, however large, so a big
+message is never stuck). When a queue is full, the overflow policy
 decides: ``drop_oldest`` (the default, as EMQX's message queue) discards the oldest queued
 message to make room, ``drop_newest`` (as Mosquitto's queue limit) refuses the new one.
 Either way the drop is counted on the session and reported by the node; nothing is lost
@@ -21,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Container, Sequ
 from dataclasses import replace
 from typing import Literal
 
-from router.cluster.delivery_acl import DeliveryAcl
+from router.cluster.delivery_acl import DeliveryAcl, Narrowing
 from router.cluster.sessions.states import SessionState, check_move
 from router.core.acl import Acl
 from router.core.cached_trie import CachedMatcher
@@ -31,7 +33,7 @@ from router.core.options import SubscriptionOptions
 from router.core.sharing import ShareStrategy
 from router.core.topics import SHARE_PREFIX, TopicFilter, parse_shared
 from router.core.trie import MatchedSubscription, SubscriptionTrie
-from router.errors import ClientNotConnectedError
+from router.errors import AclRuleError, ClientNotConnectedError
 
 Overflow = Literal["drop_oldest", "drop_newest"]
 OVERFLOW_POLICIES: tuple[Overflow, ...] = ("drop_oldest", "drop_newest")
@@ -56,9 +58,13 @@ class ClientSession:
     :meth:`release` take from elsewhere are judged too; what it denies is not queued.
     """
 
-    def __init__(self, client_id: str, limit: int, overflow: Overflow) -> None:
+    def __init__(
+        self, client_id: str, limit: int, overflow: Overflow, limit_bytes: int = 0
+    ) -> None:
         self.client_id = client_id
         self.limit = limit
+        self.limit_bytes = limit_bytes  # (0: no bound on the queue's payload bytes)
+        self.queued_bytes = 0  # payload bytes of the deliveries in _queue
         self.overflow = overflow
         self.delivered = 0
         self.dropped = 0
@@ -99,9 +105,13 @@ class ClientSession:
     @profile.setter
     def profile(self, profile: tuple[int, int, str | None]) -> None:
         if profile[2] != self._profile[2]:
-            self.receives.clear()  # (decisions for another user)
-            self.receiver = None
+            self.rejudge()  # (decisions for another user)
         self._profile = profile
+
+    def rejudge(self) -> None:
+        """Drop the cached receive decisions: the rules for this client changed."""
+        self.receives.clear()
+        self.receiver = None
 
     def put(self, delivery: Delivery) -> bool:
         """Queue one delivery; False when the overflow policy dropped a message."""
@@ -111,16 +121,29 @@ class ClientSession:
         """Queue one delivery; returns what the overflow policy dropped (the oldest queued
         delivery, or ``delivery`` itself with drop_newest), None when nothing was."""
         lost = None
-        queue = self._queue if self._held is None else self._held
-        if len(queue) >= self.limit:
+        if self._held is not None:
+            queue = self._held
+            if len(queue) >= self.limit:
+                self.dropped += 1
+                if self.overflow == "drop_newest":
+                    return delivery
+                lost = queue.popleft()
+            queue.append(delivery)
+            self.delivered += 1
+            return lost
+        queue, size, limit_bytes = self._queue, len(delivery.payload), self.limit_bytes
+        while queue and (
+            len(queue) >= self.limit or (limit_bytes and self.queued_bytes + size > limit_bytes)
+        ):
             self.dropped += 1
             if self.overflow == "drop_newest":
                 return delivery
-            lost = queue.popleft()
+            lost = queue.popleft()  # (with several dropped, the last one is told)
+            self.queued_bytes -= len(lost.payload)
         queue.append(delivery)
+        self.queued_bytes += size
         self.delivered += 1
-        if self._held is None:
-            self._ready.set()
+        self._ready.set()
         return lost
 
     @property
@@ -142,9 +165,12 @@ class ClientSession:
         if self.acl is not None:
             tail = self.acl.screen(self, tail)
         self._queue.extend(tail)
+        self.queued_bytes += sum(len(d.payload) for d in tail)
         if held:
             skip = {d.message_id for d in tail}.union(seen)
-            self._queue.extend(d for d in held if d.message_id not in skip)
+            kept = [d for d in held if d.message_id not in skip]
+            self._queue.extend(kept)
+            self.queued_bytes += sum(len(d.payload) for d in kept)
         if self._queue:
             self._ready.set()
 
@@ -154,6 +180,7 @@ class ClientSession:
         if self.acl is not None:
             deliveries = self.acl.screen(self, deliveries)
         self._queue.extendleft(reversed(deliveries))
+        self.queued_bytes += sum(len(d.payload) for d in deliveries)
         if deliveries:
             self._ready.set()
 
@@ -162,12 +189,26 @@ class ClientSession:
 
     async def get(self) -> Delivery | None:
         """The next delivery, waiting for one; None once the session is closed and empty."""
+        if not await self.wait():
+            return None
+        delivery = self._queue.popleft()
+        self.queued_bytes -= len(delivery.payload)
+        return delivery
+
+    async def wait(self) -> bool:
+        """Wait until a delivery is queued (True; it stays queued), or the session is
+        closed with none queued (False)."""
         while not self._queue:
             if self.closed:
-                return None
+                return False
             self._ready.clear()
             await self._ready.wait()
-        return self._queue.popleft()
+        return True
+
+    def queue_view(self) -> Sequence[Delivery]:
+        """The queued deliveries in the order :meth:`take` gives them, left queued (the
+        queue itself: read it, never change it)."""
+        return self._queue
 
     def take(self, limit: int) -> list[Delivery]:
         """Up to ``limit`` queued deliveries, oldest first, without waiting (maybe none)."""
@@ -175,8 +216,11 @@ class ClientSession:
         if len(queue) <= limit:
             taken = list(queue)
             queue.clear()
+            self.queued_bytes = 0
             return taken
-        return [queue.popleft() for _ in range(limit)]
+        taken = [queue.popleft() for _ in range(limit)]
+        self.queued_bytes -= sum(len(d.payload) for d in taken)
+        return taken
 
     def take_all(self) -> list[Delivery]:
         """Everything the session holds for its client, in the order it is due: the copies
@@ -191,6 +235,7 @@ class ClientSession:
             self._held.clear()
         self.inflight.clear()
         self._queue.clear()
+        self.queued_bytes = 0
         return held
 
     def close(self, reason: str = "normal") -> None:
@@ -220,6 +265,7 @@ class LocalSessions:
         strategy: ShareStrategy | None = None,
         queue_limit: int = 10_000,
         overflow: Overflow = "drop_oldest",
+        queue_bytes: int = 0,
         *,
         match_cache: CacheSettings | None = DEFAULT_CACHE,
         acl: Acl | None = None,
@@ -237,6 +283,7 @@ class LocalSessions:
         self._counts: dict[TopicFilter, int] = {}
         self._dropped_closed = 0  # drops of sessions closed since
         self._queue_limit = queue_limit
+        self._queue_bytes = queue_bytes
         self._overflow: Overflow = overflow
         #: The node's ACL on delivery (None: every copy goes); see :meth:`deliver`.
         self.acl = DeliveryAcl(acl) if acl is not None else None
@@ -252,7 +299,7 @@ class LocalSessions:
         session = self._sessions.get(client_id)
         if session is None:
             session = self._sessions[client_id] = ClientSession(
-                client_id, self._queue_limit, self._overflow
+                client_id, self._queue_limit, self._overflow, self._queue_bytes
             )
             session.acl = self.acl
         if profile is not None:
@@ -272,6 +319,26 @@ class LocalSessions:
 
     def clients(self) -> list[str]:
         return sorted(self._sessions)
+
+    def replace_acl(self, acl: Acl) -> None:
+        """Judge every copy with ``acl`` from now on (the node started with an ACL:
+        :class:`AclRuleError` otherwise)."""
+        if self.acl is None:
+            raise AclRuleError("the node started without an ACL: there is none to replace")
+        self.acl.replace(acl, self._sessions.values())
+
+    def narrow(self, narrowing: Narrowing) -> DeliveryAcl:
+        """Judge every copy also by the client's own rules (``narrowing``, see
+        :mod:`router.cluster.delivery_acl`), with or without a node ACL; returns the
+        receive check, made now if the node has no ACL."""
+        if self.acl is None:
+            self.acl = DeliveryAcl(None)
+            for session in self._sessions.values():
+                session.acl = self.acl
+        self.acl.narrowing = narrowing
+        for session in self._sessions.values():
+            session.rejudge()
+        return self.acl
 
     def acl_denied(self) -> int:
         """Copies the ACL kept from local clients since the start (0 without an ACL)."""

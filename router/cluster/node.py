@@ -42,6 +42,7 @@ from types import TracebackType
 from typing import Any
 
 from router.cluster.config import NodeConfig
+from router.cluster.delivery_acl import Narrowing
 from router.cluster.dispatcher import Dispatcher
 from router.cluster.forwarding import Forwarder, InboxReader
 from router.cluster.inbox import Kick, Notice
@@ -56,8 +57,9 @@ from router.cluster.sessions.lifecycle import SessionLifecycle
 from router.cluster.supervisor import Supervisor
 from router.cluster.traffic_log import TrafficLog
 from router.cluster.visibility import ArrivalOrder, RouteVisibility
+from router.core.acl import Acl
 from router.core.guid import GuidGenerator, node_part_for
-from router.core.hooks import HookRegistry
+from router.core.hooks import Decision, HookRegistry
 from router.core.hot_topics import cache_counters
 from router.core.messages import Delivery, MessageProperties, Outgoing, PublishResult
 from router.core.options import make_options
@@ -92,6 +94,7 @@ class RouterNode:
             config.strategy(),
             queue_limit=config.queue_limit,
             overflow=config.overflow,
+            queue_bytes=config.queue_bytes,
             match_cache=config.match_cache,
             acl=config.acl,
         )
@@ -341,19 +344,28 @@ class RouterNode:
         password: str | bytes | None = None,
         *,
         will_topic: str | None = None,
-    ) -> None:
+    ) -> Decision:
         """Judge a connecting client before it changes anything (a listener calls it
         first, then :meth:`connect` with ``authenticate=False``): its credentials
         (``client.authenticate`` hooks), that a session this node holds under its id is
         its user's (the claim checks the same in Redis for one held elsewhere), and that
-        its will may be published (not under ``$SYS/``, allowed by the ACL). Raises
+        its will may be published (not under ``$SYS/``, allowed by the ACL). Returns the
+        accepting decision: its ``expires_at`` (None: never) is when the credentials stop
+        being valid, and the listener ends the connection then. Raises
         :class:`NotAuthorizedError` (:class:`SessionUserError` for another user's
         session); changes nothing."""
         check_id(client_id, "client id")
-        client = await self._policy.authenticate(client_id, username, password)
+        client, decision = await self._policy.credentials(client_id, username, password)
         self._lifecycle.check_user(client_id, username)
         if will_topic is not None:
             await self._policy.admit_will(client, will_topic)
+        return decision
+
+    def narrow_receiving(self, narrowing: Narrowing) -> None:
+        """Judge every copy for a local client also by that client's own rules
+        (``narrowing``: a JWT's ``acl`` claim), which only narrow what the node's ACL
+        allows (:mod:`router.cluster.delivery_acl`)."""
+        self._policy.screen_deliveries(self.sessions.narrow(narrowing))
 
     async def put_away(
         self,
@@ -442,6 +454,14 @@ class RouterNode:
             client_id, checked, opts, is_new, self._policy.delivery_observer
         )
         return is_new
+
+    def replace_acl(self, acl: Acl) -> None:
+        """Judge publishes, subscribes and every copy on its way to a client with ``acl``
+        from now on, in place of the ACL the node started with (``NodeConfig.acl``;
+        :class:`AclRuleError` when it started without one). Subscriptions held stay;
+        what they bring is judged by the new ACL (:mod:`router.cluster.delivery_acl`)."""
+        self._policy.replace_acl(acl)
+        self.sessions.replace_acl(acl)
 
     async def confirm_routes(self) -> bool:
         """Wait until every other live node's route mirror holds the routes this node

@@ -10,7 +10,9 @@ point                    what the node does with it
 client.authenticate      ``connect(client_id, username, password)``: with no callback every
                          client is accepted; with callbacks the fold starts from *deny*, so
                          a callback must return ``Ok``/``Stop(Decision.allow(...))``. A deny
-                         raises :class:`NotAuthorizedError` and changes nothing.
+                         raises :class:`NotAuthorizedError` and changes nothing. An allow
+                         may carry ``expires_at`` (:meth:`Policy.credentials`): the MQTT
+                         connection ends then with DISCONNECT 0xA0.
 client.check_acl         subscribe (on the filter after ``client.subscribe``) and publish
                          (on the topic, only for a publish with a ``publisher``; the
                          embedding program's own publishes are trusted). With no callback
@@ -73,10 +75,12 @@ session's cached decision for the topic.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from router.cluster.delivery_acl import DeliveryAcl
 from router.cluster.local_sessions import DeliveryObserver, LocalSessions
 from router.core.acl import Acl, AclAction, Permission
 from router.core.hooks import (
@@ -101,6 +105,7 @@ from router.core.topics import (
 from router.errors import AclRuleError, HookError, NotAuthorizedError
 
 NO_AUTHENTICATOR_ALLOWED = Decision.deny("no authentication hook accepted the client")
+NO_AUTHENTICATOR = Decision.allow("no authentication hook")
 NO_ACL_ALLOWED = Decision.deny("no ACL hook allowed it")
 
 Subscription = tuple[TopicFilter, SubscriptionOptions]
@@ -149,6 +154,24 @@ class Policy:
         if self._delivery_acl is not None:
             self._delivery_acl.on_denied = self._denied if self.reports_drops else None
 
+    def screen_deliveries(self, delivery_acl: DeliveryAcl) -> None:
+        """Report the denials of ``delivery_acl`` too (a receive check made after the
+        policy: :meth:`LocalSessions.narrow`)."""
+        self._delivery_acl = delivery_acl
+        self._refresh()
+
+    def replace_acl(self, acl: Acl) -> None:
+        """Judge with ``acl`` from now on, in place of the ACL the node started with
+        (its ``client.check_acl`` callback is registered again, at priority 0, after the
+        others of that priority). Raises :class:`AclRuleError` when it started without one."""
+        if self._acl is None:
+            raise AclRuleError("the node started without an ACL: there is none to replace")
+        if acl is self._acl:
+            return
+        self._acl.unregister(self.hooks)
+        self._acl = acl
+        acl.register(self.hooks)  # (the registry's listener refreshes the flags and caches)
+
     # -- clients ---------------------------------------------------------------------
 
     def client(self, client_id: str) -> ClientInfo:
@@ -169,15 +192,26 @@ class Policy:
         Raises :class:`InvalidIdError` for a username that is not a str and
         :class:`NotAuthorizedError` if the client is refused.
         """
+        return (await self.credentials(client_id, username, password, check))[0]
+
+    async def credentials(
+        self,
+        client_id: str,
+        username: str | None,
+        password: str | bytes | None,
+        check: bool = True,
+    ) -> tuple[ClientInfo, Decision]:
+        """:meth:`authenticate`, with the accepting decision (its ``expires_at``: when
+        the credentials stop being valid); raises as it does."""
         client = ClientInfo(client_id, username)
         if not check or not self.hooks.active(HookPoint.CLIENT_AUTHENTICATE):
-            return client
+            return client, NO_AUTHENTICATOR
         decision = await self.hooks.arun_fold(
             HookPoint.CLIENT_AUTHENTICATE, (client, password), NO_AUTHENTICATOR_ALLOWED, _decision
         )
         if not decision.allowed:
             raise NotAuthorizedError(client_id, "connect", None, decision.reason)
-        return client
+        return client, decision
 
     async def admit_will(self, client: ClientInfo, topic: str) -> None:
         """Whether ``client`` may leave a will on ``topic``: the gate every publish passes
@@ -356,21 +390,26 @@ def load_acl(acl: Acl | str | Path | None, default: str | Permission | None = No
 
 
 def password_authenticator(
-    passwords: PasswordFile, *, allow_anonymous: bool = True
+    passwords: PasswordFile | Callable[[], PasswordFile],
+    *,
+    allow_anonymous: bool = True,
+    source: str = "password file",
 ) -> Callable[[ClientInfo, str | bytes | None, Decision], Stop[Decision]]:
     """A ``client.authenticate`` callback that checks clients against a password file
-    (``mosquitto_passwd`` format): a known user with the right password is allowed, any
-    other user is refused; a client without a user name is allowed only with
-    ``allow_anonymous``. Register it with ``node.hooks.register(HookPoint.
-    CLIENT_AUTHENTICATE, ...)`` (``router node run --password-file`` does)."""
+    (``mosquitto_passwd`` format; or a function giving the current one, asked at each
+    CONNECT): a known user with the right password is allowed, any other user is
+    refused; a client without a user name is allowed only with ``allow_anonymous``.
+    ``source`` names it in the allowing decision. Register it with ``node.hooks.register(
+    HookPoint.CLIENT_AUTHENTICATE, ...)`` (``router node run --password-file`` does)."""
+    current = passwords if callable(passwords) else lambda: passwords
 
     def check(client: ClientInfo, password: str | bytes | None, _: Decision) -> Stop[Decision]:
         if client.username is None:
             if allow_anonymous:
                 return Stop(Decision.allow("anonymous"))
             return Stop(Decision.deny("a user name is required"))
-        if password is not None and passwords.check(client.username, password):
-            return Stop(Decision.allow("password file"))
+        if password is not None and current().check(client.username, password):
+            return Stop(Decision.allow(source))
         return Stop(Decision.deny("bad user name or password"))
 
     return check
@@ -382,6 +421,11 @@ def password_authenticator(
 def _decision(value: Any) -> Decision:
     if not isinstance(value, Decision):
         raise HookError(f"expected a Decision, not {type(value).__name__}")
+    expires_at = value.expires_at
+    if expires_at is not None and (
+        type(expires_at) not in (int, float) or not math.isfinite(expires_at)
+    ):
+        raise HookError(f"expires_at must be None or a finite number, not {expires_at!r}")
     return value
 
 

@@ -158,7 +158,43 @@ node_is_empty(const Node *node)
            && node->children.count == 0;
 }
 
-static void node_free_tree(Node *node);
+/* Put a subtree in front of the pending list of node_free_tree: its chain of '+'
+ * children is a list through `plus` already, so its last node links to the rest. */
+static void
+pending_push(Node **pending, Node *subtree)
+{
+    if (subtree == NULL) {
+        return;
+    }
+    Node *last = subtree;
+    while (last->plus != NULL) {
+        last = last->plus;
+    }
+    last->plus = *pending;
+    *pending = subtree;
+}
+
+/* Free a node and everything below it, releasing the terminals. No recursion and no
+ * allocation (so it cannot fail, and a filter of 32,767 levels needs no deep C stack):
+ * the nodes still to free form one list linked through `plus`, where a node's own '+'
+ * child, when it has one, is the next in the list. Each node is walked over at most
+ * twice: linear in the nodes. */
+static void
+node_free_tree(Node *node)
+{
+    Node *pending = node;
+    while (pending != NULL) {
+        node = pending;
+        pending = node->plus;
+        pending_push(&pending, node->hash);
+        for (uint32_t i = 0; i < node->children.capacity; i++) {
+            pending_push(&pending, node->children.slots[i].node);
+        }
+        PyMem_Free(node->children.slots);
+        Py_CLEAR(node->terminal);
+        PyMem_Free(node);
+    }
+}
 
 static void
 table_free_tree(Table *table)
@@ -171,20 +207,6 @@ table_free_tree(Table *table)
     PyMem_Free(table->slots);
     table->slots = NULL;
     table->capacity = table->count = 0;
-}
-
-static void
-node_free_tree(Node *node)
-{
-    if (node->plus != NULL) {
-        node_free_tree(node->plus);
-    }
-    if (node->hash != NULL) {
-        node_free_tree(node->hash);
-    }
-    table_free_tree(&node->children);
-    Py_CLEAR(node->terminal);
-    PyMem_Free(node);
 }
 
 static Node *

@@ -160,15 +160,21 @@ class ClientInfo:
 @dataclass(frozen=True, slots=True)
 class Decision:
     """An allow/deny answer with a reason for logs and for the client (fold accumulator of
-    ``client.authenticate`` and ``client.check_acl``)."""
+    ``client.authenticate`` and ``client.check_acl``).
+
+    ``expires_at`` (``client.authenticate`` only): the wall-clock time (epoch seconds)
+    at which the accepted credentials stop being valid, such as a JWT's ``exp``; the
+    MQTT connection they opened is then closed (DISCONNECT 0xA0, Maximum connect time).
+    None: they do not expire."""
 
     allowed: bool
     reason: str
+    expires_at: float | None = None
 
     @classmethod
-    def allow(cls, reason: str) -> Decision:
-        """An allowing decision."""
-        return cls(True, reason)
+    def allow(cls, reason: str, expires_at: float | None = None) -> Decision:
+        """An allowing decision (valid until ``expires_at``, when given)."""
+        return cls(True, reason, expires_at)
 
     @classmethod
     def deny(cls, reason: str) -> Decision:

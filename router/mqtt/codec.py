@@ -16,7 +16,9 @@ What a decoding error becomes (reason codes of 5.0, section 4.13):
   packet other than CONNECT, a second CONNECT is left to the session; an empty
   SUBSCRIBE in 5.0, retain handling 3, a property given twice, AUTH below 5.0);
 * :class:`UnsupportedProtocolVersionError` (0x84): a protocol name or level other than
-  ``MQIsdp``/3, ``MQTT``/4 or ``MQTT``/5.
+  ``MQIsdp``/3, ``MQTT``/4 or ``MQTT``/5;
+* :class:`MqttProtocolError` with 0x97 (Quota exceeded): a property block with more user
+  properties than the reader's :class:`~router.mqtt.properties.PropertyLimits` allow.
 """
 
 from __future__ import annotations
@@ -62,9 +64,11 @@ from router.mqtt.packets import (
     Will,
 )
 from router.mqtt.properties import (
+    NO_LIMITS,
     NO_PROPERTIES,
     WILL,
     Properties,
+    PropertyLimits,
     read_properties,
 )
 from router.mqtt.reason_codes import ALLOWED
@@ -97,33 +101,36 @@ _ACKS: Final[dict[int, type[PubAck | PubRec | PubRel | PubComp]]] = {
 # -- decoding ----------------------------------------------------------------------------------
 
 
-def decode(first: int, body: memoryview, level: int | None) -> Packet:
+def decode(
+    first: int, body: memoryview, level: int | None, limits: PropertyLimits = NO_LIMITS
+) -> Packet:
     """The packet of fixed header byte ``first`` and ``body`` (exactly the remaining
     length). ``level`` is the connection's protocol level, None before its CONNECT
-    (then only a CONNECT decodes). Raises as the module docstring says."""
+    (then only a CONNECT decodes); its property blocks must keep within ``limits``.
+    Raises as the module docstring says."""
     kind = first >> 4
     flags = first & 0x0F
     if kind == PacketType.CONNECT:
         if flags:
             raise MalformedPacketError("CONNECT has reserved flags set")
-        return _decode_connect(body)
+        return _decode_connect(body, limits)
     if level is None:
         raise MqttProtocolError("the first packet of a connection must be CONNECT")
     v5 = level >= MQTT_5
     if kind == PacketType.PUBLISH:
-        return _decode_publish(flags, bytes(body), 0, len(body), v5)
+        return _decode_publish(flags, bytes(body), 0, len(body), v5, limits)
     if kind == 0:
         raise MalformedPacketError("packet type 0 is reserved")
     expected = 2 if kind in _FLAGS_TWO else 0
     if flags != expected:
         raise MalformedPacketError(f"packet type {kind} has flags {flags:#06b}")
     if kind in (PacketType.PUBACK, PacketType.PUBREC, PacketType.PUBREL, PacketType.PUBCOMP):
-        return _decode_ack(kind, body, v5)
+        return _decode_ack(kind, body, v5, limits)
     if kind == PacketType.SUBSCRIBE:
-        return _decode_subscribe(body, v5)
+        return _decode_subscribe(body, v5, limits)
     if kind == PacketType.UNSUBSCRIBE:
         packet_id, at = _packet_id(body, 0)
-        properties, at = read_properties(body, at, kind) if v5 else (NO_PROPERTIES, at)
+        properties, at = read_properties(body, at, kind, limits) if v5 else (NO_PROPERTIES, at)
         filters = []
         while at < len(body):
             topic_filter, at = read_string(body, at)
@@ -132,15 +139,15 @@ def decode(first: int, body: memoryview, level: int | None) -> Packet:
             raise _empty(v5, "UNSUBSCRIBE needs at least one topic filter")
         return Unsubscribe(packet_id, tuple(filters), properties)
     if kind == PacketType.CONNACK:
-        return _decode_connack(body, v5)
+        return _decode_connack(body, v5, limits)
     if kind == PacketType.SUBACK:
-        return _decode_suback(body, v5)
+        return _decode_suback(body, v5, limits)
     if kind == PacketType.UNSUBACK:
         packet_id, at = _packet_id(body, 0)
         if not v5:
             _end(body, at)
             return UnsubAck(packet_id)
-        properties, at = read_properties(body, at, kind)
+        properties, at = read_properties(body, at, kind, limits)
         codes = tuple(body[at:])
         for code in codes:
             _check_code(code, kind)
@@ -152,15 +159,15 @@ def decode(first: int, body: memoryview, level: int | None) -> Packet:
         if not v5:
             _end(body, 0)
             return Disconnect()
-        code, properties = _code_and_properties(body, 0, kind)
+        code, properties = _code_and_properties(body, 0, kind, limits)
         return Disconnect(code, properties)
     if not v5:
         raise MqttProtocolError("AUTH exists only in MQTT 5.0")
-    code, properties = _code_and_properties(body, 0, kind)
+    code, properties = _code_and_properties(body, 0, kind, limits)
     return Auth(code, properties)
 
 
-def _decode_connect(body: memoryview) -> Connect:
+def _decode_connect(body: memoryview, limits: PropertyLimits) -> Connect:
     name, at = read_string(body, 0)
     level, at = read_byte(body, at)
     if PROTOCOL_NAMES.get(level) != name:
@@ -180,11 +187,13 @@ def _decode_connect(body: memoryview) -> Connect:
     if has_password and not has_username and not v5:
         raise MalformedPacketError("a password without a user name needs MQTT 5.0")
     keepalive, at = read_u16(body, at)
-    properties, at = read_properties(body, at, PacketType.CONNECT) if v5 else (NO_PROPERTIES, at)
+    properties, at = (
+        read_properties(body, at, PacketType.CONNECT, limits) if v5 else (NO_PROPERTIES, at)
+    )
     client_id, at = read_string(body, at)
     will = None
     if will_flag:
-        will_properties, at = read_properties(body, at, WILL) if v5 else (NO_PROPERTIES, at)
+        will_properties, at = read_properties(body, at, WILL, limits) if v5 else (NO_PROPERTIES, at)
         topic, at = read_string(body, at)
         payload, at = read_binary(body, at)
         will = Will(topic, payload, will_qos, will_retain, will_properties)
@@ -199,7 +208,7 @@ def _decode_connect(body: memoryview) -> Connect:
     )
 
 
-def _decode_connack(body: memoryview, v5: bool) -> ConnAck:
+def _decode_connack(body: memoryview, v5: bool, limits: PropertyLimits) -> ConnAck:
     ack_flags, at = read_byte(body, 0)
     if ack_flags & 0xFE:
         raise MalformedPacketError("CONNACK has reserved acknowledge flags set")
@@ -210,12 +219,14 @@ def _decode_connack(body: memoryview, v5: bool) -> ConnAck:
             raise MalformedPacketError(f"CONNACK return code {code} is not defined")
         return ConnAck(bool(ack_flags), _V3_CONNACK[code])
     _check_code(code, PacketType.CONNACK)
-    properties, at = read_properties(body, at, PacketType.CONNACK)
+    properties, at = read_properties(body, at, PacketType.CONNACK, limits)
     _end(body, at)
     return ConnAck(bool(ack_flags), code, properties)
 
 
-def _decode_publish(flags: int, data: bytes, at: int, end: int, v5: bool) -> Publish:
+def _decode_publish(
+    flags: int, data: bytes, at: int, end: int, v5: bool, limits: PropertyLimits
+) -> Publish:
     """The PUBLISH in ``data[at:end]``, read in place (the one packet decoded per
     message: no view or slice of the body is made but the topic's and the payload's)."""
     qos = (flags >> 1) & 0x03
@@ -244,15 +255,17 @@ def _decode_publish(flags: int, data: bytes, at: int, end: int, v5: bool) -> Pub
     properties = NO_PROPERTIES
     if v5:
         body = memoryview(data)[:end]
-        properties, at = read_properties(body, at, PacketType.PUBLISH)
+        properties, at = read_properties(body, at, PacketType.PUBLISH, limits)
     return Publish(
         topic, data[at:end], qos, bool(flags & 0x01), bool(flags & 0x08), packet_id, properties
     )
 
 
-def _decode_suback(body: memoryview, v5: bool) -> SubAck:
+def _decode_suback(body: memoryview, v5: bool, limits: PropertyLimits) -> SubAck:
     packet_id, at = _packet_id(body, 0)
-    properties, at = read_properties(body, at, PacketType.SUBACK) if v5 else (NO_PROPERTIES, at)
+    properties, at = (
+        read_properties(body, at, PacketType.SUBACK, limits) if v5 else (NO_PROPERTIES, at)
+    )
     codes = tuple(body[at:])
     for code in codes:
         if v5:
@@ -262,21 +275,23 @@ def _decode_suback(body: memoryview, v5: bool) -> SubAck:
     return SubAck(packet_id, codes, properties)
 
 
-def _decode_ack(kind: int, body: memoryview, v5: bool) -> PubAck | PubRec | PubRel | PubComp:
+def _decode_ack(
+    kind: int, body: memoryview, v5: bool, limits: PropertyLimits
+) -> PubAck | PubRec | PubRel | PubComp:
     packet_id, at = _packet_id(body, 0)
     code, properties = 0, NO_PROPERTIES
     if v5:
-        code, properties = _code_and_properties(body, at, kind)
+        code, properties = _code_and_properties(body, at, kind, limits)
     else:
         _end(body, at)
     return _ACKS[kind](packet_id, code, properties)
 
 
-def _decode_subscribe(body: memoryview, v5: bool) -> Subscribe:
+def _decode_subscribe(body: memoryview, v5: bool, limits: PropertyLimits) -> Subscribe:
     packet_id, at = _packet_id(body, 0)
     properties = NO_PROPERTIES
     if v5:
-        properties, at = read_properties(body, at, PacketType.SUBSCRIBE)
+        properties, at = read_properties(body, at, PacketType.SUBSCRIBE, limits)
     subscriptions = []
     while at < len(body):
         topic_filter, at = read_string(body, at)
@@ -297,7 +312,9 @@ def _decode_subscribe(body: memoryview, v5: bool) -> Subscribe:
     return Subscribe(packet_id, tuple(subscriptions), properties)
 
 
-def _code_and_properties(body: memoryview, at: int, kind: int) -> tuple[int, Properties]:
+def _code_and_properties(
+    body: memoryview, at: int, kind: int, limits: PropertyLimits
+) -> tuple[int, Properties]:
     """The optional reason code and properties of a 5.0 ack, DISCONNECT or AUTH."""
     if at == len(body):
         return 0, NO_PROPERTIES
@@ -305,7 +322,7 @@ def _code_and_properties(body: memoryview, at: int, kind: int) -> tuple[int, Pro
     _check_code(code, kind)
     if at == len(body):
         return code, NO_PROPERTIES
-    properties, at = read_properties(body, at, kind)
+    properties, at = read_properties(body, at, kind, limits)
     _end(body, at)
     return code, properties
 
@@ -358,7 +375,8 @@ class PacketReader:
     :meth:`feed` takes whatever bytes arrived and returns the packets they complete, in
     order. A packet whose fixed header announces more than ``max_packet_size`` bytes
     raises :class:`PacketTooLargeError` at once, with none of its body buffered; a
-    decoding error raises as :func:`decode` does. When good packets came before the bad
+    decoding error raises as :func:`decode` does (property blocks past ``limits``
+    included). When good packets came before the bad
     one in the same bytes, ``feed`` returns them and keeps the error in :attr:`error`
     (the caller handles them, then raises it; the next ``feed`` raises it too). After an
     error the reader is spent: the connection must close. ``level`` is set from the
@@ -367,12 +385,15 @@ class PacketReader:
     must not cost the node its size at every piece).
     """
 
-    __slots__ = ("_buffer", "_wanted", "error", "level", "max_packet_size")
+    __slots__ = ("_buffer", "_wanted", "error", "level", "limits", "max_packet_size")
 
-    def __init__(self, max_packet_size: int = MAX_PACKET_SIZE) -> None:
+    def __init__(
+        self, max_packet_size: int = MAX_PACKET_SIZE, limits: PropertyLimits = NO_LIMITS
+    ) -> None:
         if not 2 <= max_packet_size <= MAX_PACKET_SIZE:
             raise ValueError(f"max_packet_size must be 2..{MAX_PACKET_SIZE}")
         self.max_packet_size = max_packet_size
+        self.limits = limits
         self.level: int | None = None
         self.error: MqttError | None = None
         self._buffer = bytearray()
@@ -420,9 +441,11 @@ class PacketReader:
                 packet: Packet
                 if first >> 4 == PacketType.PUBLISH and self.level is not None:
                     v5 = self.level >= MQTT_5
-                    packet = _decode_publish(first & 0x0F, snapshot, at, at + remaining, v5)
+                    packet = _decode_publish(
+                        first & 0x0F, snapshot, at, at + remaining, v5, self.limits
+                    )
                 else:
-                    packet = decode(first, view[at : at + remaining], self.level)
+                    packet = decode(first, view[at : at + remaining], self.level, self.limits)
                 if self.level is None and type(packet) is Connect:
                     self.level = packet.protocol_level
                 packets.append(packet)

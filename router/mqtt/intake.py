@@ -114,7 +114,8 @@ class Intake:
     def __init__(self, server: MqttServer, transport: Transport) -> None:
         self.server = server
         self.transport = transport
-        self.reader = PacketReader(server.settings.max_packet_size)
+        settings = server.settings
+        self.reader = PacketReader(settings.max_packet_size, settings.property_limits)
         self._reading: Reading | None = None
         self._pending: list[Packet] | None = None  # packets for the worker, in order
         self._unhandled = 0  # bytes of them

@@ -11,9 +11,13 @@ alias lives as long as the connection.
 
 :class:`Outbox` sends a session's deliveries over one connection: at most ``window`` QoS
 1/2 deliveries unacknowledged (the smaller of the node's ``max_inflight`` and the
-client's Receive Maximum), the rest wait in the session. A slot of the window is taken
-*before* a delivery leaves the session, so a delivery is always queued there or in
-flight, never in between (a session handed on takes both). Packets gathered while more
+client's Receive Maximum), the rest wait in the session; and, with ``max_bytes``, at
+most that many payload bytes of QoS 1/2 deliveries unacknowledged: the next delivery
+waits in the session (and all behind it, in order) while it would take them above it,
+unless nothing is unacknowledged (so a single large message is never stuck; each such
+wait is counted). A slot of the window, and its bytes, are taken *before* a delivery
+leaves the session, so a delivery is always queued there or in flight, never in between
+(a session handed on takes both). Packets gathered while more
 deliveries wait go out in one write. A packet above the client's Maximum Packet Size is
 not sent (MQTT-3.1.2-25) and a message whose expiry passed neither; both are counted. It
 sends from a task only while there is something to send: an idle client's outbox waits
@@ -52,6 +56,7 @@ class DeliveryCounters(Protocol):
     messages_sent: int
     expired_dropped: int
     oversized_dropped: int
+    inflight_bytes_waited: int
 
 
 _NOTHING_CARRIED: Final = MessageProperties()
@@ -187,15 +192,17 @@ class Outbox:
 
     It sends from a task only while there is something to send. With a free slot and an
     empty queue it waits for the session's next delivery without one: the session's
-    :meth:`~router.cluster.local_sessions.ClientSession.get` is stepped from the done
+    :meth:`~router.cluster.local_sessions.ClientSession.wait` is stepped from the done
     callback of the future it waits on (an idle connection holds no task). ``on_end`` is
     called once the session is closed (None) or sending failed (the error).
     """
 
     __slots__ = (
+        "_bytes",
         "_counters",
         "_encoder",
         "_free",
+        "_max_bytes",
         "_max_packet",
         "_next_id",
         "_on_end",
@@ -214,6 +221,7 @@ class Outbox:
         counters: DeliveryCounters,
         encoder: PublishEncoder,
         window: int,
+        max_bytes: int,
         max_packet: int,
         on_end: Callable[[Exception | None], None],
     ) -> None:
@@ -222,18 +230,21 @@ class Outbox:
         self._counters = counters
         self._encoder = encoder
         self._free = window  # slots of the window not held by a delivery
-        self._slot_freed: asyncio.Future[None] | None = None  # (waited on with no free slot)
+        self._max_bytes = max_bytes  # 0: no limit
+        self._bytes = 0  # payload bytes of the QoS 1/2 deliveries holding a slot
+        self._slot_freed: asyncio.Future[None] | None = None  # (waited on with no room)
         self._max_packet = max_packet  # 0: no limit
         self._next_id = 0
         self._out: list[bytes] = []
         self._on_end = on_end
         self._task: asyncio.Task[None] | None = None  # sending
-        self._waiting: Coroutine[Any, Any, Delivery | None] | None = None  # session.get()
+        self._waiting: Coroutine[Any, Any, bool] | None = None  # session.wait()
 
     def start(self) -> None:
         """Send deliveries until the session closes: first what was in flight when its
         last connection ended (by packet id), then the queue. Whatever is queued when a
-        turn starts goes in that turn, up to the free slots, without a wait per delivery."""
+        turn starts goes in that turn, up to the free slots, without a wait per delivery.
+        What was in flight goes again whatever its bytes (they count from then on)."""
         if self._session.inflight:
             self._task = asyncio.get_running_loop().create_task(self._run(resend=True))
         else:
@@ -254,17 +265,16 @@ class Outbox:
         session = self._session
         try:
             for packet_id in sorted(session.inflight) if resend else ():
-                await self._slot()
-                self._free -= 1
+                await self._slot(queued=False)
+                self._hold(session.inflight[packet_id])
                 self._send_inflight(packet_id, session.inflight[packet_id])
             while True:
                 if self._out:
                     await self._flush()
-                await self._slot()
-                deliveries = session.take(min(self._free, OUT_BATCH))
+                await self._slot(queued=True)
+                deliveries = self._take()
                 if not deliveries:
                     break
-                self._free -= len(deliveries)
                 for delivery in deliveries:
                     self._send(delivery)
         except Exception as error:  # (RouterError, ConnectionError: the connection ends)
@@ -275,10 +285,10 @@ class Outbox:
         self._sleep()
 
     def _sleep(self) -> None:
-        """Wait for the next delivery (a slot is free, nothing is gathered) without a task."""
-        self._step(self._session.get())
+        """Wait for the next delivery (nothing is gathered) without a task."""
+        self._step(self._session.wait())
 
-    def _step(self, waiting: Coroutine[Any, Any, Delivery | None]) -> None:
+    def _step(self, waiting: Coroutine[Any, Any, bool]) -> None:
         try:
             future = waiting.send(None)
         except StopIteration as woken:
@@ -299,37 +309,83 @@ class Outbox:
         if self._waiting is not None:
             self._step(self._waiting)
 
-    def _woken(self, delivery: Delivery | None) -> None:
-        if delivery is None:  # (the session is closed)
+    def _woken(self, queued: bool) -> None:
+        if not queued:  # (the session is closed)
             self._on_end(None)
             return
-        self._free -= 1  # (the slot that was free: the delivery is in flight at once)
-        self._send(delivery)
         self._task = asyncio.get_running_loop().create_task(self._run(resend=False))
 
-    async def _slot(self) -> None:
-        """Return once a slot of the window is free (what is gathered goes out first: the
+    def _fits(self, delivery: Delivery) -> bool:
+        """``delivery`` may go out now as far as the bytes are concerned."""
+        return (
+            not self._max_bytes
+            or not delivery.qos
+            or not self._bytes
+            or self._bytes + len(delivery.payload) <= self._max_bytes
+        )
+
+    async def _slot(self, queued: bool) -> None:
+        """Return once a slot of the window is free and, with ``queued``, the next queued
+        delivery (if any) fits the bytes left (what is gathered goes out first: the
         client cannot acknowledge packets it has not got)."""
-        while not self._free:
+        counted = False
+        queue = self._session.queue_view()
+        while not self._free or (queued and queue and not self._fits(queue[0])):
             if self._out:
                 await self._flush()
                 continue
+            if self._free and not counted:  # (held by the bytes alone)
+                self._counters.inflight_bytes_waited += 1
+                counted = True
             self._slot_freed = asyncio.get_running_loop().create_future()
             try:
                 await self._slot_freed
             finally:
                 self._slot_freed = None
 
-    def _give_back(self) -> None:
+    def _take(self) -> list[Delivery]:
+        """The queued deliveries the window has room for, oldest first, each holding its
+        slot (and bytes) from now on."""
+        session = self._session
+        limit = min(self._free, OUT_BATCH)
+        held = self._bytes
+        if self._max_bytes:
+            count = 0
+            for delivery in session.queue_view():
+                if count == limit:
+                    break
+                if delivery.qos:
+                    size = len(delivery.payload)
+                    if held and held + size > self._max_bytes:
+                        break
+                    held += size
+                count += 1
+            taken = session.take(count)
+        else:
+            taken = session.take(limit)
+            held += sum(len(delivery.payload) for delivery in taken if delivery.qos)
+        self._free -= len(taken)
+        self._bytes = held
+        return taken
+
+    def _hold(self, delivery: Delivery) -> None:
+        self._free -= 1
+        if delivery.qos:
+            self._bytes += len(delivery.payload)
+
+    def _give_back(self, delivery: Delivery) -> None:
         self._free += 1
-        freed = self._slot_freed  # (only a window with no free slot is waited on)
+        if delivery.qos:
+            self._bytes -= len(delivery.payload)
+        freed = self._slot_freed  # (only a window without room is waited on)
         if freed is not None and not freed.done():
             freed.set_result(None)
 
     def release(self, packet_id: int) -> None:
         """The client acknowledged ``packet_id`` (PUBACK, PUBCOMP, a failed PUBREC)."""
-        if self._session.inflight.pop(packet_id, None) is not None:
-            self._give_back()
+        delivery = self._session.inflight.pop(packet_id, None)
+        if delivery is not None:
+            self._give_back(delivery)
 
     async def _flush(self) -> None:
         data, self._out = b"".join(self._out), []
@@ -340,7 +396,7 @@ class Outbox:
         """Gather one delivery's packet (holding a slot, given back unless in flight)."""
         if delivery.expires_at is not None and delivery.expires_at <= time.time():
             self._counters.expired_dropped += 1
-            self._give_back()
+            self._give_back(delivery)
             return
         if delivery.packet_id is not None:  # resumed: went out before this connection
             self._session.inflight[delivery.packet_id] = delivery
@@ -356,10 +412,10 @@ class Outbox:
             if packet_id is not None:
                 self.release(packet_id)
             else:
-                self._give_back()
+                self._give_back(delivery)
             return
         if packet_id is None:
-            self._give_back()
+            self._give_back(delivery)
         self._out.append(data)
         self._counters.messages_sent += 1
 

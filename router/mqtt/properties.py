@@ -10,9 +10,10 @@ Rules enforced when reading, with the reason code a violation gets:
 * Values outside their range are a Protocol Error: Receive Maximum 0, Maximum Packet Size
   0, a Subscription Identifier 0, a flag (Payload Format Indicator, Request Problem
   Information, ...) other than 0 or 1, Maximum QoS other than 0 or 1.
-* More than :data:`MAX_USER_PROPERTIES` User Properties in one packet is Quota exceeded
-  (0x97, a limit of ours: each costs decoding, memory and an encoding per subscriber;
-  their bytes are bounded by the maximum packet size).
+* More User Properties in one property block than :class:`PropertyLimits` allow, by
+  count or by the UTF-8 bytes of their names and values, is Quota exceeded (0x97, a limit
+  of ours: each costs decoding, memory and an encoding per subscriber). It is judged as
+  each pair is read, so a packet past it costs at most one pair more than the limit.
 
 Properties travel as one frozen :class:`Properties` (``None`` fields are absent); a packet
 without properties carries :data:`NO_PROPERTIES`, shared, so a plain PUBLISH allocates none.
@@ -43,10 +44,8 @@ from router.mqtt.wire import (
 )
 
 WILL: Final = 0
-#: User Properties one packet may carry (a hostile 1 MB PUBLISH holds 140,000 pairs).
-MAX_USER_PROPERTIES: Final = 128
-QUOTA_EXCEEDED: Final = 0x97
 """The pseudo packet type of the will properties inside CONNECT."""
+QUOTA_EXCEEDED: Final = 0x97
 
 
 class Kind(Enum):
@@ -102,6 +101,20 @@ class Properties:
 
 
 NO_PROPERTIES: Final = Properties()
+
+
+@dataclass(frozen=True, slots=True)
+class PropertyLimits:
+    """What one property block (a packet's, or a will's) may hold, 0 meaning no limit:
+    ``user_properties`` pairs, and ``user_properties_bytes``, the UTF-8 bytes of their
+    names and values together (length prefixes not counted). A hostile 1 MB PUBLISH
+    holds 140,000 pairs, or one pair of 128 KiB."""
+
+    user_properties: int = 0
+    user_properties_bytes: int = 0
+
+
+NO_LIMITS: Final = PropertyLimits()
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,10 +185,12 @@ _READERS: Final[dict[Kind, Callable[[memoryview, int], tuple[Any, int]]]] = {
 }
 
 
-def read_properties(data: memoryview, at: int, packet: int) -> tuple[Properties, int]:
+def read_properties(
+    data: memoryview, at: int, packet: int, limits: PropertyLimits
+) -> tuple[Properties, int]:
     """The property block at ``at`` (its length, then the properties) of a ``packet``
-    (a :class:`PacketType`, or :data:`WILL`); returns the properties and the position
-    after the block. Raises as the module docstring says."""
+    (a :class:`PacketType`, or :data:`WILL`) within ``limits``; returns the properties
+    and the position after the block. Raises as the module docstring says."""
     size, at = read_varint(data, at)
     end = at + size
     if end > len(data):
@@ -185,6 +200,7 @@ def read_properties(data: memoryview, at: int, packet: int) -> tuple[Properties,
     block = data[:end]
     values: dict[str, Any] = {}
     pairs: list[tuple[str, str]] = []
+    pair_bytes = 0
     identifiers: list[int] = []
     while at < end:
         identifier, at = read_varint(block, at)
@@ -194,13 +210,18 @@ def read_properties(data: memoryview, at: int, packet: int) -> tuple[Properties,
                 f"property 0x{identifier:02x} is not allowed in packet type {packet}"
             )
         if spec.kind is Kind.PAIR:
-            if len(pairs) >= MAX_USER_PROPERTIES:
-                raise MqttProtocolError(
-                    f"more than {MAX_USER_PROPERTIES} user properties", QUOTA_EXCEEDED
-                )
+            start = at
             name, at = read_string(block, at)
             text, at = read_string(block, at)
             pairs.append((name, text))
+            pair_bytes += at - start - 4  # (less the two length prefixes)
+            most, most_bytes = limits.user_properties, limits.user_properties_bytes
+            if most and len(pairs) > most:
+                raise MqttProtocolError(f"more than {most} user properties", QUOTA_EXCEEDED)
+            if most_bytes and pair_bytes > most_bytes:
+                raise MqttProtocolError(
+                    f"user properties of more than {most_bytes} bytes", QUOTA_EXCEEDED
+                )
             continue
         value: Any
         value, at = _READERS[spec.kind](block, at)
@@ -268,10 +289,12 @@ def properties_size(properties: Properties) -> int:
 
 
 __all__ = [
+    "NO_LIMITS",
     "NO_PROPERTIES",
     "SPECS",
     "WILL",
     "Properties",
+    "PropertyLimits",
     "properties_size",
     "read_properties",
     "varint_size",

@@ -34,17 +34,19 @@ The life of a connection:
    to every PUBLISH the node receives after them, and SUBACK goes once every live node's
    route mirror holds the subscription (:mod:`router.cluster.visibility`).
 5. Deliveries: at most ``min(max_inflight, client's Receive Maximum)`` QoS 1/2 publishes
-   are unacknowledged at once; the rest wait in the client's queue on the node. A
+   are unacknowledged at once, and at most ``max_inflight_bytes`` of their payloads
+   (beyond one); the rest wait in the client's queue on the node. A
    packet above the client's Maximum Packet Size is not sent and is counted, as is a
    message whose Message Expiry Interval passed (the interval sent is what is left).
    Outbound topic aliases, when the client allows them: the first ``topic_alias_maximum``
    topics get one each, sent with the topic once, then alone.
 6. The connection ends on DISCONNECT (0x04 keeps the will), on a protocol error (5.0:
    DISCONNECT with its reason code first), after 1.5 x keepalive of silence (0x8D), when
-   another connection takes the session over (0x8E), an operator kicks it (0x98) or the
-   node stops (0x8B). The will is published unless the client sent DISCONNECT 0x00;
-   with a Will Delay Interval, only if the client is not back by then (or its session
-   ends first).
+   another connection takes the session over (0x8E), an operator kicks it (0x98), the
+   credentials it connected with expire (0xA0, Maximum connect time: the accepting
+   decision's ``expires_at``, such as a JWT's ``exp``; counted) or the node stops
+   (0x8B). The will is published unless the client sent DISCONNECT 0x00; with a Will
+   Delay Interval, only if the client is not back by then (or its session ends first).
 7. Every connection the server ends for what the client did (a refusal, a protocol
    error, silence) is counted by reason in the server's stats (``mqtt_closed_*``). A
    client that does not read what it is sent is not read from once ``READ_PAUSE`` bytes
@@ -60,6 +62,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -136,6 +139,7 @@ class MqttConnection(Intake):
     __slots__ = (
         "_acks",
         "_disconnect_sent",
+        "_expiry",
         "_kept",
         "_limits",
         "_outbox",
@@ -167,6 +171,7 @@ class MqttConnection(Intake):
         self._session_expiry = 0
         self._disconnect_sent = False
         self._rate: PublishRate | None = None  # (made at the first PUBLISH)
+        self._expiry: asyncio.TimerHandle | None = None  # (credentials that expire)
 
     # -- the connection's life -----------------------------------------------------------
 
@@ -186,6 +191,8 @@ class MqttConnection(Intake):
 
     async def _conclude(self, reason: BaseException) -> None:
         """Answer why the connection ends; never raises for anything the client did."""
+        if self._expiry is not None:
+            self._expiry.cancel()
         if self.client_id is not None:
             self._subscribing.close()
         keep_will = True
@@ -271,7 +278,7 @@ class MqttConnection(Intake):
         if self.server.bans.connect(client_id, connect.username) is not None:
             return self._refuse(RC.BANNED)  # (before authentication: cheap, and told)
         try:  # (before anything changes: no takeover, no session cleared, no will)
-            await self.node.admit_connect(
+            accepted = await self.node.admit_connect(
                 client_id,
                 connect.username,
                 connect.password,
@@ -313,6 +320,7 @@ class MqttConnection(Intake):
                 self.server.topic_fields,
             ),
             window,
+            settings.max_inflight_bytes,
             asked.maximum_packet_size or 0,
             self._deliveries_ended,
         )
@@ -324,7 +332,19 @@ class MqttConnection(Intake):
         self._write(ConnAck(present, RC.SUCCESS, properties))
         self._watch_silence(self.keepalive)
         self._outbox.start()
+        if accepted.expires_at is not None:
+            loop = asyncio.get_running_loop()
+            left = max(0.0, accepted.expires_at - time.time())  # (wall clock to loop time)
+            self._expiry = loop.call_at(loop.time() + left, self._credentials_expired)
         return True
+
+    def _credentials_expired(self) -> None:
+        """The credentials of the CONNECT expired: DISCONNECT 0xA0 (3.1.1: closed); the
+        will goes, as for any end the client did not ask for."""
+        self._expiry = None
+        if self._reason is None:
+            self.server.count_close(RC.MAXIMUM_CONNECT_TIME)
+            self._end_with(ConnectionEndedError(RC.MAXIMUM_CONNECT_TIME))
 
     async def _connect_node(self, connect: Connect, client_id: str, alone: bool) -> bool | None:
         """The node's connect of ``client_id`` (Session Present), once a turn comes: the

@@ -56,9 +56,11 @@ CLOSE_REASONS: Final = (
     "connect_timeout",
     "keep_alive_timeout",
     "malformed_packet",
+    "maximum_connect_time",  # (the credentials expired: a JWT's exp)
     "not_authorized",
     "packet_too_large",
     "protocol_error",
+    "quota_exceeded",
     "receive_maximum_exceeded",
     "topic_alias_invalid",
     "topic_name_invalid",
@@ -125,6 +127,7 @@ class MqttServer:
         self.messages_sent = 0  # PUBLISH packets to clients
         self.oversized_dropped = 0  # deliveries above a client's Maximum Packet Size
         self.expired_dropped = 0  # deliveries whose Message Expiry Interval passed
+        self.inflight_bytes_waited = 0  # times a client's deliveries waited on its bytes
         self.subscriptions_refused = 0  # past max_subscriptions or max_topic_levels
         self.publish_throttled = 0  # reading paused: a client past its publish rate
         self.connect_rates = AddressRates(settings.max_connect_rate)
@@ -294,6 +297,7 @@ class MqttServer:
             "mqtt_messages_sent": self.messages_sent,
             "mqtt_oversized_dropped": self.oversized_dropped,
             "mqtt_expired_dropped": self.expired_dropped,
+            "mqtt_inflight_bytes_waited": self.inflight_bytes_waited,
             "mqtt_subscriptions_refused": self.subscriptions_refused,
             "mqtt_publish_throttled": self.publish_throttled,
             "mqtt_banned": self.bans.banned,

@@ -7,6 +7,7 @@ from typing import Final
 
 from router.errors import InvalidSettingError
 from router.mqtt.codec import MAX_PACKET_SIZE
+from router.mqtt.properties import PropertyLimits
 
 BACKLOG: Final = 4096
 """Connections the kernel completes on a listener before the node accepts them
@@ -33,7 +34,10 @@ class MqttSettings:
     use towards the node, and the most the node uses towards a client (whatever larger
     Topic Alias Maximum the client announced). ``max_inflight``:
     QoS 1/2 deliveries unacknowledged by a client, at most (and at most the client's
-    Receive Maximum); further ones wait in the client's queue. ``allow_anonymous``: a
+    Receive Maximum); further ones wait in the client's queue. ``max_inflight_bytes``: the
+    payload bytes of those deliveries, at most (0: no limit); a delivery that would
+    take them above it waits in the client's queue too, unless none is unacknowledged
+    (a single larger message still goes). ``allow_anonymous``: a
     client without a user name may connect. ``sys_interval``: seconds between updates of
     the ``$SYS/broker/...`` topics (:mod:`router.mqtt.sys_topics`; 0: none published).
     ``session_expiry_max``: the longest Session Expiry Interval granted (a longer one is
@@ -46,6 +50,10 @@ class MqttSettings:
     the filters one session may hold (a SUBSCRIBE past it: 0x97 Quota exceeded, 3.1.1:
     0x80; 0: no limit). ``max_topic_levels``: the levels of a topic a client publishes
     (more: DISCONNECT 0x90) or of a filter it subscribes (0x8F, 3.1.1: 0x80).
+    ``max_user_properties`` and ``max_user_properties_bytes``: the User Properties one
+    property block of a client's packet may carry, by count and by the UTF-8 bytes of
+    their names and values (past either: DISCONNECT 0x97 Quota exceeded, judged while
+    the packet is decoded; 0: no limit).
     ``max_publish_rate`` and ``max_publish_bytes_rate``: PUBLISH packets and payload
     bytes a client may send a second (a burst of one second's worth; 0: no limit); past
     either the connection stops reading until it is back within them
@@ -63,12 +71,15 @@ class MqttSettings:
     max_keepalive: int = 3600
     topic_alias_maximum: int = 64
     max_inflight: int = 64
+    max_inflight_bytes: int = 1 << 20
     allow_anonymous: bool = True
     sys_interval: float = 10.0
     session_expiry_max: int = 7 * 24 * 3600
     max_connecting: int = 64
     max_subscriptions: int = 1_000
     max_topic_levels: int = 128
+    max_user_properties: int = 128
+    max_user_properties_bytes: int = 16 << 10
     max_publish_rate: float = 2_000.0
     max_publish_bytes_rate: int = 8 << 20
     max_connect_rate: float = 500.0
@@ -85,11 +96,14 @@ class MqttSettings:
             "max_keepalive": 0 <= self.max_keepalive <= 0xFFFF,
             "topic_alias_maximum": 0 <= self.topic_alias_maximum <= 0xFFFF,
             "max_inflight": 1 <= self.max_inflight <= 0xFFFF,
+            "max_inflight_bytes": self.max_inflight_bytes >= 0,
             "sys_interval": self.sys_interval >= 0,
             "session_expiry_max": 0 <= self.session_expiry_max <= 0xFFFFFFFF,
             "max_connecting": self.max_connecting >= 1,
             "max_subscriptions": self.max_subscriptions >= 0,
             "max_topic_levels": 1 <= self.max_topic_levels <= 0xFFFF,
+            "max_user_properties": self.max_user_properties >= 0,
+            "max_user_properties_bytes": self.max_user_properties_bytes >= 0,
             "max_publish_rate": 0 <= self.max_publish_rate < float("inf"),
             "max_publish_bytes_rate": self.max_publish_bytes_rate >= 0,
             "max_connect_rate": 0 <= self.max_connect_rate < float("inf"),
@@ -102,6 +116,11 @@ class MqttSettings:
                 raise InvalidSettingError(
                     f"MQTT setting {name} is out of range: {getattr(self, name)!r}"
                 )
+
+    @property
+    def property_limits(self) -> PropertyLimits:
+        """The limits on what one property block of a client's packet may hold."""
+        return PropertyLimits(self.max_user_properties, self.max_user_properties_bytes)
 
 
 DEFAULT_SETTINGS = MqttSettings()

@@ -4,6 +4,7 @@ wide tries, errors, references and memory."""
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
 import tracemalloc
 from typing import Any
@@ -231,3 +232,56 @@ def test_adding_and_removing_everything_returns_the_memory() -> None:
         assert tracemalloc.get_traced_memory()[0] - start < 4096
     finally:
         tracemalloc.stop()
+
+
+# Run in a child interpreter: a stack overflow there kills the child, not pytest.
+SMALL_STACK_SCRIPT = """
+import threading
+
+from router.core._filter_index import FilterIndex, Terminal
+
+def build_and_drop() -> None:
+    deep = "/".join(["+"] * 30_000)
+    index = FilterIndex()
+    for name in (deep, deep + "/#", "a/+/b", "a/#", "x/y"):
+        index.add(name, Terminal(name))
+    index.remove(deep)
+    index.add(deep, Terminal(deep))
+    del index  # frees 30,001 levels on a 256 KiB stack
+
+old = threading.stack_size(256 * 1024)
+try:
+    thread = threading.Thread(target=build_and_drop)
+    thread.start()
+    thread.join()
+finally:
+    threading.stack_size(old)
+"""
+
+
+def test_a_deep_trie_is_freed_on_a_small_thread_stack() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", SMALL_STACK_SCRIPT], check=False, capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+
+
+def test_dropping_an_index_releases_every_terminal_and_node() -> None:
+    shapes = ["+/+/#", "+/a/+", "a/+/b/#", "a/b/+", "#", "+", "a/+", "a/+/+/c"]
+    filters = [f"{i}/+/{shape}" for shape in shapes for i in range(50)] + shapes + ["a/b"]
+    terminals = [Terminal(name) for name in filters]
+    before = [sys.getrefcount(terminal) for terminal in terminals]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        filter_index = CompiledFilterIndex()
+        for position, name in enumerate(filters):
+            filter_index.add(name, terminals[position])
+        assert filter_index.node_count() > len(filters)
+        del filter_index
+        gc.collect()
+        assert tracemalloc.get_traced_memory()[0] - start < 4096
+    finally:
+        tracemalloc.stop()
+    assert [sys.getrefcount(terminal) for terminal in terminals] == before

@@ -10,8 +10,9 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+from click.testing import CliRunner
 
-from router.mqtt.properties import MAX_USER_PROPERTIES
+from router.cli import app
 from router.mqtt.tcp import KEEPALIVE_IDLE, keep_alive
 from router.state.keys import Keys
 from tests.support.metrics import scrape
@@ -28,6 +29,8 @@ from tests.support.servers import free_port
 from tests.support.waiting import wait_until
 
 Node = tuple[int, str]  # (MQTT port, metrics address)
+USER_PROPERTIES = 8  # the node's --mqtt-max-user-properties
+USER_PROPERTIES_BYTES = 256  # and --mqtt-max-user-properties-bytes
 
 
 @pytest.fixture
@@ -36,6 +39,8 @@ def node(redis_standalone_url: str, keys: Keys) -> Iterator[Node]:
     metrics = f"127.0.0.1:{free_port()}"
     limits = ("--mqtt-max-subscriptions", "3", "--mqtt-max-topic-levels", "4")
     limits += ("--mqtt-max-publish-rate", "100")
+    limits += ("--mqtt-max-user-properties", str(USER_PROPERTIES))
+    limits += ("--mqtt-max-user-properties-bytes", str(USER_PROPERTIES_BYTES))
     with mqtt_node("limits", env, *limits, "--mqtt-max-keepalive", "1", "--metrics", metrics) as (
         _,
         port,
@@ -115,21 +120,49 @@ def test_client_sockets_get_tcp_keepalive() -> None:
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == KEEPALIVE_IDLE
 
 
+def quota_closes(metrics: str) -> float:
+    return scrape(metrics)["router_mqtt_closed_quota_exceeded_total"]
+
+
 def test_a_publish_with_too_many_user_properties_is_quota_exceeded(
     node: Node, clients: list[Paho]
 ) -> None:
     """Before, a 1 MB PUBLISH with 140,000 user properties cost 0.3-0.4 s of the node's
-    event loop to decode, and was encoded again for each subscriber."""
-    port, _ = node
+    event loop to decode, and was encoded again for each subscriber; then the limit was
+    a constant of 128."""
+    port, metrics = node
     watcher = attached(port, clients, "watcher", "props/#")
     sender = attached(port, clients, "sender")
-    most = [(f"k{n}", "v") for n in range(MAX_USER_PROPERTIES)]
+    most = [(f"k{n}", "v") for n in range(USER_PROPERTIES)]
     sender.publish("props/a", b"at the limit", 1, properties=user_properties(most))
     [got] = watcher.take(1)
-    assert len(got.properties.UserProperty) == MAX_USER_PROPERTIES
+    assert len(got.properties.UserProperty) == USER_PROPERTIES
+    before = quota_closes(metrics)
     over = user_properties([*most, ("one", "more")])
     sender.client.publish("props/b", b"past it", 1, properties=over)
     assert sender.expect_disconnect() == 0x97
+    assert quota_closes(metrics) == before + 1
+    assert watcher.nothing_more(0.3)
+
+
+def test_a_publish_with_too_many_user_property_bytes_is_quota_exceeded(
+    node: Node, clients: list[Paho]
+) -> None:
+    """Before, a few pairs of 64 KiB strings passed: only their count was limited."""
+    port, metrics = node
+    watcher = attached(port, clients, "watcher", "bytes/#")
+    sender = attached(port, clients, "sender")
+    # Names and values of 256 bytes in all (ü is two bytes: UTF-8 is what counts).
+    most = [("name", "v" * 60), ("ü" * 30, "x" * 68), ("k", "z" * 63)]
+    assert sum(len(f"{name}{text}".encode()) for name, text in most) == USER_PROPERTIES_BYTES
+    sender.publish("bytes/a", b"at the limit", 1, properties=user_properties(most))
+    [got] = watcher.take(1)
+    assert got.properties.UserProperty == most
+    before = quota_closes(metrics)
+    over = user_properties([*most[:-1], ("k", "z" * 64)])
+    sender.client.publish("bytes/b", b"one byte past it", 1, properties=over)
+    assert sender.expect_disconnect() == 0x97
+    assert quota_closes(metrics) == before + 1
     assert watcher.nothing_more(0.3)
 
 
@@ -179,3 +212,13 @@ def test_an_address_opening_connections_too_fast_is_closed_at_accept(
         finally:
             for sock in socks:
                 sock.close()
+
+
+@pytest.mark.parametrize(
+    "option",
+    ["--mqtt-max-user-properties", "--mqtt-max-user-properties-bytes", "--mqtt-max-inflight-bytes"],
+)
+def test_node_run_refuses_a_negative_limit(option: str) -> None:
+    result = CliRunner().invoke(app, ["node", "run", option, "-1"])
+    assert result.exit_code == 2
+    assert f"'{option}': -1 is not in the range x>=0" in result.output

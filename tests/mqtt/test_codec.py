@@ -45,7 +45,14 @@ from router.mqtt.packets import (
     Unsubscribe,
     Will,
 )
-from router.mqtt.properties import NO_PROPERTIES, SPECS, WILL, Kind, Properties
+from router.mqtt.properties import (
+    NO_PROPERTIES,
+    SPECS,
+    WILL,
+    Kind,
+    Properties,
+    PropertyLimits,
+)
 from router.mqtt.reason_codes import ALLOWED
 from router.mqtt.wire import PacketType
 
@@ -335,6 +342,40 @@ def test_an_oversized_packet_is_refused_from_its_fixed_header() -> None:
         reader.feed(header)
     assert raised.value.reason_code == 0x95
     assert reader.buffered <= len(header)
+
+
+def _with_pairs(pairs: tuple[tuple[str, str], ...]) -> list[Packet]:
+    """One packet of each kind a client sends whose (will's) properties are ``pairs``."""
+    held = Properties(user_properties=pairs)
+    will = Will("w", b"", 0, False, held)
+    return [
+        Connect("c", MQTT_5, True, 0, will),
+        Publish("t", b"x", 1, packet_id=1, properties=held),
+        Subscribe(1, (Subscription("t", 0),), held),
+        PubAck(1, 0x10, held),
+        Disconnect(0, held),
+        SubAck(1, (0,), held),  # (not a client's packet: refused after decoding, if read)
+    ]
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [PropertyLimits(2, 0), PropertyLimits(0, 6), PropertyLimits(2, 6)],
+    ids=["count", "bytes", "both"],
+)
+def test_a_property_block_past_the_limits_is_quota_exceeded(limits: PropertyLimits) -> None:
+    most = (("a", "b"), ("ü", "dd"))  # 2 pairs of 6 UTF-8 bytes
+    for packet, over in zip(_with_pairs(most), _with_pairs((*most, ("e", ""))), strict=True):
+        reader = PacketReader(limits=limits)
+        reader.level = MQTT_5
+        assert reader.feed(encode(packet, MQTT_5)) == [packet]
+        with pytest.raises(MqttProtocolError) as raised:
+            reader.feed(encode(over, MQTT_5))
+        assert raised.value.reason_code == 0x97, over
+    unlimited = PacketReader()
+    unlimited.level = MQTT_5
+    crowded = Properties(user_properties=tuple((f"k{n}", "v" * 200) for n in range(1000)))
+    assert unlimited.feed(encode(Disconnect(0, crowded), MQTT_5)) == [Disconnect(0, crowded)]
 
 
 def test_the_largest_allowed_packet_passes() -> None:

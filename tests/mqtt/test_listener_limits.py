@@ -32,6 +32,8 @@ from router.mqtt.protocol import READ_PAUSE, MqttConnection
 from router.mqtt.server import MqttServer, serve
 from router.mqtt.settings import MqttSettings
 from tests.support.nodes import StartNode
+from tests.support.raw_mqtt import RawClient
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.parametrize("redis_backend", ["fake"], indirect=True)
 
@@ -220,3 +222,40 @@ async def test_a_client_that_reads_none_of_its_answers_is_not_read_either(
     assert consumed <= 2
     assert 1.4 < time.monotonic() - started < WAIT
     assert server.stats()["mqtt_closed_keep_alive_timeout"] == 1
+
+
+async def test_deliveries_wait_while_their_unacknowledged_bytes_are_at_max_inflight_bytes(
+    start_node: StartNode,
+) -> None:
+    """Before, a client that acknowledged nothing held ``max_inflight`` deliveries on the
+    node whatever their size (64 of 1 MiB). Now one that would take the unacknowledged
+    payload bytes above ``max_inflight_bytes`` waits in the queue (and what is behind it)
+    until PUBACKs make room; one larger than the whole window goes when it is empty."""
+    node, settings = await server_of(start_node, max_inflight_bytes=1000, sys_interval=0)
+    async with serve(node, ["127.0.0.1:0"], settings) as server:
+
+        def waits() -> int:
+            return server.stats()["mqtt_inflight_bytes_waited"]
+
+        deaf = await RawClient.connect(server.addresses[0][1], "deaf", clean_start=True, expiry=0)
+        try:
+            await deaf.subscribe("big/#", 1)
+            await node.publish("big/alone", b"a" * 3000, qos=1)
+            [alone] = await deaf.take(1)  # (larger than the window, but nothing else is out)
+            for n in range(6):
+                await node.publish(f"big/{n}", bytes([n]) * 300, qos=1)
+            await eventually(lambda: waits() == 1, WAIT, "the deliveries to wait on their bytes")
+            with pytest.raises(TimeoutError):
+                await deaf.take(1, deadline=0.3)
+            deaf.acknowledge([alone])
+            first = await deaf.take(3)  # 900 bytes: a fourth would make 1,200
+            assert [p.topic for p in first] == ["big/0", "big/1", "big/2"]
+            await eventually(lambda: waits() == 2, WAIT, "the fourth delivery to wait")
+            with pytest.raises(TimeoutError):
+                await deaf.take(1, deadline=0.3)
+            deaf.acknowledge(first[:1])
+            assert [p.topic for p in await deaf.take(1)] == ["big/3"]
+            deaf.acknowledge(first[1:])
+            assert [p.topic for p in await deaf.take(2)] == ["big/4", "big/5"]
+        finally:
+            deaf.drop()

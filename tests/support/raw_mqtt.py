@@ -47,7 +47,14 @@ class RawClient:
 
     @classmethod
     async def connect(
-        cls, port: int, client_id: str, *, clean_start: bool, expiry: int, deadline: float = WAIT
+        cls,
+        port: int,
+        client_id: str,
+        *,
+        clean_start: bool,
+        expiry: int,
+        deadline: float = WAIT,
+        receive_maximum: int | None = None,
     ) -> RawClient:
         """Open a connection and send CONNECT; returns once CONNACK came (TimeoutError after
         ``deadline`` seconds without it)."""
@@ -55,7 +62,7 @@ class RawClient:
         client = cls(client_id, reader, writer)
         client.packets.level = MQTT_5
         started = time.monotonic()
-        properties = Properties(session_expiry_interval=expiry)
+        properties = Properties(session_expiry_interval=expiry, receive_maximum=receive_maximum)
         writer.write(encode(Connect(client_id, MQTT_5, clean_start, keepalive=60,
                                     properties=properties)))  # fmt: skip
         [connack] = await client.next(ConnAck, 1, deadline)

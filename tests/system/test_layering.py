@@ -41,7 +41,8 @@ LOWER = {
 THIRD_PARTY = {
     "core": set(),
     "state": {"redis", "msgpack"},
-    "cluster": {"redis", "msgpack"},
+    # (PyJWT: cluster/jwt_auth.py; bcrypt: cluster/emqx_auth.py)
+    "cluster": {"redis", "msgpack", "jwt", "cryptography", "bcrypt"},
     "mqtt": {"redis", "websockets"},
     "top": {"redis"},
     "ops": {"redis", "fakeredis", "prometheus_client"},

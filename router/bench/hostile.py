@@ -1,0 +1,202 @@
+"""``router bench hostile``: how well-behaved clients fare beside hostile ones, on one
+router node (its default limits on) and on mosquitto (its defaults) in the same run.
+
+For each broker: ``probes`` well-behaved MQTT 3.1.1 clients each publish QoS 1 to a
+topic of their own, one message at a time, and time the round trip to their own
+delivery, for ``seconds`` on a quiet broker, then for ``seconds`` while a flood process
+(:mod:`router.bench.hostile_floods`) runs every flood at once. Reported per broker:
+round-trip p50/p99 quiet and flooded and their ratio (the issue's target: flooded p99
+within 2x of quiet), messages the probes missed or got wrong (the answer check: none,
+on both brokers), the broker's RSS before and after, and what the floods sent.
+
+The probes live in this process's event loop and the floods in another process; on a
+2-core machine the floods, the broker and the probes share the cores, which is part of
+what is measured: a broker that lets one client take its loop shows it in the probes'
+p99.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+from router.errors import BenchDisagreementError, BenchSetupError
+from router.mqtt.codec import PacketReader, encode
+from router.mqtt.packets import (
+    MQTT_3_1_1,
+    ConnAck,
+    Connect,
+    Publish,
+    SubAck,
+    Subscribe,
+    Subscription,
+)
+from router.ops.embedded_redis import embedded_redis
+
+from .broker_runs import cut
+from .brokers import mosquitto, mosquitto_binary, mosquitto_version, router_nodes
+from .checks import check_positive, check_redis
+from .fleet_nodes import rss_kib, sigterm_interrupts
+from .hostile_floods import FLOODS, flood_main
+
+STAMP: Final = struct.Struct("!Id")  # (probe seq, send time)
+ROUND_TIMEOUT: Final = 10.0
+Address = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class HostileConfig:
+    """The sizes of one run: probes, seconds per phase, the floods to run."""
+
+    probes: int = 20
+    seconds: float = 10.0
+    floods: tuple[str, ...] = FLOODS
+    skip_mosquitto: bool = False
+
+    def __post_init__(self) -> None:
+        check_positive(probes=self.probes, seconds=self.seconds)
+        unknown = [f for f in self.floods if f not in FLOODS]
+        if unknown or not self.floods:
+            raise BenchSetupError(f"--floods takes some of {', '.join(FLOODS)}, not {unknown}")
+        if self.probes > 1_000 or self.seconds > 3_600:
+            raise BenchSetupError("at most 1,000 probes and 3,600 seconds a phase")
+
+
+class Probe:
+    """One well-behaved client: publish, wait for its own copy, again."""
+
+    def __init__(self, number: int) -> None:
+        self.topic = f"probe/{number}"
+        self.client_id = f"probe-{number}"
+        self.round_trips: list[float] = []
+        self.wrong = 0
+        self.missed = 0
+
+    async def run(self, address: Address, until: float) -> None:
+        reader, writer = await asyncio.open_connection(*address)
+        packets = PacketReader()
+        packets.level = MQTT_3_1_1
+
+        async def next_of(kind: type) -> Any:
+            while True:
+                for packet in packets.feed(await reader.read(65536) or b"") or ():
+                    if isinstance(packet, kind):
+                        return packet
+                    if isinstance(packet, Publish) and kind is not Publish:
+                        self.wrong += 1
+                if reader.at_eof():
+                    raise ConnectionError(f"{self.client_id}: the broker closed the connection")
+
+        try:
+            writer.write(encode(Connect(self.client_id, MQTT_3_1_1), MQTT_3_1_1))
+            await asyncio.wait_for(next_of(ConnAck), ROUND_TIMEOUT)
+            writer.write(encode(Subscribe(1, (Subscription(self.topic, 0),)), MQTT_3_1_1))
+            await asyncio.wait_for(next_of(SubAck), ROUND_TIMEOUT)
+            seq = 0
+            while time.monotonic() < until:
+                seq += 1
+                stamp = STAMP.pack(seq, time.monotonic())
+                out = Publish(self.topic, stamp, 1, packet_id=seq % 65_535 + 1)
+                writer.write(encode(out, MQTT_3_1_1))
+                try:
+                    got = await asyncio.wait_for(next_of(Publish), ROUND_TIMEOUT)
+                except TimeoutError:
+                    self.missed += 1
+                    continue
+                if got.topic != self.topic or STAMP.unpack(got.payload)[0] != seq:
+                    self.wrong += 1
+                    continue
+                self.round_trips.append(time.monotonic() - STAMP.unpack(got.payload)[1])
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+
+def _quantile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] * 1000 if values else 0.0
+
+
+async def _phase(address: Address, config: HostileConfig) -> dict[str, Any]:
+    probes = [Probe(n) for n in range(config.probes)]
+    until = time.monotonic() + config.seconds
+    results = await asyncio.gather(*(p.run(address, until) for p in probes), return_exceptions=True)
+    failed = [repr(r) for r in results if isinstance(r, BaseException)]
+    trips = [t for p in probes for t in p.round_trips]
+    return {
+        "round_trips": len(trips),
+        "p50_ms": cut(_quantile(trips, 0.50), 3),
+        "p99_ms": cut(_quantile(trips, 0.99), 3),
+        "missed": sum(p.missed for p in probes),
+        "wrong": sum(p.wrong for p in probes),
+        "probe_failures": failed[:3],
+    }
+
+
+def _measure(address: Address, pid: int, config: HostileConfig) -> dict[str, Any]:
+    before = rss_kib(pid)
+    quiet = asyncio.run(_phase(address, config))
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    floods = context.Process(
+        target=flood_main, args=(theirs, address, list(config.floods), config.seconds + 1)
+    )
+    floods.start()
+    try:
+        if not ours.poll(60) or ours.recv() != "started":
+            raise BenchSetupError("the flood process did not start")
+        flooded = asyncio.run(_phase(address, config))
+        sent = ours.recv() if ours.poll(config.seconds + 60) else {}
+    finally:
+        floods.join(10)
+        if floods.is_alive():
+            floods.kill()
+    ratio = flooded["p99_ms"] / quiet["p99_ms"] if quiet["p99_ms"] else 0.0
+    return {
+        "quiet": quiet,
+        "flooded": flooded,
+        "p99_flooded_over_quiet": cut(ratio),
+        "rss_mib_before": cut(before / 1024, 1),
+        "rss_mib_after": cut(rss_kib(pid) / 1024, 1),
+        "floods_sent": sent,
+    }
+
+
+def run(url: str | None = None, config: HostileConfig | None = None) -> dict[str, Any]:
+    """The run (see the module docstring) on ``url`` (or a redis-server started for it);
+    the object ``--json`` prints. Raises :class:`BenchDisagreementError` when a probe
+    missed or got a wrong message on a quiet broker (the brokers must give the same
+    answers)."""
+    config = config if config is not None else HostileConfig()
+    if url is not None:
+        check_redis(url)
+    if not config.skip_mosquitto:
+        mosquitto_binary()
+    result: dict[str, Any] = {
+        "mode": "hostile",
+        "probes": config.probes,
+        "seconds_per_phase": config.seconds,
+        "floods": list(config.floods),
+    }
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(sigterm_interrupts())
+        if url is None:
+            url = stack.enter_context(embedded_redis())
+        pids: list[int] = []
+        with router_nodes(url, 1, pids, options=()) as [address]:
+            result["router"] = _measure(address, pids[-1], config)
+        if not config.skip_mosquitto:
+            result["mosquitto_version"] = mosquitto_version()
+            with mosquitto(pids) as address:
+                result["mosquitto"] = _measure(address, pids[-1], config)
+    for broker in ("router", "mosquitto"):
+        quiet = result.get(broker, {}).get("quiet")
+        if quiet is not None and (quiet["missed"] or quiet["wrong"] or quiet["probe_failures"]):
+            raise BenchDisagreementError(f"{broker}: probes went wrong on a quiet broker: {quiet}")
+    return result
