@@ -63,6 +63,11 @@ BAD: dict[str, list[tuple[str, str]]] = {
         ("--in-flight", "-1"), ("--rate", "0"), ("--rate", "nan"), ("--rate", "inf"),
         ("--ttl", "0"), ("--ttl", "nan"), ("--ttl", "inf"), ("--ttl", "601"),
     ],
+    "hostile": [
+        ("--redis", MALFORMED), ("--redis", UNREACHABLE), ("--probes", "0"),
+        ("--probes", "-1"), ("--probes", "1001"), ("--seconds", "0"), ("--seconds", "nan"),
+        ("--seconds", "inf"), ("--floods", "nosuch"), ("--floods", ","),
+    ],
 }  # fmt: skip
 ANY_VALUE_IS_GOOD = {"--seed"}  # every int seeds the workload
 CASES = [(command, option, value) for command, bad in BAD.items() for option, value in bad]
