@@ -881,43 +881,91 @@ done:
 
 /* -- reading everything --------------------------------------------------------------- */
 
+/* A node to visit, and the length of the path above it. */
+typedef struct {
+    const Node *node;
+    Py_ssize_t base;
+} ItemFrame;
+
+typedef struct {
+    ItemFrame *frames;
+    size_t size;
+    size_t capacity;
+} ItemStack;
+
 static int
-collect_items(const Node *node, PyObject *path, PyObject *items)
+item_stack_push(ItemStack *stack, const Node *node, Py_ssize_t base)
 {
-    /* path: a bytearray holding the levels above node, each followed by '/'. */
-    Py_ssize_t base = PyByteArray_GET_SIZE(path);
-    if (PyByteArray_Resize(path, base + node->length + 1) < 0) {
+    if (stack->size == stack->capacity) {
+        size_t grown = stack->capacity ? stack->capacity * 2 : 64;
+        ItemFrame *frames = PyMem_Realloc(stack->frames, grown * sizeof(ItemFrame));
+        if (frames == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        stack->frames = frames;
+        stack->capacity = grown;
+    }
+    stack->frames[stack->size].node = node;
+    stack->frames[stack->size].base = base;
+    stack->size++;
+    return 0;
+}
+
+/* Push what is below node so that it is visited in the order '+', '#', then the literal
+ * children in slot order (the stack gives the last pushed first). */
+static int
+item_stack_push_below(ItemStack *stack, const Node *node, Py_ssize_t base)
+{
+    for (uint32_t i = node->children.capacity; i-- > 0;) {
+        const Node *child = node->children.slots[i].node;
+        if (child != NULL && item_stack_push(stack, child, base) < 0) {
+            return -1;
+        }
+    }
+    if (node->hash != NULL && item_stack_push(stack, node->hash, base) < 0) {
         return -1;
     }
-    char *buffer = PyByteArray_AS_STRING(path);
-    memcpy(buffer + base, node->key, (size_t)node->length);
-    buffer[base + node->length] = '/';
-    if (node->terminal != NULL) {
-        PyObject *text = PyUnicode_DecodeUTF8(buffer, base + node->length, "strict");
-        if (text == NULL) {
-            return -1;
-        }
-        PyObject *item = PyTuple_Pack(2, text, node->terminal);
-        Py_DECREF(text);
-        if (item == NULL || PyList_Append(items, item) < 0) {
-            Py_XDECREF(item);
-            return -1;
-        }
-        Py_DECREF(item);
+    if (node->plus != NULL && item_stack_push(stack, node->plus, base) < 0) {
+        return -1;
     }
-    const Node *below[2] = {node->plus, node->hash};
-    for (int i = 0; i < 2; i++) {
-        if (below[i] != NULL && collect_items(below[i], path, items) < 0) {
-            return -1;
+    return 0;
+}
+
+/* Append (filter, terminal) for every terminal below root, depth first with an explicit
+ * stack (no recursion, whatever the depth). path: a bytearray, the filter being built,
+ * each level followed by '/'. */
+static int
+collect_items(const Node *root, PyObject *path, PyObject *items)
+{
+    ItemStack stack = {NULL, 0, 0};
+    int status = item_stack_push_below(&stack, root, 0);
+    while (status == 0 && stack.size > 0) {
+        ItemFrame frame = stack.frames[--stack.size];
+        const Node *node = frame.node;
+        Py_ssize_t end = frame.base + node->length;
+        if (PyByteArray_Resize(path, end + 1) < 0) {
+            status = -1;
+            break;
         }
-    }
-    for (uint32_t i = 0; i < node->children.capacity; i++) {
-        const Node *child = node->children.slots[i].node;
-        if (child != NULL && collect_items(child, path, items) < 0) {
-            return -1;
+        char *buffer = PyByteArray_AS_STRING(path);
+        memcpy(buffer + frame.base, node->key, (size_t)node->length);
+        buffer[end] = '/';
+        if (node->terminal != NULL) {
+            PyObject *text = PyUnicode_DecodeUTF8(buffer, end, "strict");
+            PyObject *item = text == NULL ? NULL : PyTuple_Pack(2, text, node->terminal);
+            Py_XDECREF(text);
+            if (item == NULL || PyList_Append(items, item) < 0) {
+                Py_XDECREF(item);
+                status = -1;
+                break;
+            }
+            Py_DECREF(item);
         }
+        status = item_stack_push_below(&stack, node, end + 1);
     }
-    return PyByteArray_Resize(path, base);
+    PyMem_Free(stack.frames);
+    return status;
 }
 
 static PyObject *
@@ -945,20 +993,7 @@ FilterIndex_items(FilterIndex *self, PyObject *Py_UNUSED(ignored))
         Py_DECREF(items);
         return NULL;
     }
-    const Node *root = self->root;
-    const Node *below[2] = {root->plus, root->hash};
-    int status = 0;
-    for (int i = 0; i < 2 && status == 0; i++) {
-        if (below[i] != NULL) {
-            status = collect_items(below[i], path, items);
-        }
-    }
-    for (uint32_t i = 0; i < root->children.capacity && status == 0; i++) {
-        const Node *child = root->children.slots[i].node;
-        if (child != NULL) {
-            status = collect_items(child, path, items);
-        }
-    }
+    int status = collect_items(self->root, path, items);
     Py_DECREF(path);
     if (status < 0) {
         Py_DECREF(items);

@@ -247,6 +247,8 @@ def build_and_drop() -> None:
         index.add(name, Terminal(name))
     index.remove(deep)
     index.add(deep, Terminal(deep))
+    listed = sorted(name for name, _ in index.items())  # (walks 30,001 levels)
+    assert listed == sorted([deep, deep + "/#", "a/+/b", "a/#", "x/y"]), listed[:3]
     del index  # frees 30,001 levels on a 256 KiB stack
 
 old = threading.stack_size(256 * 1024)
@@ -259,7 +261,7 @@ finally:
 """
 
 
-def test_a_deep_trie_is_freed_on_a_small_thread_stack() -> None:
+def test_a_deep_trie_is_listed_and_freed_on_a_small_thread_stack() -> None:
     done = subprocess.run(
         [sys.executable, "-c", SMALL_STACK_SCRIPT], check=False, capture_output=True, timeout=120
     )
