@@ -13,7 +13,8 @@
 --     it last, n >= 1 before the rule at n (or last, if there are fewer)
 --   'acl_remove', line: the position the first rule equal to line had, 0 if none
 -- The count moves only when something was written.
--- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (a key of another type)
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (a key of another type, a
+-- change count that is not an integer)
 --! include keys
 
 local wrong_keys = check_keys({'hash', 'list', 'string'})
@@ -22,6 +23,10 @@ if wrong_keys then
 end
 
 local users, rules, count = KEYS[1], KEYS[2], KEYS[3]
+local counted = redis.call('GET', count)
+if counted and (not string.match(counted, '^[0-9]+$') or #counted > 15) then
+  return redis.error_reply('ROUTER_CORRUPT the change count is not a small integer')
+end
 local change = ARGV[1]
 local result = 0
 

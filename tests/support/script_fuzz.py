@@ -66,6 +66,11 @@ ROUTES: Final[State] = {
     "meta": h(incarnation="inc1", generation="7", version="2"),
     "acks": h(n2="7 2"),
 }
+AUTH: Final[State] = {
+    "users": h(alice="- $7$101$c2FsdA==$ZA==", bob="s $7$101$c2FsdA==$ZA=="),
+    "acl": ("list", ["allow all publish a/#", "deny all all #", "allow all publish a/#"], 0),
+    "count": s("3"),
+}
 RETAINED: Final[State] = {
     "topics": ("zset", {"a/b": 0.0, "a/c": 0.0, "a/d": 0.0, "b": 0.0}, 0),
     "messages": ("hash", {"a/b": "m1", "a/c": "m2", "a/d": "m3", "b": "m4"}, 0),
@@ -95,6 +100,7 @@ CORRUPT: Final[dict[str, list[State]]] = {
         {"meta": h(incarnation="inc1", generation="7", version="x")},
         {"meta": h(incarnation="inc1", generation="7", version="1")},
     ],
+    "auth": [{"count": s("x")}, {"count": s("1.5")}, {"count": s("9223372036854775807")}],
     "retained": [
         {"total": s("abc")},
         {"counts": h(a="x", b="1")},
@@ -190,6 +196,7 @@ FAMILIES: Final[dict[str, State]] = {
     "nodes": NODES,
     "routes": ROUTES,
     "retained": RETAINED,
+    "auth": AUTH,
 }
 
 REGISTRY = ("registry", "heartbeats")
@@ -266,6 +273,17 @@ SPECS: Final[dict[str, Spec]] = {
     "route_changes": Spec(NODE[1:], "routes", fixed(one("7", ""), one("0", "1", "2"), one("5"))),
     "route_claim": Spec(NODE, "routes", then(fixed(one("inc1", "inc2")), pairs(filters, counts))),
     "route_purge": Spec(NODE, "routes", fixed(one("inc1", "", "inc2"))),
+    "auth_change": Spec(
+        ("users", "acl", "count"),
+        "auth",
+        st.one_of(
+            fixed(one("user_add"), one("alice", "carol"), one("- $7$x", "s $7$y"), one("0", "1")),
+            fixed(one("user_password"), one("alice", "zed"), one("$7$z")),
+            fixed(one("user_remove"), one("bob", "zed")),
+            fixed(one("acl_insert"), one("0", "1", "2", "9"), one("allow all all x")),
+            fixed(one("acl_remove"), one("allow all publish a/#", "nope")),
+        ),
+    ),
     "route_ack": Spec(
         ("acks",),
         "routes",
