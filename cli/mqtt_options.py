@@ -96,6 +96,12 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
         click.IntRange(min=0),
         "Payload bytes a client may publish a second (as --mqtt-max-publish-rate).",
     ),
+    "--mqtt-max-subscribe-rate": (
+        "max_subscribe_rate",
+        click.FloatRange(min=0.0),
+        "Filters a client may subscribe or unsubscribe a second (beyond it the node stops "
+        "reading from it a while; 0: no limit).",
+    ),
     "--mqtt-max-connect-rate": (
         "max_connect_rate",
         click.FloatRange(min=0.0),

@@ -36,6 +36,7 @@ AMQTT_VERSION: Final = "0.12.1"
 ROUTER_OPTIONS: Final = (
     *("--queue-limit", "1000000", "--mqtt-max-inflight", "65535"),
     *("--mqtt-max-publish-rate", "0", "--mqtt-max-publish-bytes-rate", "0"),
+    *("--mqtt-max-subscribe-rate", "0"),
     *("--mqtt-max-connect-rate", "0"),
 )
 MOSQUITTO_CONFIG: Final = """\

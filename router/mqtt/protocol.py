@@ -117,7 +117,7 @@ from router.mqtt.packets import (
     Unsubscribe,
 )
 from router.mqtt.properties import NO_PROPERTIES
-from router.mqtt.rates import PublishRate
+from router.mqtt.rates import ClientRates
 from router.mqtt.reason_codes import ReasonCode
 from router.mqtt.settings import MqttSettings
 from router.mqtt.subscribing import Subscribing
@@ -170,7 +170,7 @@ class MqttConnection(Intake):
         self._kept: Connect | None = None  # its will and expiry, should it have either
         self._session_expiry = 0
         self._disconnect_sent = False
-        self._rate: PublishRate | None = None  # (made at the first PUBLISH)
+        self._rate: ClientRates | None = None  # (made at the first packet it counts)
         self._expiry: asyncio.TimerHandle | None = None  # (credentials that expire)
 
     # -- the connection's life -----------------------------------------------------------
@@ -392,7 +392,7 @@ class MqttConnection(Intake):
     async def _handle_all(self, packets: list[Packet]) -> None:
         """Handle packets in order; a run of QoS 0/1 PUBLISH packets is published as one
         batch (one inbox write per node, one write of their acknowledgements)."""
-        self._count_publishes(packets)
+        self._count_rates(packets)
         run: list[Publish] = []
         for packet in packets:
             if type(packet) is Publish and packet.qos < 2:
@@ -405,16 +405,30 @@ class MqttConnection(Intake):
         if run:
             await self._on_publishes(run)
 
-    def _count_publishes(self, packets: list[Packet]) -> None:
-        """Take what ``packets`` publish from the client's rates (:mod:`router.mqtt.rates`)."""
+    def _count_rates(self, packets: list[Packet]) -> None:
+        """Take what ``packets`` publish and subscribe from the client's rates
+        (:mod:`router.mqtt.rates`)."""
         settings = self.settings
-        if settings.max_publish_rate or settings.max_publish_bytes_rate:
-            published = [p for p in packets if type(p) is Publish]
-            if published:
-                if self._rate is None:
-                    limits = settings.max_publish_rate, settings.max_publish_bytes_rate
-                    self._rate = PublishRate(*limits)
-                self._rate.published(len(published), sum(len(p.payload) for p in published))
+        if not (settings.max_publish_rate or settings.max_publish_bytes_rate) and not (
+            settings.max_subscribe_rate
+        ):
+            return
+        published = [p for p in packets if type(p) is Publish]
+        filters = 0
+        for packet in packets:
+            if isinstance(packet, Subscribe):
+                filters += len(packet.subscriptions)
+            elif isinstance(packet, Unsubscribe):
+                filters += len(packet.topic_filters)
+        if published or filters:
+            if self._rate is None:
+                self._rate = ClientRates(
+                    settings.max_publish_rate,
+                    settings.max_publish_bytes_rate,
+                    settings.max_subscribe_rate,
+                )
+            self._rate.published(len(published), sum(len(p.payload) for p in published))
+            self._rate.subscribed(filters)
 
     def _throttle(self) -> float:
         return 0.0 if self._rate is None else self._rate.wait()

@@ -1,9 +1,10 @@
-"""Rate limits: the publish rates of one MQTT connection, token buckets that push back,
-and the connection rate of each source address.
+"""Rate limits: the rates of one MQTT connection, token buckets that push back, and the
+connection rate of each source address.
 
 A client may publish ``max_publish_rate`` messages and ``max_publish_bytes_rate`` bytes a
-second (:class:`~router.mqtt.settings.MqttSettings`), with a burst of one second's worth.
-A client past either does not lose what it sent and is not disconnected: once the
+second, and subscribe or unsubscribe ``max_subscribe_rate`` filters a second
+(:class:`~router.mqtt.settings.MqttSettings`), each with a burst of one second's worth.
+A client past any does not lose what it sent and is not disconnected: once the
 packets read so far are handled, the connection stops reading its socket until the
 buckets are out of debt (TCP then pushes back on the client), counted as
 ``mqtt_publish_throttled``. This is how EMQX's rate limiter treats a connection; a
@@ -52,16 +53,22 @@ class TokenBucket:
         return 0.0 if refilled >= 0 else -refilled / self.rate
 
 
-class PublishRate:
-    """The two buckets of one connection; a rate of 0 is no limit."""
+class ClientRates:
+    """The buckets of one connection: PUBLISH packets, their payload bytes, and
+    SUBSCRIBE / UNSUBSCRIBE filters; a rate of 0 is no limit."""
 
-    __slots__ = ("_bytes", "_messages")
+    __slots__ = ("_bytes", "_filters", "_messages")
 
     def __init__(
-        self, messages: float, size: float, clock: Callable[[], float] = time.monotonic
+        self,
+        messages: float,
+        size: float,
+        filters: float = 0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._messages = TokenBucket(messages, clock) if messages else None
         self._bytes = TokenBucket(size, clock) if size else None
+        self._filters = TokenBucket(filters, clock) if filters else None
 
     def published(self, count: int, size: int) -> None:
         """``count`` PUBLISH packets of ``size`` payload bytes in all were read."""
@@ -70,10 +77,15 @@ class PublishRate:
         if self._bytes is not None:
             self._bytes.take(size)
 
+    def subscribed(self, count: int) -> None:
+        """``count`` filters were read in SUBSCRIBE and UNSUBSCRIBE packets."""
+        if self._filters is not None:
+            self._filters.take(count)
+
     def wait(self) -> float:
         """Seconds the connection should stop reading (0: none)."""
-        waits = [b.debt() for b in (self._messages, self._bytes) if b is not None]
-        return max(waits, default=0.0)
+        buckets = (self._messages, self._bytes, self._filters)
+        return max((b.debt() for b in buckets if b is not None), default=0.0)
 
 
 class AddressRates:

@@ -55,8 +55,9 @@ class MqttSettings:
     their names and values (past either: DISCONNECT 0x97 Quota exceeded, judged while
     the packet is decoded; 0: no limit).
     ``max_publish_rate`` and ``max_publish_bytes_rate``: PUBLISH packets and payload
-    bytes a client may send a second (a burst of one second's worth; 0: no limit); past
-    either the connection stops reading until it is back within them
+    bytes a client may send a second, ``max_subscribe_rate`` the filters of its SUBSCRIBE
+    and UNSUBSCRIBE packets a second (each a burst of one second's worth; 0: no limit);
+    past any the connection stops reading until it is back within them
     (:mod:`router.mqtt.rates`). ``max_connect_rate``: connections a source address may
     open a second (a second's burst; more are closed at accept; 0: no limit).
     ``flapping_max_connects``: more CONNECTs of one client
@@ -82,6 +83,7 @@ class MqttSettings:
     max_user_properties_bytes: int = 16 << 10
     max_publish_rate: float = 2_000.0
     max_publish_bytes_rate: int = 8 << 20
+    max_subscribe_rate: float = 1_000.0
     max_connect_rate: float = 500.0
     flapping_max_connects: int = 0
     flapping_window: float = 60.0
@@ -106,6 +108,7 @@ class MqttSettings:
             "max_user_properties_bytes": self.max_user_properties_bytes >= 0,
             "max_publish_rate": 0 <= self.max_publish_rate < float("inf"),
             "max_publish_bytes_rate": self.max_publish_bytes_rate >= 0,
+            "max_subscribe_rate": 0 <= self.max_subscribe_rate < float("inf"),
             "max_connect_rate": 0 <= self.max_connect_rate < float("inf"),
             "flapping_max_connects": self.flapping_max_connects >= 0,
             "flapping_window": 0 < self.flapping_window < float("inf"),

@@ -6,6 +6,7 @@ a 3.1.1 keepalive of 0, TCP keepalive; paho-mqtt clients against ``router node r
 from __future__ import annotations
 
 import contextlib
+import queue
 import socket
 from collections.abc import Iterator
 
@@ -38,7 +39,7 @@ def node(redis_standalone_url: str, keys: Keys) -> Iterator[Node]:
     env = {"ROUTER_REDIS_URL": redis_standalone_url, "ROUTER_PREFIX": keys.prefix}
     metrics = f"127.0.0.1:{free_port()}"
     limits = ("--mqtt-max-subscriptions", "3", "--mqtt-max-topic-levels", "4")
-    limits += ("--mqtt-max-publish-rate", "100")
+    limits += ("--mqtt-max-publish-rate", "100", "--mqtt-max-subscribe-rate", "20")
     limits += ("--mqtt-max-user-properties", str(USER_PROPERTIES))
     limits += ("--mqtt-max-user-properties-bytes", str(USER_PROPERTIES_BYTES))
     with mqtt_node("limits", env, *limits, "--mqtt-max-keepalive", "1", "--metrics", metrics) as (
@@ -181,6 +182,26 @@ def test_a_client_publishing_past_its_rate_is_slowed_not_cut_off(
     got = watcher.take(300)
     assert [int(m.payload) for m in got] == list(range(300))
     assert sender.disconnects.empty()
+    assert scrape(metrics)["router_mqtt_publish_throttled_total"] > before
+
+
+def test_a_client_subscribing_past_its_rate_is_slowed_not_cut_off(
+    node: Node, clients: list[Paho]
+) -> None:
+    """Before, one client could send SUBSCRIBE and UNSUBSCRIBE packets as fast as the node
+    could decode them (thousands of filters a second, each decoded and judged); now the
+    node stops reading from it a while, and every packet is still answered."""
+    port, metrics = node
+    churner = attached(port, clients, "churner")
+    answered: queue.Queue[int] = queue.Queue()
+    churner.client.on_unsubscribe = lambda client, userdata, mid, codes, props: answered.put(mid)
+    before = scrape(metrics)["router_mqtt_publish_throttled_total"]
+    filters = [f"churn/{n}" for n in range(10)]
+    for _ in range(6):  # (60 filters: three seconds' worth at 20 a second, sent at once)
+        churner.client.unsubscribe(filters)
+    for _ in range(6):
+        answered.get(timeout=TIMEOUT)
+    assert churner.disconnects.empty()
     assert scrape(metrics)["router_mqtt_publish_throttled_total"] > before
 
 

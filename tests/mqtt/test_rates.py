@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.mqtt.rates import AddressRates, PublishRate, TokenBucket
+from router.mqtt.rates import AddressRates, ClientRates, TokenBucket
 
 
 class Clock:
@@ -33,10 +33,12 @@ def test_a_bucket_allows_a_second_of_burst_then_owes_time() -> None:
 
 def test_a_connection_waits_for_the_more_indebted_of_its_buckets() -> None:
     clock = Clock()
-    rate = PublishRate(100, 1000, clock)
+    rate = ClientRates(100, 1000, 10, clock=clock)
     rate.published(50, 3000)  # (half the messages, three seconds of bytes)
     assert rate.wait() == pytest.approx(2.0)
-    unlimited = PublishRate(0, 0, clock)
+    rate.subscribed(40)  # (four seconds of filters)
+    assert rate.wait() == pytest.approx(3.0)
+    unlimited = ClientRates(0, 0, clock=clock)
     unlimited.published(10**6, 10**9)
     assert unlimited.wait() == 0
 
