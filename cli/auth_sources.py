@@ -98,7 +98,8 @@ async def install(
     if sources.shared:
         store = AuthStore(node.registry.redis, node.keys)
         shared = SharedAuth(node, store, allow_anonymous=allow_anonymous, default=sources.default)
-        await stack.enter_async_context(shared)
+        await shared.start()
+        stack.push_async_callback(shared.stop)
     if sources.emqx_url is not None and sources.emqx_hash is not None:
         redis = await open_redis(sources.emqx_url)
         stack.push_async_callback(redis.aclose)

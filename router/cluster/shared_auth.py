@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
 from redis.exceptions import RedisError
@@ -97,17 +96,6 @@ class SharedAuth:
         await stop_task(self._task)
         self._task = None
         self._node.hooks.unregister(HookPoint.CLIENT_AUTHENTICATE, self._authenticator)
-
-    async def __aenter__(self) -> SharedAuth:
-        return await self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     async def refresh(self) -> bool:
         """Read the change count, and the users and rules when it moved; True if they did."""

@@ -13,6 +13,8 @@ the publisher's connection busy on its first PUBLISH until the test lets it go.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -66,9 +68,11 @@ async def busy_publisher(server: MqttServer, hold: Hold) -> None:
         await hold.reached.wait()
 
 
-async def test_a_subscribe_read_first_applies_to_a_publish_a_busy_connection_reads_after_it(
-    start_node: StartNode,
-) -> None:
+@contextlib.asynccontextmanager
+async def held_node(start_node: StartNode) -> AsyncIterator[tuple[MqttServer, Hold, RawClient]]:
+    """A node whose ``message.publish`` hook holds topic ``hold``, and the subscriber
+    ``sub`` and the publisher ``pub`` connected to it; yields the server, the hook and
+    the subscriber."""
     node = await start_node("n1")
     hold = Hold()
     node.hooks.register(HookPoint.MESSAGE_PUBLISH, hold)
@@ -77,44 +81,41 @@ async def test_a_subscribe_read_first_applies_to_a_publish_a_busy_connection_rea
         subscriber = await RawClient.connect(port, "sub", clean_start=True, expiry=0)
         publisher = await RawClient.connect(port, "pub", clean_start=True, expiry=0)
         try:
-            await busy_publisher(server, hold)
-            hold.released.set()  # (the publisher's connection goes on first in the next turn)
-            feed(server, "sub", Subscribe(1, (Subscription("order/x", 0),)))
-            feed(server, "pub", Publish("order/x", b"read after the subscribe", 0))
-            [suback] = await subscriber.next(SubAck, 1)
-            assert isinstance(suback, SubAck) and suback.reason_codes == (0,)
-            [delivered] = await subscriber.take(1)
-            assert delivered.payload == b"read after the subscribe"
+            yield server, hold, subscriber
         finally:
             subscriber.drop()
             publisher.drop()
+
+
+async def test_a_subscribe_read_first_applies_to_a_publish_a_busy_connection_reads_after_it(
+    start_node: StartNode,
+) -> None:
+    async with held_node(start_node) as (server, hold, subscriber):
+        await busy_publisher(server, hold)
+        hold.released.set()  # (the publisher's connection goes on first in the next turn)
+        feed(server, "sub", Subscribe(1, (Subscription("order/x", 0),)))
+        feed(server, "pub", Publish("order/x", b"read after the subscribe", 0))
+        [suback] = await subscriber.next(SubAck, 1)
+        assert isinstance(suback, SubAck) and suback.reason_codes == (0,)
+        [delivered] = await subscriber.take(1)
+        assert delivered.payload == b"read after the subscribe"
 
 
 async def test_an_unsubscribe_read_first_applies_to_a_publish_a_busy_connection_reads_after_it(
     start_node: StartNode,
 ) -> None:
-    node = await start_node("n1")
-    hold = Hold()
-    node.hooks.register(HookPoint.MESSAGE_PUBLISH, hold)
-    async with serve(node, ["127.0.0.1:0"], MqttSettings(sys_interval=0)) as server:
-        port = server.addresses[0][1]
-        subscriber = await RawClient.connect(port, "sub", clean_start=True, expiry=0)
-        publisher = await RawClient.connect(port, "pub", clean_start=True, expiry=0)
-        try:
-            await subscriber.subscribe("order/x", 0)
-            await subscriber.subscribe("order/last", 1)
-            await busy_publisher(server, hold)
-            hold.released.set()
-            feed(server, "sub", Unsubscribe(2, ("order/x",)))
-            feed(server, "pub", Publish("order/x", b"read after the unsubscribe", 0))
-            feed(server, "pub", Publish("order/last", b"last", 1, packet_id=1))
-            [unsuback] = await subscriber.next(UnsubAck, 1)
-            assert isinstance(unsuback, UnsubAck) and unsuback.reason_codes == (0,)
-            [delivered] = await subscriber.take(1)  # (the last one: nothing came before it)
-            assert delivered.topic == "order/last"
-        finally:
-            subscriber.drop()
-            publisher.drop()
+    async with held_node(start_node) as (server, hold, subscriber):
+        await subscriber.subscribe("order/x", 0)
+        await subscriber.subscribe("order/last", 1)
+        await busy_publisher(server, hold)
+        hold.released.set()
+        feed(server, "sub", Unsubscribe(2, ("order/x",)))
+        feed(server, "pub", Publish("order/x", b"read after the unsubscribe", 0))
+        feed(server, "pub", Publish("order/last", b"last", 1, packet_id=1))
+        [unsuback] = await subscriber.next(UnsubAck, 1)
+        assert isinstance(unsuback, UnsubAck) and unsuback.reason_codes == (0,)
+        [delivered] = await subscriber.take(1)  # (the last one: nothing came before it)
+        assert delivered.topic == "order/last"
 
 
 async def test_subscribes_and_publishes_read_together_never_wait_on_each_other(
