@@ -74,6 +74,12 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
         click.IntRange(min=1, max=65535),
         "Levels of a topic a client publishes or of a filter it subscribes, at most.",
     ),
+    "--mqtt-max-topic-length": (
+        "max_topic_length",
+        click.IntRange(min=1, max=65535),
+        "Characters of a topic a client publishes (DISCONNECT 0x90) or of a filter it "
+        "subscribes (0x8F), at most.",
+    ),
     "--mqtt-max-user-properties": (
         "max_user_properties",
         click.IntRange(min=0),

@@ -39,14 +39,19 @@ class InboundLimits:
     """Topic aliases and the Receive Maximum quota of one connection (see the module
     docstring); every refusal raises :class:`MqttProtocolError` with its reason code."""
 
-    __slots__ = ("_aliases", "max_levels", "receive_maximum", "topic_alias_maximum")
+    __slots__ = ("_aliases", "max_length", "max_levels", "receive_maximum", "topic_alias_maximum")
 
     def __init__(
-        self, topic_alias_maximum: int, receive_maximum: int, max_levels: int = 0xFFFF
+        self,
+        topic_alias_maximum: int,
+        receive_maximum: int,
+        max_levels: int = 0xFFFF,
+        max_length: int = 0xFFFF,
     ) -> None:
         self.topic_alias_maximum = topic_alias_maximum
         self.receive_maximum = receive_maximum
         self.max_levels = max_levels
+        self.max_length = max_length
         self._aliases: AliasTable | None = None  # (made when the client binds an alias)
 
     def outgoing(
@@ -58,7 +63,7 @@ class InboundLimits:
         properties = packet.properties
         if properties is NO_PROPERTIES and packet.topic and not packet.qos:
             # (the common case in line: no alias, no quota, nothing carried)
-            self.check_levels(packet.topic)
+            self.check_topic(packet.topic)
             return Outgoing(packet.topic, packet.payload, 0, packet.retain, publisher)
         self.check_quota(packet, awaiting)
         return Outgoing(
@@ -71,19 +76,20 @@ class InboundLimits:
             carried_properties(properties),
         )
 
-    def check_levels(self, topic: str) -> None:
-        """0x90 for a topic of more than ``max_levels`` levels."""
-        if topic.count("/") >= self.max_levels:
+    def check_topic(self, topic: str) -> None:
+        """0x90 for a topic of more than ``max_levels`` levels or ``max_length`` characters."""
+        if len(topic) > self.max_length or topic.count("/") >= self.max_levels:
             raise MqttProtocolError(
-                f"a topic of more than {self.max_levels} levels", ReasonCode.TOPIC_NAME_INVALID
+                f"a topic of more than {self.max_levels} levels or {self.max_length} characters",
+                ReasonCode.TOPIC_NAME_INVALID,
             )
 
     def topic(self, packet: Publish) -> str:
         """The topic of ``packet``, its alias resolved (or bound, when it has both), at
-        most ``max_levels`` levels deep."""
+        most ``max_levels`` levels deep and ``max_length`` characters long."""
         alias = packet.properties.topic_alias
         if packet.topic:
-            self.check_levels(packet.topic)
+            self.check_topic(packet.topic)
         if alias is None:
             if not packet.topic:
                 raise MqttProtocolError("a PUBLISH with neither a topic name nor a topic alias")

@@ -306,7 +306,10 @@ class MqttConnection(Intake):
         self._subscribing = Subscribing(self.server, client_id, v5)
         settings = self.settings
         self._limits = InboundLimits(
-            settings.topic_alias_maximum, settings.receive_maximum, settings.max_topic_levels
+            settings.topic_alias_maximum,
+            settings.receive_maximum,
+            settings.max_topic_levels,
+            settings.max_topic_length,
         )
         asked = connect.properties
         window = min(self.settings.max_inflight, asked.receive_maximum or 0xFFFF)

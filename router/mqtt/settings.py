@@ -49,7 +49,8 @@ class MqttSettings:
     turn instead of running the node's Redis connection pool out. ``max_subscriptions``:
     the filters one session may hold (a SUBSCRIBE past it: 0x97 Quota exceeded, 3.1.1:
     0x80; 0: no limit). ``max_topic_levels``: the levels of a topic a client publishes
-    (more: DISCONNECT 0x90) or of a filter it subscribes (0x8F, 3.1.1: 0x80).
+    (more: DISCONNECT 0x90) or of a filter it subscribes (0x8F, 3.1.1: 0x80);
+    ``max_topic_length`` the characters of either, the same way.
     ``max_user_properties`` and ``max_user_properties_bytes``: the User Properties one
     property block of a client's packet may carry, by count and by the UTF-8 bytes of
     their names and values (past either: DISCONNECT 0x97 Quota exceeded, judged while
@@ -79,6 +80,7 @@ class MqttSettings:
     max_connecting: int = 64
     max_subscriptions: int = 1_000
     max_topic_levels: int = 128
+    max_topic_length: int = 4_096
     max_user_properties: int = 128
     max_user_properties_bytes: int = 16 << 10
     max_publish_rate: float = 2_000.0
@@ -104,6 +106,7 @@ class MqttSettings:
             "max_connecting": self.max_connecting >= 1,
             "max_subscriptions": self.max_subscriptions >= 0,
             "max_topic_levels": 1 <= self.max_topic_levels <= 0xFFFF,
+            "max_topic_length": 1 <= self.max_topic_length <= 0xFFFF,
             "max_user_properties": self.max_user_properties >= 0,
             "max_user_properties_bytes": self.max_user_properties_bytes >= 0,
             "max_publish_rate": 0 <= self.max_publish_rate < float("inf"),

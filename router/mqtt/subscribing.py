@@ -2,7 +2,8 @@
 filter, and the moment from which they apply.
 
 Reason codes, per filter: the granted QoS; 0x97 past ``max_subscriptions`` filters held;
-0x8F for an invalid filter or one deeper than ``max_topic_levels`` levels; 0x87 when the
+0x8F for an invalid filter, one deeper than ``max_topic_levels`` levels or longer than
+``max_topic_length`` characters; 0x87 when the
 ACL or a ``client.subscribe`` hook refuses it; 0x80 when its route could not be written
 yet (it is kept and written later). A 3.1.1 client gets 0x80 for any failure. A
 shared subscription with No Local is a protocol error (MQTT-3.8.3-4). SUBACK goes once
@@ -95,14 +96,19 @@ class Subscribing:
         identifier = identifiers[0] if identifiers else None
         codes: list[int] = []
         held: set[str] = set(node.sessions.trie.subscriptions(client_id))
-        limit, levels = server.settings.max_subscriptions, server.settings.max_topic_levels
+        settings = server.settings
+        limit, levels, length = (
+            settings.max_subscriptions,
+            settings.max_topic_levels,
+            settings.max_topic_length,
+        )
         for sub in packet.subscriptions:
             new = sub.topic_filter not in held
             if new and limit and len(held) >= limit:
                 server.subscriptions_refused += 1
                 codes.append(RC.QUOTA_EXCEEDED if v5 else RC.UNSPECIFIED_ERROR)
                 continue
-            if sub.topic_filter.count("/") >= levels:
+            if sub.topic_filter.count("/") >= levels or len(sub.topic_filter) > length:
                 server.subscriptions_refused += 1
                 codes.append(RC.TOPIC_FILTER_INVALID if v5 else RC.UNSPECIFIED_ERROR)
                 continue

@@ -30,6 +30,7 @@ from tests.support.servers import free_port
 from tests.support.waiting import wait_until
 
 Node = tuple[int, str]  # (MQTT port, metrics address)
+TOPIC_LENGTH = 40  # the node's --mqtt-max-topic-length
 USER_PROPERTIES = 8  # the node's --mqtt-max-user-properties
 USER_PROPERTIES_BYTES = 256  # and --mqtt-max-user-properties-bytes
 
@@ -39,6 +40,7 @@ def node(redis_standalone_url: str, keys: Keys) -> Iterator[Node]:
     env = {"ROUTER_REDIS_URL": redis_standalone_url, "ROUTER_PREFIX": keys.prefix}
     metrics = f"127.0.0.1:{free_port()}"
     limits = ("--mqtt-max-subscriptions", "3", "--mqtt-max-topic-levels", "4")
+    limits += ("--mqtt-max-topic-length", str(TOPIC_LENGTH))
     limits += ("--mqtt-max-publish-rate", "100", "--mqtt-max-subscribe-rate", "20")
     limits += ("--mqtt-max-user-properties", str(USER_PROPERTIES))
     limits += ("--mqtt-max-user-properties-bytes", str(USER_PROPERTIES_BYTES))
@@ -99,6 +101,21 @@ def test_topics_and_filters_deeper_than_max_topic_levels_are_refused(
     assert client.subscribe("a/b/c/d/e", 1) == [0x8F]
     assert refused(metrics) == before + 1
     client.client.publish("a/b/c/d/e", b"too deep", 1)
+    assert client.expect_disconnect() == 0x90
+
+
+def test_topics_and_filters_longer_than_max_topic_length_are_refused(
+    node: Node, clients: list[Paho]
+) -> None:
+    """Before, a topic or filter could be as long as the packet (64 KiB in MQTT), kept in
+    the trie, the route table and Redis."""
+    port, metrics = node
+    client = attached(port, clients, "long")
+    before = refused(metrics)
+    assert client.subscribe("l/" + "x" * (TOPIC_LENGTH - 2), 1) == [1]
+    assert client.subscribe("l/" + "x" * (TOPIC_LENGTH - 1), 1) == [0x8F]
+    assert refused(metrics) == before + 1
+    client.client.publish("l/" + "x" * (TOPIC_LENGTH - 1), b"too long", 1)
     assert client.expect_disconnect() == 0x90
 
 
@@ -237,9 +254,17 @@ def test_an_address_opening_connections_too_fast_is_closed_at_accept(
 
 @pytest.mark.parametrize(
     "option",
-    ["--mqtt-max-user-properties", "--mqtt-max-user-properties-bytes", "--mqtt-max-inflight-bytes"],
+    [
+        "--mqtt-max-user-properties",
+        "--mqtt-max-user-properties-bytes",
+        "--mqtt-max-inflight-bytes",
+        "--mqtt-max-subscribe-rate",
+        "--mqtt-max-topic-length",
+        "--queue-bytes",
+    ],
 )
 def test_node_run_refuses_a_negative_limit(option: str) -> None:
     result = CliRunner().invoke(app, ["node", "run", option, "-1"])
     assert result.exit_code == 2
-    assert f"'{option}': -1 is not in the range x>=0" in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error")]
+    assert len(errors) == 1 and f"'{option}': -1" in errors[0] and "not in the range" in errors[0]
