@@ -8,7 +8,7 @@ message to make room, ``drop_newest`` (as Mosquitto's queue limit) refuses the n
 Either way the drop is counted on the session and reported by the node; nothing is lost
 silently.
 
-Route counting (STYLE.md 12, EMQX's lesson): the node has a route for a plain filter while
+Route counting (EMQX's lesson): the node has a route for a plain filter while
 at least one local client subscribes to it (count 1), and a route for a shared filter
 whose count is the number of local members of that group. Only the changes of those
 counts (0 -> 1, 1 -> 0, member count changes) reach Redis; they are computed here from

@@ -1,6 +1,6 @@
 """A node's side of retained messages: store on retain publishes, deliver on subscribes.
 
-MQTT rules (REFERENCE.md 4, MQTT 5.0 3.3.1.3 and 3.8.3.1):
+MQTT rules (MQTT 5.0 3.3.1.3 and 3.8.3.1):
 
 * A publish with retain=1 replaces the topic's retained message; with an empty payload it
   deletes it. Either way it is still routed. A payload above the store's ``max_payload``,

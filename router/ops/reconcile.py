@@ -1,9 +1,10 @@
 """Reconcile: find route-table problems visible from Redis, and repair the safe ones.
 
-Each node is the single writer of its own route set (ARCHITECTURE.md), so a tool outside
-the node may only *delete* route sets that no live process owns; everything else is
-reported for the owning node to fix. The report is a list of :class:`Problem` values,
-each with a ``kind``; new checks add new kinds without changing the shape.
+Each node is the single writer of its own route set (:mod:`router.cluster.route_writer`),
+so a tool outside the node may only *delete* route sets that no live process owns;
+everything else is reported for the owning node to fix. The report is a list of
+:class:`Problem` values, each with a ``kind``; new checks add new kinds without changing
+the shape.
 
 Kinds, and who may fix them:
 

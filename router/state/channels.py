@@ -1,4 +1,4 @@
-"""Channel clocks: durable, deduplicated message queues in Redis (REFERENCE.md section 3).
+"""Channel clocks: durable, deduplicated message queues in Redis.
 
 A channel holds messages at consecutive clocks; each subscriber has a cursor, the last clock
 it acknowledged. All keys of a channel share its hash tag (see :mod:`router.state.keys`)::

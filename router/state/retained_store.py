@@ -1,6 +1,6 @@
 """Retained messages in Redis, shared by every node (EMQX retainer semantics, EIP-0025).
 
-Rules (REFERENCE.md 4): one message per topic; storing an empty payload deletes the
+Rules (MQTT 5.0 3.3.1.3): one message per topic; storing an empty payload deletes the
 topic's message; a wildcard delete removes every match; a message with an expiry
 interval is invisible once it expired (Redis server time, judged inside the scripts)
 even before :meth:`RetainedStore.clear_expired` removes it, and is read back with the

@@ -1,4 +1,4 @@
-"""The command line, through click's CliRunner (STYLE.md 13)."""
+"""The command line, through click's CliRunner."""
 
 from __future__ import annotations
 

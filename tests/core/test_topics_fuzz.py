@@ -1,5 +1,5 @@
 """The topic parser under hostile text (hypothesis), against a model written from the
-rules of MQTT 5.0 section 4.7 (REFERENCE.md 1): NUL, lone surrogates, levels of every
+rules of MQTT 5.0 section 4.7: NUL, lone surrogates, levels of every
 size up to past 65535 bytes, ``+`` and ``#`` anywhere, ``$share/`` in every shape.
 
 For any text: each validator returns it or raises InvalidTopicError (nothing else), as the

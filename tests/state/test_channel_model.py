@@ -18,7 +18,7 @@ SUBSCRIBERS = ("a", "b")
 
 @dataclass
 class Model:
-    """What the channel should hold: plain dicts and the rules of REFERENCE.md section 3."""
+    """What the channel should hold: plain dicts and the rules of router/state/channels.py."""
 
     clock: int
     cursors: dict[str, int] = field(default_factory=dict)

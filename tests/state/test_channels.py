@@ -1,4 +1,4 @@
-"""Channel clocks (REFERENCE.md section 3): the contract, on fakeredis, Redis and Redis Cluster.
+"""Channel clocks (router/state/channels.py): the contract, on fakeredis, Redis and Redis Cluster.
 
 Every test runs once per backend (``redis_client`` is parametrized). State is read back from
 Redis with plain commands, so each test checks what is stored, not only what is returned.

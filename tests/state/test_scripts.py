@@ -114,7 +114,7 @@ def test_each_script_opens_with_its_contract_and_uses_locals_only(name: str) -> 
     assert re.search(r"^-- KEYS\[1\] = ", text, re.M), name
     assert re.search(r"^-- ARGV(\[1\] = |: none)", text, re.M), name
     assert re.search(r"^-- returns ", text, re.M), name
-    # A global assignment breaks every later script on fakeredis (REFERENCE.md 7).
+    # A global assignment breaks every later script on fakeredis (its Lua runtime is shared).
     declared = set(re.findall(r"\blocal\s+(?:function\s+)?([A-Za-z_]\w*)", script_source(name)))
     for names in re.findall(r"\blocal\s+([A-Za-z_][\w\s,]*?)\s*=", script_source(name)):
         declared.update(part.strip() for part in names.split(","))

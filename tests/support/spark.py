@@ -1,4 +1,4 @@
-"""The test run's one Spark session (REFERENCE.md 7), registered by tests/conftest.py.
+"""The test run's one Spark session, registered by tests/conftest.py.
 
 ``spark``: a session-scoped local SparkSession (``local[2]``: the machine has two cores),
 created through :func:`router.pipeline.spark_session.spark_session` so the pipeline's jobs and

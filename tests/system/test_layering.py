@@ -1,4 +1,4 @@
-"""The house plan, enforced by reading the code (ARCHITECTURE.md, STYLE.md 1, 2, 16).
+"""The house plan, enforced by reading the code (README.md, Layout).
 
 Rooms by layer: a module imports only what its folder may import (read from its AST, so a
 new module is checked the day it lands, with no list to keep). Names explain themselves:
