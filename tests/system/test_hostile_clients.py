@@ -515,6 +515,7 @@ def test_topic_alias_abuse_is_refused_and_remapping_holds_no_more(
     redis_standalone_url: str, keys: Keys
 ) -> None:
     limit = ("--mqtt-topic-alias-maximum", str(ALIAS_MAXIMUM))
+    limit += ("--mqtt-max-topic-length", "65535")  # (the longest topics MQTT allows)
     with hostile_node(keys, redis_standalone_url, *limit) as (node, port, metrics):
         works(port, "warm")
         abuses = {
@@ -525,22 +526,21 @@ def test_topic_alias_abuse_is_refused_and_remapping_holds_no_more(
         }
         answers = {}
         for case, data in abuses.items():
-            sock = connected(port, "abuser")
-            sock.sendall(data)
-            answers[case] = answer(sock)
+            with connected(port, "abuser") as sock:
+                sock.sendall(data)
+                answers[case] = answer(sock)
         before = rss(node)
-        remapper = connected(port, "remapper")
         packets = [
             publish(f"huge/{n:02d}/" + "t" * HUGE, topic_alias=n % ALIAS_MAXIMUM + 1)
             for n in range(TOPICS)
         ]
-        started = time.monotonic()
-        for n in range(REMAPS):
-            remapper.sendall(packets[n % TOPICS])
-        remapper.sendall(publish("", 1, 1, topic_alias=1))  # the last binding of alias 1
-        last = answer_one(remapper)
-        remapped = time.monotonic() - started
-        remapper.close()
+        with connected(port, "remapper") as remapper:
+            started = time.monotonic()
+            for n in range(REMAPS):
+                remapper.sendall(packets[n % TOPICS])
+            remapper.sendall(publish("", 1, 1, topic_alias=1))  # the last binding of alias 1
+            last = answer_one(remapper)
+            remapped = time.monotonic() - started
         figures = scrape(metrics, WAIT)
         after = rss(node)
     sent = REMAPS * HUGE / MiB
