@@ -145,23 +145,70 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
 
 # JWT authentication (router.cluster.jwt_auth): option, destination, click.option arguments.
 _JWT: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    ("--jwt-secret", "jwt_secret", {"default": None, "metavar": "SECRET", "help": (
-        "Accept a JWT as the MQTT password, signed with this HMAC secret (32 bytes at least; "
-        "prefer ROUTER_JWT_SECRET: a command line is visible to the machine's users).")}),
-    ("--jwt-public-key", "jwt_public_key", {"default": None, "metavar": "FILE", "help": (
-        "Accept a JWT as the MQTT password, signed with the key of this PEM public key "
-        "(or certificate) file.")}),
-    ("--jwt-algorithms", "jwt_algorithms", {"default": None, "metavar": "LIST", "help": (
-        "JWT algorithms accepted, comma-separated (never none) [default: HS256 with a "
-        "secret; RS256 for an RSA key, ES256/384/512 for an EC key, EdDSA].")}),
-    ("--jwt-audience", "jwt_audience", {"default": None, "help": (
-        "A JWT's aud must name this (tokens with an aud claim need it).")}),
+    (
+        "--jwt-secret",
+        "jwt_secret",
+        {
+            "default": None,
+            "metavar": "SECRET",
+            "help": (
+                "Accept a JWT as the MQTT password, signed with this HMAC secret (32 bytes at "
+                "least; prefer ROUTER_JWT_SECRET: a command line is visible to the machine's "
+                "users)."
+            ),
+        },
+    ),
+    (
+        "--jwt-public-key",
+        "jwt_public_key",
+        {
+            "default": None,
+            "metavar": "FILE",
+            "help": (
+                "Accept a JWT as the MQTT password, signed with the key of this PEM public key "
+                "(or certificate) file."
+            ),
+        },
+    ),
+    (
+        "--jwt-algorithms",
+        "jwt_algorithms",
+        {
+            "default": None,
+            "metavar": "LIST",
+            "help": (
+                "JWT algorithms accepted, comma-separated (never none) [default: HS256 with a "
+                "secret; RS256 for an RSA key, ES256/384/512 for an EC key, EdDSA]."
+            ),
+        },
+    ),
+    (
+        "--jwt-audience",
+        "jwt_audience",
+        {
+            "default": None,
+            "help": ("A JWT's aud must name this (tokens with an aud claim need it)."),
+        },
+    ),
     ("--jwt-issuer", "jwt_issuer", {"default": None, "help": "A JWT's iss must be this."}),
-    ("--jwt-username-claim", "jwt_username_claim", {"default": "sub", "help": (
-        "The JWT claim that must equal the CONNECT user name, when one is sent.")}),
-    ("--jwt-leeway", "jwt_leeway", {"default": 5.0, "type": click.FloatRange(min=0.0),
-        "help": "Seconds of slack on a JWT's exp, nbf and iat (clocks that disagree)."}),
-)  # fmt: skip
+    (
+        "--jwt-username-claim",
+        "jwt_username_claim",
+        {
+            "default": "sub",
+            "help": ("The JWT claim that must equal the CONNECT user name, when one is sent."),
+        },
+    ),
+    (
+        "--jwt-leeway",
+        "jwt_leeway",
+        {
+            "default": 5.0,
+            "type": click.FloatRange(min=0.0),
+            "help": "Seconds of slack on a JWT's exp, nbf and iat (clocks that disagree).",
+        },
+    ),
+)
 
 
 def jwt_verifier(options: dict[str, Any]) -> JwtVerifier | None:
