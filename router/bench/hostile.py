@@ -38,7 +38,7 @@ from router.mqtt.packets import (
 )
 from router.ops.embedded_redis import embedded_redis
 
-from .broker_runs import cut
+from .broker_runs import cut, percentile
 from .brokers import mosquitto, mosquitto_binary, mosquitto_version, router_nodes
 from .checks import check_positive, check_redis
 from .fleet_nodes import rss_kib, sigterm_interrupts
@@ -118,21 +118,16 @@ class Probe:
                 await writer.wait_closed()
 
 
-def _quantile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] * 1000 if values else 0.0
-
-
 async def _phase(address: Address, config: HostileConfig) -> dict[str, Any]:
     probes = [Probe(n) for n in range(config.probes)]
     until = time.monotonic() + config.seconds
     results = await asyncio.gather(*(p.run(address, until) for p in probes), return_exceptions=True)
     failed = [repr(r) for r in results if isinstance(r, BaseException)]
-    trips = [t for p in probes for t in p.round_trips]
+    trips = [int(t * 1e9) for p in probes for t in p.round_trips]  # (ns, as percentile takes)
     return {
         "round_trips": len(trips),
-        "p50_ms": cut(_quantile(trips, 0.50), 3),
-        "p99_ms": cut(_quantile(trips, 0.99), 3),
+        "p50_ms": cut(percentile(trips, 0.50), 3),
+        "p99_ms": cut(percentile(trips, 0.99), 3),
         "missed": sum(p.missed for p in probes),
         "wrong": sum(p.wrong for p in probes),
         "probe_failures": failed[:3],

@@ -121,17 +121,10 @@ class ClientSession:
         """Queue one delivery; returns what the overflow policy dropped (the oldest queued
         delivery, or ``delivery`` itself with drop_newest), None when nothing was."""
         lost = None
-        if self._held is not None:
-            queue = self._held
-            if len(queue) >= self.limit:
-                self.dropped += 1
-                if self.overflow == "drop_newest":
-                    return delivery
-                lost = queue.popleft()
-            queue.append(delivery)
-            self.delivered += 1
-            return lost
-        queue, size, limit_bytes = self._queue, len(delivery.payload), self.limit_bytes
+        held = self._held is not None
+        queue = self._held if self._held is not None else self._queue
+        size = len(delivery.payload)
+        limit_bytes = 0 if held else self.limit_bytes  # (held copies are bounded by count)
         while queue and (
             len(queue) >= self.limit or (limit_bytes and self.queued_bytes + size > limit_bytes)
         ):
@@ -139,11 +132,13 @@ class ClientSession:
             if self.overflow == "drop_newest":
                 return delivery
             lost = queue.popleft()  # (with several dropped, the last one is told)
-            self.queued_bytes -= len(lost.payload)
+            if not held:
+                self.queued_bytes -= len(lost.payload)
         queue.append(delivery)
-        self.queued_bytes += size
         self.delivered += 1
-        self._ready.set()
+        if not held:
+            self.queued_bytes += size
+            self._ready.set()
         return lost
 
     @property

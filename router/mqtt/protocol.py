@@ -412,14 +412,18 @@ class MqttConnection(Intake):
         """Take what ``packets`` publish and subscribe from the client's rates
         (:mod:`router.mqtt.rates`)."""
         settings = self.settings
-        if not (settings.max_publish_rate or settings.max_publish_bytes_rate) and not (
-            settings.max_subscribe_rate
+        if not (
+            settings.max_publish_rate
+            or settings.max_publish_bytes_rate
+            or settings.max_subscribe_rate
         ):
             return
-        published = [p for p in packets if type(p) is Publish]
-        filters = 0
+        published = size = filters = 0
         for packet in packets:
-            if isinstance(packet, Subscribe):
+            if isinstance(packet, Publish):
+                published += 1
+                size += len(packet.payload)
+            elif isinstance(packet, Subscribe):
                 filters += len(packet.subscriptions)
             elif isinstance(packet, Unsubscribe):
                 filters += len(packet.topic_filters)
@@ -430,7 +434,7 @@ class MqttConnection(Intake):
                     settings.max_publish_bytes_rate,
                     settings.max_subscribe_rate,
                 )
-            self._rate.published(len(published), sum(len(p.payload) for p in published))
+            self._rate.published(published, size)
             self._rate.subscribed(filters)
 
     def _throttle(self) -> float:
