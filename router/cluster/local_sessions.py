@@ -80,7 +80,7 @@ class ClientSession:
         self.awaiting_release: set[int] = set()
         self._queue: deque[Delivery] = deque()
         self._held: deque[Delivery] | None = None  # new copies kept aside (see hold)
-        self._ready = asyncio.Event()
+        self._waiters: list[asyncio.Future[None]] | None = None  # (see wait: no Event, 1 KiB less)
 
     @property
     def state(self) -> SessionState:
@@ -138,7 +138,7 @@ class ClientSession:
         self.delivered += 1
         if not held:
             self.queued_bytes += size
-            self._ready.set()
+            self._wake()
         return lost
 
     @property
@@ -167,7 +167,7 @@ class ClientSession:
             self._queue.extend(kept)
             self.queued_bytes += sum(len(d.payload) for d in kept)
         if self._queue:
-            self._ready.set()
+            self._wake()
 
     def put_first(self, deliveries: list[Delivery]) -> None:
         """Queue ``deliveries`` ahead of everything queued, in their order (what a
@@ -177,7 +177,7 @@ class ClientSession:
         self._queue.extendleft(reversed(deliveries))
         self.queued_bytes += sum(len(d.payload) for d in deliveries)
         if deliveries:
-            self._ready.set()
+            self._wake()
 
     def pending(self) -> int:
         return len(self._queue)
@@ -196,9 +196,21 @@ class ClientSession:
         while not self._queue:
             if self.closed:
                 return False
-            self._ready.clear()
-            await self._ready.wait()
+            waiter = asyncio.get_running_loop().create_future()
+            waiters = self._waiters
+            if waiters is None:
+                waiters = self._waiters = []
+            waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                waiters.remove(waiter)
         return True
+
+    def _wake(self) -> None:
+        for waiter in self._waiters or ():
+            if not waiter.done():
+                waiter.set_result(None)
 
     def queue_view(self) -> Sequence[Delivery]:
         """The queued deliveries in the order :meth:`take` gives them, left queued (the
@@ -237,7 +249,7 @@ class ClientSession:
         self.move_to(SessionState.CLOSED)
         self.closed = True
         self.close_reason = reason
-        self._ready.set()
+        self._wake()
 
     async def __aiter__(self) -> AsyncIterator[Delivery]:
         while True:

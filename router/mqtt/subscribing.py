@@ -31,7 +31,6 @@ meanwhile waits for it. Two bounds keep that from ever waiting on itself:
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from typing import TYPE_CHECKING
 
 from router.errors import (
@@ -58,7 +57,9 @@ class Subscribing:
         self._node = server.node
         self._client_id = client_id
         self._v5 = v5
-        self._arrived: deque[asyncio.Future[None]] = deque()  # (opened, in packet order)
+        # The changes opened, in packet order; a list made when needed and dropped when
+        # empty (an idle connection holds none).
+        self._arrived: list[asyncio.Future[None]] | None = None
 
     def arrived(self, packets: list[Packet]) -> None:
         """``packets`` were read while the connection was idle: open a change for each
@@ -68,17 +69,23 @@ class Subscribing:
             if kind is Publish:
                 return
             if kind is Subscribe or kind is Unsubscribe:
+                if self._arrived is None:
+                    self._arrived = []
                 self._arrived.append(self._node.arrivals.open())
 
     def _applied(self) -> None:
         """The oldest packet that opened a change is handled: close its change."""
-        if self._arrived:
-            self._node.arrivals.close(self._arrived.popleft())
+        arrived = self._arrived
+        if arrived:
+            self._node.arrivals.close(arrived.pop(0))
+            if not arrived:
+                self._arrived = None
 
     def close(self) -> None:
         """The connection ends: the changes of packets it will not handle close."""
-        while self._arrived:
-            self._node.arrivals.close(self._arrived.popleft())
+        arrived, self._arrived = self._arrived or [], None
+        for change in arrived:
+            self._node.arrivals.close(change)
 
     async def subscribe(self, packet: Subscribe) -> SubAck:
         """Subscribe each filter; the SUBACK once what was granted is in effect everywhere."""

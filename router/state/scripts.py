@@ -44,6 +44,7 @@ from router.errors import (
     StaleIncarnationError,
     SubscriptionNotFoundError,
 )
+from router.state.batching import TurnBatch
 
 RedisClient = Redis | RedisCluster
 
@@ -119,6 +120,20 @@ _registered: WeakKeyDictionary[RedisClient, dict[str, AsyncScript]] = WeakKeyDic
 _loading: WeakKeyDictionary[RedisClient, dict[str, asyncio.Future[AsyncScript]]] = (
     WeakKeyDictionary()
 )
+#: The calls of one loop turn to each standalone client, sent together (see batching.py).
+_batches: WeakKeyDictionary[Redis, TurnBatch] = WeakKeyDictionary()
+
+
+def turn_batch(redis: Redis) -> TurnBatch | None:
+    """The :class:`TurnBatch` of a standalone client (None for a stand-in of a test that
+    cannot be weakly referenced: its calls go one by one)."""
+    try:
+        batch = _batches.get(redis)
+        if batch is None:
+            batch = _batches[redis] = TurnBatch(redis)
+    except TypeError:
+        return None
+    return batch
 
 
 class Scripts:
@@ -126,6 +141,8 @@ class Scripts:
 
     def __init__(self, redis: RedisClient) -> None:
         self._redis = redis
+        self._cluster = isinstance(redis, RedisCluster)  # (a slow check: made once)
+        self._batch = turn_batch(redis) if isinstance(redis, Redis) else None
         try:
             self._scripts = _registered.setdefault(redis, {})
         except TypeError:  # (no weak reference to it: a stand-in client of a test)
@@ -180,8 +197,17 @@ class Scripts:
     async def _call(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
         """EVALSHA; on NOSCRIPT, load the script (see :meth:`_load`) and call it again."""
         redis = self._redis
-        if not isinstance(redis, RedisCluster):
-            return await script(keys=keys, args=args)
+        if not self._cluster:
+            batch = self._batch
+            if batch is None:
+                return await script(keys=keys, args=args)
+            reply = await batch.evalsha(script.sha, keys, args)
+            if isinstance(reply, NoScriptError):  # (flushed meanwhile: loaded again)
+                await self._load(script.script)
+                reply = await batch.evalsha(script.sha, keys, args)
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
         try:
             return await redis.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
@@ -214,7 +240,7 @@ class Scripts:
         if not calls:
             return []
         redis = self._redis
-        if isinstance(redis, RedisCluster):
+        if self._cluster:
             return list(await asyncio.gather(*(self._run_one(name, k, a) for k, a in calls)))
         script = self._scripts.get(name) or await self._script(name)
         try:

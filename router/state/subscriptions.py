@@ -127,20 +127,11 @@ class SubscriptionStore:
     def client_keys(self, client_id: str) -> list[str]:
         """Every key of the client, in the order ``client_remove.lua`` and
         ``client_claim.lua`` expect them."""
-        keys = self.keys
+        base = self.keys.client(client_id)  # (checked and escaped once for all eight)
         aliases: list[str] = []
         for namespace in NAMESPACES:
-            aliases += [
-                keys.client_aliases(client_id, namespace),
-                keys.client_alias_topics(client_id, namespace),
-            ]
-        return [
-            keys.client_subscriptions(client_id),
-            keys.client_owner(client_id),
-            *aliases,
-            keys.client_alias_maximum(client_id),
-            keys.client_session(client_id),
-        ]
+            aliases += [f"{base}:alias:{namespace}", f"{base}:alias:{namespace}:topics"]
+        return [f"{base}:subs", f"{base}:owner", *aliases, f"{base}:alias:max", f"{base}:session"]
 
     # -- session owner ---------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from router.core.aliases import NAMESPACES
 from router.core.options import DEFAULT_OPTIONS, SubscriptionOptions
 from router.errors import (
     CorruptStateError,
@@ -279,3 +280,24 @@ async def test_a_session_is_claimed_only_by_the_user_it_records(
     await store.claim_over("kiosk", "node-b", user="mallory", shared=False)
     with pytest.raises(InvalidIdError):
         await store.claim_over("kiosk", "node-b", user="", shared=False)
+
+
+@pytest.mark.parametrize("client_id", ["c1", "a{b}%c", "ü/+#"])
+def test_client_keys_are_the_keys_of_each_kind_in_the_scripts_order(client_id: str) -> None:
+    keys = Keys("rt")
+    store = SubscriptionStore(None, keys)  # type: ignore[arg-type]
+    aliases = [
+        name
+        for namespace in NAMESPACES
+        for name in (
+            keys.client_aliases(client_id, namespace),
+            keys.client_alias_topics(client_id, namespace),
+        )
+    ]
+    assert store.client_keys(client_id) == [
+        keys.client_subscriptions(client_id),
+        keys.client_owner(client_id),
+        *aliases,
+        keys.client_alias_maximum(client_id),
+        keys.client_session(client_id),
+    ]

@@ -1,0 +1,79 @@
+"""Script calls made in one event-loop turn, sent to a standalone server together.
+
+A node under a storm of CONNECTs makes several script calls per client (claim, session
+mark, subscriptions, retained messages), hundreds of clients at once. Sent one by one,
+each call takes a pooled connection, a write and a wake-up of its own, and the node's
+one core spends more on that than on the calls. :class:`TurnBatch` gathers the calls
+made during one turn of the event loop and sends them in one pipeline at the end of it
+(as ioredis's auto-pipelining does): the same commands, in the order they were made,
+one round trip for all of them.
+
+What a caller sees does not change: its reply, or its error reply as an exception
+object (the caller raises it), or the Redis error that failed the pipeline (no
+connection, say; some calls of it may have run, as a single call that fails may have).
+A caller cancelled before the pipeline is sent takes its call out of it; one cancelled
+later does not stop the others (nor its own: it was sent). A cluster pipelines no
+EVALSHA: :class:`~router.state.scripts.Scripts` calls a cluster one by one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Final
+
+from redis.asyncio import Redis
+
+#: Calls sent in one pipeline at most; a turn that made more sends several.
+BATCH_LIMIT: Final = 512
+
+_Call = tuple[str, list[str], list[Any], "asyncio.Future[Any]"]
+
+
+class TurnBatch:
+    """EVALSHA calls to one standalone client, gathered per loop turn (see the module)."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+        self._waiting: list[_Call] = []
+        self._sending: set[asyncio.Task[None]] = set()
+        self.pipelines = 0  # pipelines sent (for tests and figures)
+
+    async def evalsha(self, sha: str, keys: list[str], args: list[Any]) -> Any:
+        """The reply of EVALSHA ``sha`` (an error reply as the exception object, not
+        raised); raises the Redis error that failed the pipeline."""
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[Any] = loop.create_future()
+        if not self._waiting:
+            loop.call_soon(self._send_waiting)
+        self._waiting.append((sha, keys, args, reply))
+        return await reply
+
+    def _send_waiting(self) -> None:
+        calls = [call for call in self._waiting if not call[3].done()]
+        self._waiting = []
+        for start in range(0, len(calls), BATCH_LIMIT):
+            task = asyncio.get_running_loop().create_task(
+                self._send(calls[start : start + BATCH_LIMIT])
+            )
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+    async def _send(self, calls: list[_Call]) -> None:
+        self.pipelines += 1
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for sha, keys, args, _reply in calls:
+                    pipe.evalsha(sha, len(keys), *keys, *args)
+                replies = await pipe.execute(raise_on_error=False)
+        except Exception as error:  # (each caller raises it)
+            for *_call, reply in calls:
+                if not reply.done():
+                    reply.set_exception(error)
+            return
+        except BaseException:  # (cancelled: the loop is closing)
+            for *_call, reply in calls:
+                reply.cancel()
+            raise
+        for (*_call, reply), value in zip(calls, replies, strict=True):
+            if not reply.done():
+                reply.set_result(value)

@@ -1,0 +1,126 @@
+"""Script calls of one loop turn go to a standalone server in one pipeline, and each
+caller still sees its own reply, its own refusal, or the error that failed them all."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError, ResponseError
+
+from router.errors import ScriptError
+from router.state.batching import BATCH_LIMIT, TurnBatch
+from router.state.keys import Keys
+from router.state.scripts import Scripts, turn_batch
+
+# INCR KEYS[1] by ARGV[1]; refuses 'no' as the increment, as the router's scripts refuse.
+COUNT = """
+if ARGV[1] == 'no' then
+  return redis.error_reply('ROUTER_INVALID no increment')
+end
+return redis.call('INCRBY', KEYS[1], ARGV[1])
+"""
+
+
+@pytest.fixture
+async def redis(redis_standalone_url: str, keys: Keys) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_standalone_url)
+    try:
+        yield client
+    finally:
+        await client.delete(f"{keys.prefix}:n")
+        await client.aclose()
+
+
+async def test_the_calls_of_one_turn_share_one_pipeline_and_keep_their_order(
+    redis: Redis, keys: Keys
+) -> None:
+    sha = await redis.script_load(COUNT)
+    batch = TurnBatch(redis)
+    key = f"{keys.prefix}:n"
+    replies = await asyncio.gather(*(batch.evalsha(sha, [key], [1]) for _ in range(300)))
+    assert replies == list(range(1, 301))  # (each caller its own reply, in call order)
+    assert batch.pipelines == 1
+
+
+async def test_a_turn_of_more_calls_than_the_limit_sends_several_pipelines(
+    redis: Redis, keys: Keys
+) -> None:
+    sha = await redis.script_load(COUNT)
+    batch = TurnBatch(redis)
+    key = f"{keys.prefix}:n"
+    calls = BATCH_LIMIT * 2 + 1
+    replies = await asyncio.gather(*(batch.evalsha(sha, [key], [1]) for _ in range(calls)))
+    assert sorted(replies) == list(range(1, calls + 1))
+    assert batch.pipelines == 3
+
+
+async def test_a_refusal_reaches_its_own_caller_only(redis: Redis, keys: Keys) -> None:
+    sha = await redis.script_load(COUNT)
+    batch = TurnBatch(redis)
+    key = f"{keys.prefix}:n"
+    first, refused, last = await asyncio.gather(
+        batch.evalsha(sha, [key], [1]),
+        batch.evalsha(sha, [key], ["no"]),
+        batch.evalsha(sha, [key], [1]),
+    )
+    assert (first, last) == (1, 2)
+    assert isinstance(refused, ResponseError)
+    assert batch.pipelines == 1
+
+
+async def test_a_call_cancelled_before_its_turn_ends_is_not_sent(redis: Redis, keys: Keys) -> None:
+    sha = await redis.script_load(COUNT)
+    batch = TurnBatch(redis)
+    key = f"{keys.prefix}:n"
+    cancelled = asyncio.ensure_future(batch.evalsha(sha, [key], [100]))
+    kept = asyncio.ensure_future(batch.evalsha(sha, [key], [1]))
+    await asyncio.sleep(0)  # (both calls are waiting for the end of the turn)
+    cancelled.cancel()
+    assert await kept == 1
+    assert int(await redis.get(key)) == 1  # (the cancelled increment never ran)
+
+
+async def test_a_lost_connection_fails_every_call_of_the_pipeline(keys: Keys) -> None:
+    unreachable = Redis(host="127.0.0.1", port=1, socket_connect_timeout=1)
+    batch = TurnBatch(unreachable)
+    try:
+        results = await asyncio.gather(
+            *(batch.evalsha("0" * 40, [f"{keys.prefix}:n"], [1]) for _ in range(3)),
+            return_exceptions=True,
+        )
+    finally:
+        await unreachable.aclose()
+    assert all(isinstance(result, RedisConnectionError) for result in results)
+
+
+async def test_scripts_batch_a_standalone_clients_calls_and_raise_refusals(
+    redis: Redis, keys: Keys
+) -> None:
+    scripts = Scripts(redis)
+    batch = turn_batch(redis)
+    assert batch is not None
+    owner_args = ["n1", "keep", "", "shared"]
+    client_keys = [f"{keys.prefix}:{{c:x}}:{part}" for part in range(8)]
+    await scripts.run("client_claim", client_keys, owner_args)  # (loads the script)
+    before = batch.pipelines
+    claims = await asyncio.gather(
+        *(scripts.run("client_claim", client_keys, owner_args) for _ in range(5))
+    )
+    assert len({epoch for *_previous, epoch in claims}) == 5  # (five claims, one after another)
+    assert batch.pipelines == before + 1
+    with pytest.raises(ScriptError):
+        await scripts.run("client_claim", client_keys, ["", "keep", "", "shared"])
+    await redis.delete(*client_keys)
+
+
+async def test_scripts_load_a_flushed_script_again_and_go_on(redis: Redis, keys: Keys) -> None:
+    scripts = Scripts(redis)
+    client_keys = [f"{keys.prefix}:{{c:y}}:{part}" for part in range(8)]
+    await scripts.run("client_claim", client_keys, ["n1", "keep", "", "shared"])
+    await redis.script_flush()
+    *_previous, epoch = await scripts.run("client_claim", client_keys, ["n1", "keep", "", "shared"])
+    assert int(epoch) > 0
+    await redis.delete(*client_keys)
