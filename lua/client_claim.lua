@@ -13,7 +13,12 @@
 -- ARGV[4] = 'bound' (a session may be claimed only by the user its owner hash records,
 --           '' for a client without one; an owner hash written before users were recorded
 --           binds none) or 'shared' (any user may claim it); the hash records the claimer
--- returns {previous owner node or false, previous epoch or false, new epoch as a decimal string}
+-- ARGV[5] (optional) = 'open': in the same step, mark the session connected on the claiming
+--           node as session_mark.lua's 'open' does (ARGV[6], ARGV[7], ... = field/value pairs
+--           written into the session hash, then node, connected 1 and since; every key
+--           persists): a clean start's claim and mark in one round trip
+-- returns {previous owner node or false, previous epoch or false, new epoch as a decimal string,
+--          the server time in milliseconds written as since (with 'open') or false}
 -- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (stored epoch not an
 --         integer), ROUTER_OTHER_USER (bound to another user); nothing is changed then
 --
@@ -27,10 +32,13 @@ if wrong_keys then
   return redis.error_reply(wrong_keys)
 end
 
-if #ARGV ~= 4 or ARGV[1] == '' or (ARGV[2] ~= 'keep' and ARGV[2] ~= 'fresh')
-    or (ARGV[4] ~= 'bound' and ARGV[4] ~= 'shared') then
+local opening = #ARGV > 4
+if #ARGV < 4 or ARGV[1] == '' or (ARGV[2] ~= 'keep' and ARGV[2] ~= 'fresh')
+    or (ARGV[4] ~= 'bound' and ARGV[4] ~= 'shared')
+    or (opening and (ARGV[5] ~= 'open' or #ARGV % 2 ~= 1)) then
   return redis.error_reply(
-    'ROUTER_INVALID client_claim takes a non-empty node id, keep or fresh, a user, bound or shared')
+    'ROUTER_INVALID client_claim takes a non-empty node id, keep or fresh, a user, bound or '
+    .. 'shared, and optionally open with field/value pairs')
 end
 local current = redis.call('HMGET', KEYS[2], 'node', 'epoch', 'user')
 if ARGV[4] == 'bound' and current[3] and current[3] ~= ARGV[3] then
@@ -52,4 +60,15 @@ if ARGV[2] == 'fresh' then
 end
 local text = string.format('%.0f', epoch)
 redis.call('HSET', KEYS[2], 'node', ARGV[1], 'epoch', text, 'user', ARGV[3])
-return {current[1] or false, current[2] or false, text}
+if not opening then
+  return {current[1] or false, current[2] or false, text, false}
+end
+local now = string.format('%.0f', tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000))
+for i = 6, #ARGV, 2 do
+  redis.call('HSET', KEYS[8], ARGV[i], ARGV[i + 1])
+end
+redis.call('HSET', KEYS[8], 'node', ARGV[1], 'connected', '1', 'since', now)
+for i = 1, #KEYS do
+  redis.call('PERSIST', KEYS[i])
+end
+return {current[1] or false, current[2] or false, text, now}

@@ -356,12 +356,14 @@ class MqttConnection(Intake):
         turns = self.server.connecting
         if turns.locked():
             self.server.connect_waited += 1
-        try:
-            async with asyncio.timeout_at(self._opened_at + self.settings.connect_timeout):
-                await turns.acquire()
-        except TimeoutError:  # (the client may retry)
-            self._refuse(RC.SERVER_BUSY)
-            return None
+            try:
+                async with asyncio.timeout_at(self._opened_at + self.settings.connect_timeout):
+                    await turns.acquire()
+            except TimeoutError:  # (the client may retry)
+                self._refuse(RC.SERVER_BUSY)
+                return None
+        else:
+            await turns.acquire()  # (a turn is free: taken at once, no timer)
         try:
             if connect.clean_start and alone and self.node.serves(client_id):
                 await self.node.disconnect(client_id)  # a clean start drops a local session

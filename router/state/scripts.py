@@ -44,7 +44,7 @@ from router.errors import (
     StaleIncarnationError,
     SubscriptionNotFoundError,
 )
-from router.state.batching import TurnBatch
+from router.state.turn_batch import TurnBatch
 
 RedisClient = Redis | RedisCluster
 
@@ -120,7 +120,7 @@ _registered: WeakKeyDictionary[RedisClient, dict[str, AsyncScript]] = WeakKeyDic
 _loading: WeakKeyDictionary[RedisClient, dict[str, asyncio.Future[AsyncScript]]] = (
     WeakKeyDictionary()
 )
-#: The calls of one loop turn to each standalone client, sent together (see batching.py).
+#: The calls of one loop turn to each standalone client, sent together (see turn_batch.py).
 _batches: WeakKeyDictionary[Redis, TurnBatch] = WeakKeyDictionary()
 
 

@@ -99,6 +99,21 @@ def _check_ints(**values: object) -> None:
             raise TypeError(f"{name} must be an int, not {value!r}")
 
 
+def open_fields(
+    expiry: int, protocol: int = 0, keepalive: int = 0, username: str | None = None
+) -> list[str | int]:
+    """The field/value pairs a connected session's hash holds (see
+    :meth:`SessionStore.mark_open`); raises as it does for bad values."""
+    _check_ints(expiry=expiry, protocol=protocol, keepalive=keepalive)
+    if username is not None:
+        if type(username) is not str:
+            raise TypeError(f"username must be a str or None, not {username!r}")
+        if "\x00" in username or not _utf8(username):
+            raise InvalidIdError("a user name must be UTF-8 text without U+0000")
+    pairs: list[str | int] = ["expiry", expiry, "protocol", protocol, "keepalive", keepalive]
+    return [*pairs, "username", "\x00" if username is None else username, "qos2", ""]
+
+
 def parse_session(client_id: str, fields: dict[Any, Any]) -> SessionInfo | None:
     """The :class:`SessionInfo` a session hash holds (None: no session);
     :class:`CorruptStateError` for a hash the router did not write."""
@@ -147,14 +162,7 @@ class SessionStore:
         :class:`SessionOwnershipError` if ``owner`` lost the claim, :class:`InvalidIdError`
         for a user name that is not UTF-8 text without U+0000, ``TypeError`` for numbers that
         are not ints; nothing changed then."""
-        _check_ints(expiry=expiry, protocol=protocol, keepalive=keepalive)
-        if username is not None:
-            if type(username) is not str:
-                raise TypeError(f"username must be a str or None, not {username!r}")
-            if "\x00" in username or not _utf8(username):
-                raise InvalidIdError("a user name must be UTF-8 text without U+0000")
-        pairs: list[str | int] = ["expiry", expiry, "protocol", protocol, "keepalive", keepalive]
-        pairs += ["username", "\x00" if username is None else username, "qos2", ""]
+        pairs = open_fields(expiry, protocol, keepalive, username)
         return await self._mark(client_id, owner, "open", -1, pairs)
 
     async def mark_away(

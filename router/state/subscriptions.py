@@ -153,6 +153,7 @@ class SubscriptionStore:
         fresh: bool = False,
         user: str | None = None,
         shared: bool = True,
+        open_session: Sequence[str | int] | None = None,
     ) -> tuple[Owner | None, Owner]:
         """Claim the client's session for ``node_id`` (see :meth:`claim`) in one script;
         return the owner it had (None if none) and the new one. ``fresh``: the client's
@@ -160,12 +161,22 @@ class SubscriptionStore:
         new session under an old id), as by :meth:`remove_client` but keeping the epoch
         growing from the stored one. ``user``: the connecting client's user name (None:
         none), which the claim records; unless ``shared``, a session that records another
-        is refused with :class:`SessionUserError` and nothing changes."""
+        is refused with :class:`SessionUserError` and nothing changes. ``open_session``:
+        the session hash's pairs (:func:`~router.state.session_store.open_fields`), the
+        session marked connected in the same step, as by :meth:`SessionStore.mark_open
+        <router.state.session_store.SessionStore.mark_open>`."""
         check_id(node_id, "node id")
         if user is not None and (type(user) is not str or not user):
             raise InvalidIdError(f"a user name is a non-empty str, not {user!r}")
-        args = [node_id, "fresh" if fresh else "keep", user or "", "shared" if shared else "bound"]
-        node, epoch, new = await self._scripts.run(
+        args: list[str | int] = [
+            node_id,
+            "fresh" if fresh else "keep",
+            user or "",
+            "shared" if shared else "bound",
+        ]
+        if open_session is not None:
+            args += ["open", *open_session]
+        node, epoch, new, _since = await self._scripts.run(
             "client_claim", self.client_keys(client_id), args
         )
         return _owner_of(node, epoch), Owner(node_id, int(new))

@@ -5,6 +5,8 @@ Every test runs on fakeredis, a real standalone Redis and a 3-master Redis Clust
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import msgpack
 import pytest
 
@@ -16,11 +18,13 @@ from router.errors import (
     InvalidOptionsError,
     InvalidTopicError,
     RouterError,
+    ScriptError,
     SessionOwnershipError,
     SessionUserError,
 )
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
+from router.state.session_store import SessionStore, open_fields
 from router.state.subscriptions import Owner, SubscriptionStore, pack_options, unpack_options
 
 QOS1 = SubscriptionOptions(qos=1)
@@ -301,3 +305,33 @@ def test_client_keys_are_the_keys_of_each_kind_in_the_scripts_order(client_id: s
         keys.client_alias_maximum(client_id),
         keys.client_session(client_id),
     ]
+
+
+async def test_a_claim_that_opens_the_session_leaves_what_claim_then_mark_open_leave(
+    store: SubscriptionStore, redis_client: RedisClient, keys: Keys
+) -> None:
+    sessions = SessionStore(redis_client, keys, store)
+    for client_id in ("two-steps", "one-step"):  # (each away first: its keys expire)
+        owner = await store.claim(client_id, "n0")
+        await store.subscribe(client_id, "a/b", QOS1, owner=owner)
+        await sessions.mark_away(client_id, owner, expiry=60)
+    first = await store.claim("two-steps", "n1")
+    await sessions.mark_open("two-steps", first, expiry=0, protocol=4, keepalive=30, username="u")
+    fields = open_fields(0, 4, 30, "u")
+    _previous, second = await store.claim_over("one-step", "n1", open_session=fields)
+    assert await store.owner("one-step") == second
+    two, one = await sessions.describe("two-steps"), await sessions.describe("one-step")
+    assert one is not None and two is not None
+    assert replace(one, client_id="", since=0) == replace(two, client_id="", since=0)
+    assert one.connected and one.node_id == "n1" and one.username == "u"
+    for key in store.client_keys("one-step"):
+        assert await redis_client.pttl(key) < 0  # (connected: nothing expires)
+
+
+async def test_a_claim_that_opens_refuses_bad_fields_before_anything_changes(
+    store: SubscriptionStore,
+) -> None:
+    owner = await store.claim("c1", "n0")
+    with pytest.raises(ScriptError):
+        await store.claim_over("c1", "n1", open_session=["expiry"])  # (a field without value)
+    assert await store.owner("c1") == owner

@@ -7,13 +7,13 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError, ResponseError
+from redis.asyncio import Connection, Redis
+from redis.exceptions import ConnectionError as RedisConnectionError, DataError, ResponseError
 
 from router.errors import ScriptError
-from router.state.batching import BATCH_LIMIT, TurnBatch
 from router.state.keys import Keys
 from router.state.scripts import Scripts, turn_batch
+from router.state.turn_batch import BATCH_LIMIT, TurnBatch, pack_evalsha
 
 # INCR KEYS[1] by ARGV[1]; refuses 'no' as the increment, as the router's scripts refuse.
 COUNT = """
@@ -109,7 +109,7 @@ async def test_scripts_batch_a_standalone_clients_calls_and_raise_refusals(
     claims = await asyncio.gather(
         *(scripts.run("client_claim", client_keys, owner_args) for _ in range(5))
     )
-    assert len({epoch for *_previous, epoch in claims}) == 5  # (five claims, one after another)
+    assert len({claim[2] for claim in claims}) == 5  # (five claims, one after another)
     assert batch.pipelines == before + 1
     with pytest.raises(ScriptError):
         await scripts.run("client_claim", client_keys, ["", "keep", "", "shared"])
@@ -121,6 +121,28 @@ async def test_scripts_load_a_flushed_script_again_and_go_on(redis: Redis, keys:
     client_keys = [f"{keys.prefix}:{{c:y}}:{part}" for part in range(8)]
     await scripts.run("client_claim", client_keys, ["n1", "keep", "", "shared"])
     await redis.script_flush()
-    *_previous, epoch = await scripts.run("client_claim", client_keys, ["n1", "keep", "", "shared"])
-    assert int(epoch) > 0
+    claim = await scripts.run("client_claim", client_keys, ["n1", "keep", "", "shared"])
+    assert int(claim[2]) > 0
     await redis.delete(*client_keys)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["n1", "keep", "", "shared"],
+        [0, -1, 2**53, 1.5, 0.1, 1e-07],
+        [b"\x00\xff", bytearray(b"ab"), memoryview(b"cd"), "ü{}%\r\n"],
+    ],
+)
+def test_calls_are_packed_byte_for_byte_as_redis_py_packs_them(args: list[object]) -> None:
+    keys = ["rt:{c:ü}:subs", "rt:{c:ü}:owner"]
+    expected = b"".join(
+        bytes(chunk) for chunk in Connection().pack_command("EVALSHA", "a" * 40, 2, *keys, *args)
+    )
+    assert pack_evalsha("a" * 40, keys, args) == expected
+
+
+@pytest.mark.parametrize("value", [True, None, object(), [1]])
+def test_a_value_redis_cannot_take_is_refused_before_anything_is_sent(value: object) -> None:
+    with pytest.raises(DataError):
+        pack_evalsha("a" * 40, ["k"], [value])

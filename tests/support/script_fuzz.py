@@ -209,7 +209,18 @@ SPECS: Final[dict[str, Spec]] = {
     "client_claim": Spec(
         CLIENT_KEYS,
         "client",
-        fixed(one("n1", "n2", ""), one("keep", "fresh"), one("", "u1"), one("bound", "shared", "")),
+        then(
+            fixed(
+                one("n1", "n2", ""), one("keep", "fresh"), one("", "u1"), one("bound", "shared", "")
+            ),
+            st.one_of(
+                st.just([]),
+                then(
+                    st.lists(one("open", "away"), max_size=1),
+                    pairs(one("expiry", "qos2"), one("1", "")),
+                ),
+            ),
+        ),
     ),
     "client_restore": Spec(("owner",), "client", fixed(one("n1", "n2"), one("5", "0", "x"))),
     "client_subscribe": Spec(("subs", "owner"), "client", then(owner, pairs(filters, options))),

@@ -40,7 +40,7 @@ LOWER = {
 # except in core, below).
 THIRD_PARTY = {
     "core": set(),
-    "state": {"redis", "msgpack"},
+    "state": {"redis", "msgpack", "hiredis"},  # (hiredis: state/turn_batch.py packs in C)
     # (PyJWT: cluster/jwt_auth.py; bcrypt: cluster/emqx_auth.py)
     "cluster": {"redis", "msgpack", "jwt", "cryptography", "bcrypt"},
     "mqtt": {"redis", "websockets"},

@@ -19,7 +19,7 @@ A client that connects to another node is taken over there (MQTT-3.1.4-3):
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -43,6 +43,7 @@ class Claimed:
 
     owner: Owner
     previous: Owner | None
+    marked: bool = False  # (the session was marked connected with the claim)
 
 
 class SessionClaims:
@@ -93,7 +94,12 @@ class SessionClaims:
         return self._held.pop(client_id, None)
 
     async def claim(
-        self, client_id: str, *, keep_state: bool = False, user: str | None = None
+        self,
+        client_id: str,
+        *,
+        keep_state: bool = False,
+        user: str | None = None,
+        open_session: Sequence[str | int] | None = None,
     ) -> Claimed | None:
         """Claim the client's session: for a clean start, or (``keep_state``) to resume it.
         The claim records ``user``, the connecting client's user name: unless the node
@@ -104,18 +110,36 @@ class SessionClaims:
         on). Otherwise a local copy that lost its claim is closed first, then the client's
         earlier state is removed from Redis (unless ``keep_state``) and the session claimed
         in one script; the new claim is returned with the owner it replaced, and the
-        caller tells that owner with :meth:`notify_previous`.
+        caller tells that owner with :meth:`notify_previous`. With ``open_session`` (the
+        session hash's pairs) a new claim also marks the session connected, in the same
+        script (a session already held is not marked).
         """
-        local = self._held.get(client_id)
-        if local is not None:
-            if local == await self._store.owner(client_id):
-                return None
-            await self._drop(client_id, None)  # taken over before its notice arrived
+        if client_id in self._held and await self.still_held(client_id):
+            return None
         previous, owner = await self._store.claim_over(
-            client_id, self.node_id, fresh=not keep_state, user=user, shared=self.shared
+            client_id,
+            self.node_id,
+            fresh=not keep_state,
+            user=user,
+            shared=self.shared,
+            open_session=open_session,
         )
         self._held[client_id] = owner
-        return Claimed(owner, previous)
+        return Claimed(owner, previous, marked=open_session is not None)
+
+    async def still_held(self, client_id: str) -> bool:
+        """Whether this node's claim on the client's session is still the current one
+        (a read of Redis). A claim another node took over before its notice arrived is
+        dropped here, as the notice would drop it (the local copy closed); False then,
+        and when none was held."""
+        local = self._held.get(client_id)
+        if local is None:
+            return False
+        if local == await self._store.owner(client_id):
+            return True
+        if self._held.get(client_id) == local:  # (its notice may have come meanwhile)
+            await self._drop(client_id, None)
+        return False
 
     async def notify_previous(self, client_id: str, claimed: Claimed, resume: bool = False) -> None:
         """Leave a takeover notice for the node that served the session before, if it is

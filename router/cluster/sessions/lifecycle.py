@@ -41,7 +41,13 @@ from router.core.topics import TopicFilter, validate_filter
 from router.errors import RouterError, SessionOwnershipError, SessionUserError
 from router.state.keys import Keys, check_id
 from router.state.scripts import RedisClient
-from router.state.session_store import NEVER, SessionInfo, SessionQueue, SessionStore
+from router.state.session_store import (
+    NEVER,
+    SessionInfo,
+    SessionQueue,
+    SessionStore,
+    open_fields,
+)
 from router.state.subscriptions import Owner, SubscriptionStore
 
 log = logging.getLogger(__name__)
@@ -183,11 +189,13 @@ class SessionLifecycle:
         await self.keeper.handing_off(client_id)  # (a session that just left: it is back)
         profile = (protocol, keepalive, username)
         session = self.sessions.find(client_id)
-        if session is not None and client_id in self.claims:
-            if not session.away:
+        if session is not None and not session.away and client_id in self.claims:
+            if await self.claims.still_held(client_id):  # (else closed as taken over)
                 session.expiry = expiry
                 await self._policy.attached(client, new=False)
                 return True
+            session = self.sessions.find(client_id)
+        if session is not None and client_id in self.claims:
             if clean_start:
                 await self.disconnect(client_id)
             else:
@@ -198,7 +206,7 @@ class SessionLifecycle:
                 return True
         try:
             session, claimed, info, recovery = await self._claim_here(
-                client_id, clean_start, profile
+                client_id, clean_start, profile, expiry
             )
         except BaseException:
             await self._drop_unclaimed(client_id)  # (the retry starts afresh)
@@ -209,15 +217,18 @@ class SessionLifecycle:
         return info is not None
 
     async def _claim_here(
-        self, client_id: str, clean_start: bool, profile: Profile
+        self, client_id: str, clean_start: bool, profile: Profile, expiry: int
     ) -> tuple[ClientSession, Claimed | None, SessionInfo | None, Recovery | None]:
         """Open the client's session here and claim it (with its stored subscriptions
         and routes, unless ``clean_start``); returns the session, the new claim (None:
-        held already), the stored description and the mark of its old node's inbox."""
+        held already), the stored description and the mark of its old node's inbox. A
+        clean start without expiry is marked connected by its claim (nothing of Redis
+        comes between them: one round trip, not two)."""
         user = profile[2]
         if clean_start:
             await self._drop_unclaimed(client_id)  # (what a handoff kept here)
-            claimed = await self.claims.claim(client_id, user=user)
+            fields = None if expiry else open_fields(expiry, *profile)
+            claimed = await self.claims.claim(client_id, user=user, open_session=fields)
             return self.sessions.open(client_id), claimed, None, None
         info = await self.store.describe(client_id)
         if info is not None and not self.claims.shared and info.username != user:
@@ -267,7 +278,8 @@ class SessionLifecycle:
                     )
                 elif expiry:
                     await self.keeper.reset_queue(client_id, expiry)
-            await self._mark_open(client_id, expiry, *profile)
+            marked = claimed is not None and claimed.marked
+            await self._mark_open(client_id, expiry, *profile, in_redis=not marked)
         except BaseException:
             session.move_to(SessionState.AWAY)
             raise
@@ -299,12 +311,19 @@ class SessionLifecycle:
                 await self._handed(session)
 
     async def _mark_open(
-        self, client_id: str, expiry: int, protocol: int, keepalive: int, username: str | None
+        self,
+        client_id: str,
+        expiry: int,
+        protocol: int,
+        keepalive: int,
+        username: str | None,
+        *,
+        in_redis: bool = True,
     ) -> None:
         session, owner = self.sessions.find(client_id), self.claims.held(client_id)
         if session is not None:
             session.profile = (protocol, keepalive, username)
-        if owner is not None:
+        if owner is not None and in_redis:
             await self.store.mark_open(
                 client_id,
                 owner,
