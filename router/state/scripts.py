@@ -2,8 +2,9 @@
 
 Each script is registered once per Redis client and called with EVALSHA; it is loaded
 again when the server answers NOSCRIPT (after SCRIPT FLUSH or a restart, or on a replica
-just promoted). Batches travel inside one call as ARGV items: EVALSHA is never pipelined
-(a cluster refuses it).
+just promoted). Batches travel inside one call as ARGV items. On a standalone server the
+calls made in one turn of the event loop share one pipeline (:mod:`router.state.turn_batch`);
+a cluster refuses pipelined EVALSHA, so there each call goes on its own.
 
 On a Redis Cluster a script is loaded on each master that answers, one by one (see
 :meth:`Scripts._load`): redis-py sends SCRIPT LOAD to all masters as one command, which
@@ -244,10 +245,13 @@ class Scripts:
             return list(await asyncio.gather(*(self._run_one(name, k, a) for k, a in calls)))
         script = self._scripts.get(name) or await self._script(name)
         try:
-            async with redis.pipeline(transaction=False) as pipe:
-                for keys, args in calls:
-                    pipe.evalsha(script.sha, len(keys), *keys, *args)
-                replies = await pipe.execute(raise_on_error=False)
+            if self._batch is not None:
+                replies = await self._batch.evalsha_now(script.sha, list(calls))
+            else:
+                async with redis.pipeline(transaction=False) as pipe:
+                    for keys, args in calls:
+                        pipe.evalsha(script.sha, len(keys), *keys, *args)
+                    replies = await pipe.execute(raise_on_error=False)
         except RedisError:
             _errors[redis] = _errors.get(redis, 0) + 1
             raise

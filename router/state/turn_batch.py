@@ -50,6 +50,13 @@ class TurnBatch:
         self._waiting.append((sha, keys, args, reply))
         return await reply
 
+    async def evalsha_now(self, sha: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """The reply of EVALSHA ``sha`` for each (KEYS, ARGV) of ``calls``, sent now in one
+        pipeline (a batch its caller made: it waits for no turn); error replies as
+        exception objects; raises the Redis error that failed the pipeline."""
+        self.pipelines += 1
+        return await self._pipeline([(sha, keys, args) for keys, args in calls])
+
     def _send_waiting(self) -> None:
         calls = [call for call in self._waiting if not call[3].done()]
         self._waiting = []
@@ -63,7 +70,7 @@ class TurnBatch:
     async def _send(self, calls: list[_Call]) -> None:
         self.pipelines += 1
         try:
-            replies = await self._pipeline(calls)
+            replies = await self._pipeline([call[:3] for call in calls])
         except Exception as error:  # (each caller raises it)
             for *_call, reply in calls:
                 if not reply.done():
@@ -77,7 +84,7 @@ class TurnBatch:
             if not reply.done():
                 reply.set_result(value)
 
-    async def _pipeline(self, calls: list[_Call]) -> list[Any]:
+    async def _pipeline(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
         """Every call's reply (an error reply as its exception object), over one pooled
         connection: the commands packed by hiredis in C (redis-py's asyncio client packs
         in Python, a tenth of a node's time under a storm of CONNECTs), written at once,
@@ -87,10 +94,10 @@ class TurnBatch:
         redis = self._redis
         if redis.connection is not None:
             async with redis.pipeline(transaction=False) as pipe:
-                for sha, keys, args, _reply in calls:
+                for sha, keys, args in calls:
                     pipe.evalsha(sha, len(keys), *keys, *args)
                 return list(await pipe.execute(raise_on_error=False))
-        packed = [pack_evalsha(sha, keys, args) for sha, keys, args, _reply in calls]
+        packed = [pack_evalsha(sha, keys, args) for sha, keys, args in calls]
         pool = redis.connection_pool
         connection = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:

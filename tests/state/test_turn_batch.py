@@ -146,3 +146,21 @@ def test_calls_are_packed_byte_for_byte_as_redis_py_packs_them(args: list[object
 def test_a_value_redis_cannot_take_is_refused_before_anything_is_sent(value: object) -> None:
     with pytest.raises(DataError):
         pack_evalsha("a" * 40, ["k"], [value])
+
+
+async def test_run_many_sends_its_calls_at_once_and_returns_refusals_in_place(
+    redis: Redis, keys: Keys
+) -> None:
+    scripts = Scripts(redis)
+    batch = turn_batch(redis)
+    assert batch is not None
+    client_keys = [f"{keys.prefix}:{{c:z}}:{part}" for part in range(8)]
+    await scripts.run("client_claim", client_keys, ["n1", "keep", "", "shared"])  # (loaded)
+    before = batch.pipelines
+    good = (client_keys, ["n2", "keep", "", "shared"])
+    bad = (client_keys, ["", "keep", "", "shared"])
+    first, refused, last = await scripts.run_many("client_claim", [good, bad, good])
+    assert isinstance(refused, ScriptError)
+    assert int(last[2]) > int(first[2])
+    assert batch.pipelines == before + 1
+    await redis.delete(*client_keys)
