@@ -33,7 +33,11 @@ The contract:
   the node's ACL (if any) does; it is judged first, at ``client.check_acl`` (publish,
   subscribe, will) and on every copy on its way to the client
   (:mod:`router.cluster.delivery_acl`). A client without the claim is governed by the
-  node's ACL alone, as before.
+  node's ACL alone, as before. EMQX 5.5's list form is read too: ``[{"permission":
+  "allow"|"deny", "action": "publish"|"subscribe"|"all", "topic": filter}, ...]``, the
+  first rule that matches decides and what none matches is left to the node's ACL; a
+  rule with ``qos``, ``retain``, an ``eq`` topic or another matcher refuses the token
+  (not enforced here, so never silently ignored).
 * **Whose rules.** A claim applies to the client id and user name that presented it, from
   the moment its token is accepted until a later accepted CONNECT of that client id and
   user name (with its own claim, or none), or :data:`CLAIM_GRACE` seconds after the
@@ -91,6 +95,15 @@ CLAIM_GRACE: Final = 60.0
 PRIORITY: Final = 100
 _EMQX_PLACEHOLDERS: Final = (("${username}", "%u"), ("${clientid}", "%c"))
 _ACTIONS: Final = (("pub", AclAction.PUBLISH), ("sub", AclAction.SUBSCRIBE), ("all", AclAction.ALL))
+_RULE_ACTIONS: Final[dict[str, AclAction]] = {
+    "publish": AclAction.PUBLISH,
+    "subscribe": AclAction.SUBSCRIBE,
+    "all": AclAction.ALL,
+}
+_PERMISSIONS: Final[dict[str, Permission]] = {
+    "allow": Permission.ALLOW,
+    "deny": Permission.DENY,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,11 +249,16 @@ def load_public_key(path: str | Path) -> PublicKey:
 
 
 def claim_acl(claim: object) -> Acl:
-    """The rules of an ``acl`` claim in EMQX's format (see the module docstring): allow
-    rules, anything else denied. Raises :class:`TokenRefusedError` for a claim of
+    """The rules of an ``acl`` claim in one of EMQX's two formats (see the module
+    docstring): the map of allow-lists (anything else denied), or the list of rules of
+    EMQX 5.5 (:func:`_rule_list`). Raises :class:`TokenRefusedError` for a claim of
     another form, a bad filter or more than :data:`MAX_CLAIM_FILTERS` filters."""
+    if isinstance(claim, list):
+        return _rule_list(claim)
     if not isinstance(claim, dict):
-        raise TokenRefusedError('its acl claim must be {"pub": [...], "sub": [...], "all": [...]}')
+        raise TokenRefusedError(
+            'its acl claim must be {"pub": [...], "sub": [...], "all": [...]} or a list of rules'
+        )
     unknown = sorted(str(key) for key in claim if key not in ("pub", "sub", "all"))
     if unknown:
         raise TokenRefusedError(f"its acl claim has unknown keys {unknown} (pub, sub, all)")
@@ -260,6 +278,44 @@ def claim_acl(claim: object) -> Acl:
     if len(rules) > MAX_CLAIM_FILTERS:
         raise TokenRefusedError(f"its acl claim has over {MAX_CLAIM_FILTERS} filters")
     return Acl(rules, Permission.DENY)
+
+
+def _rule_list(claim: list[Any]) -> Acl:
+    """EMQX 5.5's list form: ``{"permission": "allow"|"deny", "action":
+    "publish"|"subscribe"|"all", "topic": filter}`` rules, the first that matches
+    decides, and an action none matches is left to the node's ACL (the claim still only
+    narrows). A rule with a field this node cannot enforce (``qos``, ``retain``, an
+    ``eq`` topic, EMQX 5.9's client matchers) refuses the token: read as broader than
+    written, an allow rule would shadow the deny rules after it."""
+    if len(claim) > MAX_CLAIM_FILTERS:
+        raise TokenRefusedError(f"its acl claim has over {MAX_CLAIM_FILTERS} rules")
+    rules = []
+    for number, rule in enumerate(claim, 1):
+        where = f"its acl claim's rule {number}"
+        if not isinstance(rule, dict):
+            raise TokenRefusedError(f"{where} must be an object")
+        unknown = sorted(str(key) for key in rule if key not in ("permission", "action", "topic"))
+        if unknown:
+            raise TokenRefusedError(f"{where} has fields this node does not enforce: {unknown}")
+        given_permission, given_action = rule.get("permission"), rule.get("action")
+        permission = (
+            _PERMISSIONS.get(given_permission) if isinstance(given_permission, str) else None
+        )
+        action = _RULE_ACTIONS.get(given_action) if isinstance(given_action, str) else None
+        topic = rule.get("topic")
+        if permission is None or action is None or not isinstance(topic, str):
+            raise TokenRefusedError(
+                f"{where} needs permission allow|deny, action publish|subscribe|all and a topic"
+            )
+        if topic.startswith("eq "):
+            raise TokenRefusedError(f"{where}: an 'eq' topic is not enforced by this node")
+        for emqx, ours in _EMQX_PLACEHOLDERS:
+            topic = topic.replace(emqx, ours)
+        try:
+            rules.append(AclRule(permission, action, topic, source="acl claim"))
+        except AclRuleError as error:
+            raise TokenRefusedError(f"{where}: {error.reason}") from None
+    return Acl(rules, Permission.ALLOW)
 
 
 def looks_like_token(password: str | bytes | None) -> bool:

@@ -217,10 +217,50 @@ def test_the_acl_claim_is_an_allow_list() -> None:
     assert not claim_acl({"all": ["%u/#"]}).check(nameless, PUBLISH, "x/y").allowed
 
 
+def test_the_list_form_decides_by_its_first_matching_rule_and_leaves_the_rest() -> None:
+    acl = claim_acl(
+        [
+            {"permission": "allow", "action": "publish", "topic": "t/${clientid}"},
+            {"permission": "deny", "action": "publish", "topic": "t/#"},
+            {"permission": "deny", "action": "all", "topic": "secret/#"},
+            {"permission": "allow", "action": "subscribe", "topic": "${username}/#"},
+            {"permission": "deny", "action": "subscribe", "topic": "#"},
+        ]
+    )
+    judged = {
+        (action, topic): acl.check(ALICE, action, topic).allowed
+        for action in (PUBLISH, SUBSCRIBE)
+        for topic in ("t/alice-1", "t/other", "secret/x", "alice/in", "public/x")
+    }
+    assert judged == {
+        (PUBLISH, "t/alice-1"): True,  # (the first rule, before the deny of t/#)
+        (PUBLISH, "t/other"): False,
+        (PUBLISH, "secret/x"): False,
+        (PUBLISH, "alice/in"): True,  # (no rule: the node's ACL decides)
+        (PUBLISH, "public/x"): True,
+        (SUBSCRIBE, "t/alice-1"): False,
+        (SUBSCRIBE, "t/other"): False,
+        (SUBSCRIBE, "secret/x"): False,
+        (SUBSCRIBE, "alice/in"): True,
+        (SUBSCRIBE, "public/x"): False,
+    }
+    assert not acl.check_receive(ALICE, "secret/x").allowed
+    assert claim_acl([]).check(ALICE, PUBLISH, "a").allowed  # (no rule: left to the node)
+
+
 @pytest.mark.parametrize(
     ("claim", "expected"),
     [
-        ([{"permission": "allow"}], "must be"),
+        ("allow", "must be"),
+        ([{"permission": "allow"}], "rule 1 needs permission"),
+        ([{"permission": "allow", "action": ["publish"], "topic": "a"}], "rule 1 needs"),
+        ([{"permission": ["allow"], "action": "publish", "topic": "a"}], "rule 1 needs"),
+        (["deny all"], "rule 1 must be an object"),
+        ([{"permission": "allow", "action": "subscribe", "topic": "t/#", "qos": [1]}], "qos"),
+        ([{"permission": "deny", "action": "publish", "topic": "t", "retain": True}], "retain"),
+        ([{"permission": "allow", "action": "all", "topic": "eq t/#"}], "'eq' topic"),
+        ([{"permission": "deny", "action": "all", "topic": "a/#/b"}], "rule 1: bad topic"),
+        ([{"permission": "deny", "action": "all", "topic": "t"}] * 129, "over 128 rules"),
         ({"publish": ["a"]}, "unknown keys"),
         ({"pub": "a/#"}, "must be a list"),
         ({"pub": [1]}, "must be a list"),
