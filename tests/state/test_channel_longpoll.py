@@ -27,7 +27,11 @@ from tests.state.test_channels import EXPIRE, NAME, ids
 from tests.support.servers import RedisClusterServers, RedisServer
 from tests.support.waiting import eventually, wait_until
 
-PROMPT = 0.5
+# A woken poll returns within milliseconds, one that missed its wake-up only at the end
+# of its wait (5 s or more wherever PROMPT judges a wake-up): 1.5 s tells them apart and
+# leaves room for a loaded machine (0.5 s was once missed at 1.3 s, 14 minutes into a
+# full run on two shared cores).
+PROMPT = 1.5
 
 
 @pytest.fixture
