@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from redis.asyncio import Connection, Redis
@@ -34,53 +36,56 @@ async def redis(redis_standalone_url: str, keys: Keys) -> AsyncIterator[Redis]:
         await client.aclose()
 
 
+@dataclass
+class Counter:
+    """COUNT on one key, called through a batch of its own."""
+
+    batch: TurnBatch
+    sha: str
+    key: str
+
+    async def add(self, by: object = 1) -> Any:
+        return await self.batch.evalsha(self.sha, [self.key], [by])
+
+
+@pytest.fixture
+async def counter(redis: Redis, keys: Keys) -> Counter:
+    return Counter(TurnBatch(redis), await redis.script_load(COUNT), f"{keys.prefix}:n")
+
+
 async def test_the_calls_of_one_turn_share_one_pipeline_and_keep_their_order(
-    redis: Redis, keys: Keys
+    counter: Counter,
 ) -> None:
-    sha = await redis.script_load(COUNT)
-    batch = TurnBatch(redis)
-    key = f"{keys.prefix}:n"
-    replies = await asyncio.gather(*(batch.evalsha(sha, [key], [1]) for _ in range(300)))
+    replies = await asyncio.gather(*(counter.add() for _ in range(300)))
     assert replies == list(range(1, 301))  # (each caller its own reply, in call order)
-    assert batch.pipelines == 1
+    assert counter.batch.pipelines == 1
 
 
 async def test_a_turn_of_more_calls_than_the_limit_sends_several_pipelines(
-    redis: Redis, keys: Keys
+    counter: Counter,
 ) -> None:
-    sha = await redis.script_load(COUNT)
-    batch = TurnBatch(redis)
-    key = f"{keys.prefix}:n"
     calls = BATCH_LIMIT * 2 + 1
-    replies = await asyncio.gather(*(batch.evalsha(sha, [key], [1]) for _ in range(calls)))
+    replies = await asyncio.gather(*(counter.add() for _ in range(calls)))
     assert sorted(replies) == list(range(1, calls + 1))
-    assert batch.pipelines == 3
+    assert counter.batch.pipelines == 3
 
 
-async def test_a_refusal_reaches_its_own_caller_only(redis: Redis, keys: Keys) -> None:
-    sha = await redis.script_load(COUNT)
-    batch = TurnBatch(redis)
-    key = f"{keys.prefix}:n"
-    first, refused, last = await asyncio.gather(
-        batch.evalsha(sha, [key], [1]),
-        batch.evalsha(sha, [key], ["no"]),
-        batch.evalsha(sha, [key], [1]),
-    )
+async def test_a_refusal_reaches_its_own_caller_only(counter: Counter) -> None:
+    first, refused, last = await asyncio.gather(counter.add(), counter.add("no"), counter.add())
     assert (first, last) == (1, 2)
     assert isinstance(refused, ResponseError)
-    assert batch.pipelines == 1
+    assert counter.batch.pipelines == 1
 
 
-async def test_a_call_cancelled_before_its_turn_ends_is_not_sent(redis: Redis, keys: Keys) -> None:
-    sha = await redis.script_load(COUNT)
-    batch = TurnBatch(redis)
-    key = f"{keys.prefix}:n"
-    cancelled = asyncio.ensure_future(batch.evalsha(sha, [key], [100]))
-    kept = asyncio.ensure_future(batch.evalsha(sha, [key], [1]))
+async def test_a_call_cancelled_before_its_turn_ends_is_not_sent(
+    counter: Counter, redis: Redis
+) -> None:
+    cancelled = asyncio.ensure_future(counter.add(100))
+    kept = asyncio.ensure_future(counter.add())
     await asyncio.sleep(0)  # (both calls are waiting for the end of the turn)
     cancelled.cancel()
     assert await kept == 1
-    assert int(await redis.get(key)) == 1  # (the cancelled increment never ran)
+    assert int(await redis.get(counter.key)) == 1  # (the cancelled increment never ran)
 
 
 async def test_a_lost_connection_fails_every_call_of_the_pipeline(keys: Keys) -> None:
@@ -96,34 +101,48 @@ async def test_a_lost_connection_fails_every_call_of_the_pipeline(keys: Keys) ->
     assert all(isinstance(result, RedisConnectionError) for result in results)
 
 
-async def test_scripts_batch_a_standalone_clients_calls_and_raise_refusals(
-    redis: Redis, keys: Keys
-) -> None:
-    scripts = Scripts(redis)
+@dataclass
+class Claims:
+    """``client_claim`` on one client's keys through the client's :class:`Scripts`, the
+    script loaded (its first call is not batched) and the keys deleted afterwards."""
+
+    scripts: Scripts
+    batch: TurnBatch
+    client_keys: list[str]
+
+    def call(self, node: str) -> tuple[list[str], list[str]]:
+        return self.client_keys, [node, "keep", "", "shared"]
+
+    async def claim(self, node: str) -> Any:
+        return await self.scripts.run("client_claim", *self.call(node))
+
+
+@pytest.fixture
+async def claims(redis: Redis, keys: Keys) -> AsyncIterator[Claims]:
     batch = turn_batch(redis)
     assert batch is not None
-    owner_args = ["n1", "keep", "", "shared"]
-    client_keys = [f"{keys.prefix}:{{c:x}}:{part}" for part in range(8)]
-    await scripts.run("client_claim", client_keys, owner_args)  # (loads the script)
-    before = batch.pipelines
-    claims = await asyncio.gather(
-        *(scripts.run("client_claim", client_keys, owner_args) for _ in range(5))
-    )
-    assert len({claim[2] for claim in claims}) == 5  # (five claims, one after another)
-    assert batch.pipelines == before + 1
+    made = Claims(Scripts(redis), batch, [f"{keys.prefix}:{{c:x}}:{part}" for part in range(8)])
+    await made.claim("n0")
+    try:
+        yield made
+    finally:
+        await redis.delete(*made.client_keys)
+
+
+async def test_scripts_batch_a_standalone_clients_calls_and_raise_refusals(
+    claims: Claims,
+) -> None:
+    before = claims.batch.pipelines
+    made = await asyncio.gather(*(claims.claim("n1") for _ in range(5)))
+    assert len({claim[2] for claim in made}) == 5  # (five claims, one after another)
+    assert claims.batch.pipelines == before + 1
     with pytest.raises(ScriptError):
-        await scripts.run("client_claim", client_keys, ["", "keep", "", "shared"])
-    await redis.delete(*client_keys)
+        await claims.claim("")
 
 
-async def test_scripts_load_a_flushed_script_again_and_go_on(redis: Redis, keys: Keys) -> None:
-    scripts = Scripts(redis)
-    client_keys = [f"{keys.prefix}:{{c:y}}:{part}" for part in range(8)]
-    await scripts.run("client_claim", client_keys, ["n1", "keep", "", "shared"])
+async def test_scripts_load_a_flushed_script_again_and_go_on(claims: Claims, redis: Redis) -> None:
     await redis.script_flush()
-    claim = await scripts.run("client_claim", client_keys, ["n1", "keep", "", "shared"])
-    assert int(claim[2]) > 0
-    await redis.delete(*client_keys)
+    assert int((await claims.claim("n1"))[2]) > 0
 
 
 @pytest.mark.parametrize(
@@ -149,18 +168,11 @@ def test_a_value_redis_cannot_take_is_refused_before_anything_is_sent(value: obj
 
 
 async def test_run_many_sends_its_calls_at_once_and_returns_refusals_in_place(
-    redis: Redis, keys: Keys
+    claims: Claims,
 ) -> None:
-    scripts = Scripts(redis)
-    batch = turn_batch(redis)
-    assert batch is not None
-    client_keys = [f"{keys.prefix}:{{c:z}}:{part}" for part in range(8)]
-    await scripts.run("client_claim", client_keys, ["n1", "keep", "", "shared"])  # (loaded)
-    before = batch.pipelines
-    good = (client_keys, ["n2", "keep", "", "shared"])
-    bad = (client_keys, ["", "keep", "", "shared"])
-    first, refused, last = await scripts.run_many("client_claim", [good, bad, good])
+    before = claims.batch.pipelines
+    good, bad = claims.call("n2"), claims.call("")
+    first, refused, last = await claims.scripts.run_many("client_claim", [good, bad, good])
     assert isinstance(refused, ScriptError)
     assert int(last[2]) > int(first[2])
-    assert batch.pipelines == before + 1
-    await redis.delete(*client_keys)
+    assert claims.batch.pipelines == before + 1
