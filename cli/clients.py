@@ -92,12 +92,24 @@ def _inherited(ctx: click.Context, target: Target, as_json: bool) -> tuple[Targe
     type=click.IntRange(min=1),
     default=DEFAULT_LIMIT,
     show_default=True,
-    help="Scan at most this many sessions (SCAN, never KEYS).",
+    help="Sessions a page.",
+)
+@click.option(
+    "--page",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Page P of --limit sessions in client-id order (every session is read: SCAN).",
 )
 @json_option
 @click.pass_context
 def clients(
-    ctx: click.Context, target: Target, node_id: str | None, limit: int, as_json: bool
+    ctx: click.Context,
+    target: Target,
+    node_id: str | None,
+    limit: int,
+    page: int,
+    as_json: bool,
 ) -> None:
     """Client sessions, connected and away (persistent), sorted by client id."""
     if ctx.invoked_subcommand is not None:
@@ -105,9 +117,11 @@ def clients(
 
     async def main() -> None:
         async with redis_client(target) as redis:
-            rows, complete = await client_rows(redis, target.keys, node_id=node_id, limit=limit)
+            rows, complete = await client_rows(
+                redis, target.keys, node_id=node_id, limit=limit, page=page
+            )
         if not complete:
-            note(f"only the first {limit} sessions are shown (--limit)")
+            note(f"more sessions follow: --page {page + 1}")
         if as_json:
             echo_json([row.as_dict() for row in rows])
             return

@@ -26,6 +26,7 @@ would wait in its inbox and end a later connection of the same client after a re
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -227,23 +228,40 @@ async def _rows(
 
 
 async def client_rows(
-    redis: RedisClient, keys: Keys, *, node_id: str | None = None, limit: int = DEFAULT_LIMIT
+    redis: RedisClient,
+    keys: Keys,
+    *,
+    node_id: str | None = None,
+    limit: int = DEFAULT_LIMIT,
+    page: int = 1,
 ) -> tuple[list[ClientRow], bool]:
-    """Every session (connected and away), sorted by client id, at most ``limit`` found by
-    SCAN; with ``node_id`` only the sessions on that node. Returns the rows and whether
-    the scan saw every session. Raises :class:`InvalidIdError` for an unusable node id,
-    :class:`CorruptStateError` for a session hash the router did not write."""
+    """Page ``page`` of the sessions (connected and away) in client-id order, ``limit`` a
+    page; with ``node_id`` only the sessions on that node. Every session is read with a
+    paged SCAN (no cap on their number, no command that blocks Redis on a large
+    keyspace); only the ids up to the page's end are kept. Returns the page's rows and
+    whether no session follows them. Raises :class:`InvalidIdError` for an unusable node
+    id, :class:`CorruptStateError` for a session hash the router did not write,
+    ``ValueError`` for a limit or page below 1."""
+    if limit < 1 or page < 1:
+        raise ValueError(f"limit and page are at least 1, not {limit!r} and {page!r}")
     if node_id is not None:
         check_id(node_id, "node id")
     store = SessionStore(redis, keys, SubscriptionStore(redis, keys))
-    client_ids, complete = await store.client_ids(limit)
+    keep = page * limit + 1  # (one more than the page's end: whether any follows)
+    kept: set[str] = set()  # (a set: SCAN may return a key twice)
+    async for found in store.client_id_pages():
+        if node_id is None:
+            kept.update(found)
+        else:
+            each = await store.describe_many(found)
+            kept.update(i.client_id for i in each if i is not None and i.node_id == node_id)
+        if len(kept) > 2 * keep:  # (bounded memory, whatever the number of sessions)
+            kept = set(heapq.nsmallest(keep, kept))
+    ordered = heapq.nsmallest(keep, kept)
+    described = await store.describe_many(ordered[(page - 1) * limit : page * limit])
+    shown = [i for i in described if i is not None]  # (ended since the scan: left out)
     now_ms, alive = await _clock(redis, keys)
-    infos = [
-        info
-        for info in await store.describe_many(client_ids)
-        if info is not None and (node_id is None or info.node_id == node_id)
-    ]
-    return await _rows(redis, keys, infos, now_ms, alive), complete
+    return await _rows(redis, keys, shown, now_ms, alive), len(ordered) <= page * limit
 
 
 async def _describe(redis: RedisClient, keys: Keys, client_id: str) -> SessionInfo:

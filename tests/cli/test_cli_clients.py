@@ -4,6 +4,8 @@ session, and the kick."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from router.cli import app
+from router.state.connection import open_redis
+from router.state.keys import Keys
+from router.state.session_store import open_fields
+from router.state.subscriptions import SubscriptionStore
 from tests.support.cli import invoke, invoke_json
 from tests.support.mqtt import TIMEOUT, V5, V311, Paho, connect_properties, mqtt_node, routed_to
 from tests.support.waiting import wait_until
@@ -188,3 +194,42 @@ def test_a_subcommand_takes_the_redis_options_given_to_the_group(
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 1
     assert f"has no session under prefix '{prefix}'" in result.output
+
+
+def seed_sessions(url: str, prefix: str, count: int) -> None:
+    """``count`` connected sessions (``s-0000``...), half on node a and half on node b,
+    written as a node's claim writes them."""
+
+    async def seed() -> None:
+        redis = await open_redis(url)
+        try:
+            store = SubscriptionStore(redis, Keys(prefix))
+            fields = open_fields(0, 4, 30, None)
+            for start in range(0, count, 500):
+                await asyncio.gather(
+                    *(
+                        store.claim_over(f"s-{i:04d}", "ab"[i % 2], open_session=fields)
+                        for i in range(start, min(start + 500, count))
+                    )
+                )
+        finally:
+            await redis.aclose()
+
+    asyncio.run(seed())
+
+
+def test_sessions_are_listed_in_pages_in_client_id_order_without_a_cap(
+    redis_url: str, prefix: str
+) -> None:
+    seed_sessions(redis_url, prefix, 2_500)
+    pages = [
+        invoke(redis_url, prefix, "clients", "--limit", "1000", "--page", str(page), "--json")
+        for page in (1, 2, 3)
+    ]
+    assert all(result.exit_code == 0 for result in pages)
+    ids = [[row["client_id"] for row in json.loads(result.stdout)] for result in pages]
+    assert ids == [[f"s-{i:04d}" for i in range(s, min(s + 1000, 2_500))] for s in (0, 1000, 2000)]
+    assert "--page 2" in pages[0].stderr and "--page 4" not in pages[2].stderr
+    on_b = invoke_json(redis_url, prefix, "clients", "--node", "b", "--limit", "500", "--page", "3")
+    assert [row["client_id"] for row in on_b] == [f"s-{i:04d}" for i in range(2001, 2_500, 2)]
+    assert all(row["node"] == "b" for row in on_b)
