@@ -391,6 +391,15 @@ class RouterNode:
         """True while this node holds the client's session (its claim in Redis)."""
         return self._lifecycle.serves(client_id)
 
+    def settling(self, client_id: str) -> bool:
+        """Whether a step of the client's session (a connect, a put away, an adoption)
+        runs or waits here now; :meth:`settled` waits for it."""
+        return client_id in self._lifecycle.locks
+
+    async def settled(self, client_id: str) -> None:
+        """Wait until the steps of the client's session under way here have run."""
+        await self._lifecycle.locks.released(client_id)
+
     async def _on_notice(self, notice: Notice) -> None:
         if isinstance(notice, Kick):
             await self.kick(notice.client_id)

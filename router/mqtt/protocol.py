@@ -352,12 +352,15 @@ class MqttConnection(Intake):
     async def _connect_node(self, connect: Connect, client_id: str, alone: bool) -> bool | None:
         """The node's connect of ``client_id`` (Session Present), once a turn comes: the
         node's CONNECTs at once are bounded, a wait for one by ``connect_timeout`` from
-        accept (then 0x89, as when the node refuses: None, the CONNACK written)."""
+        accept (then 0x89, as when the node refuses: None, the CONNACK written). A step
+        of the client's session under way (its adoption, say) is waited for first,
+        without a turn: turns go to the CONNECTs that can use them."""
         turns = self.server.connecting
-        if turns.locked():
+        if turns.locked() or self.node.settling(client_id):
             self.server.connect_waited += 1
             try:
                 async with asyncio.timeout_at(self._opened_at + self.settings.connect_timeout):
+                    await self.node.settled(client_id)  # (an adoption, say: without a turn)
                     await turns.acquire()
             except TimeoutError:  # (the client may retry)
                 self._refuse(RC.SERVER_BUSY)

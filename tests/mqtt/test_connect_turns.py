@@ -18,6 +18,7 @@ from router.mqtt.packets import MQTT_3_1_1, MQTT_5, Connect
 from router.mqtt.server import serve
 from router.mqtt.settings import MqttSettings
 from tests.support.nodes import StartNode
+from tests.support.waiting import eventually
 
 ON_REDIS = pytest.mark.parametrize("redis_backend", ["standalone"], indirect=True)
 
@@ -99,6 +100,32 @@ async def test_a_connect_whose_turn_does_not_come_in_time_gets_server_busy(
         stats = server.stats()
         assert stats["mqtt_closed_server_busy"] == 1
         assert stats["mqtt_connect_waited"] == 1
+
+
+@ON_REDIS
+async def test_a_connect_waiting_for_its_sessions_adoption_leaves_the_turns_to_others(
+    start_node: StartNode,
+) -> None:
+    node = await start_node("n1")
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def adoption() -> None:  # (an adoption holds its clients' locks throughout)
+        async with node._lifecycle.locks.hold("adopted"):
+            held.set()
+            await release.wait()
+
+    holder = asyncio.create_task(adoption())
+    await held.wait()
+    settings = MqttSettings(max_connecting=1, connect_timeout=3, sys_interval=0)
+    async with serve(node, ["127.0.0.1:0"], settings) as server:
+        port = server.addresses[0][1]
+        waiting = asyncio.create_task(connack(port, Connect("adopted", MQTT_5)))
+        await eventually(lambda: server.stats()["mqtt_connect_waited"] == 1, 5, "the wait")
+        assert await connack(port, Connect("other", MQTT_5)) == 0  # (the one turn was free)
+        assert not waiting.done()
+        release.set()
+        assert await waiting == 0
+    await holder
 
 
 def test_max_connecting_is_at_least_one() -> None:

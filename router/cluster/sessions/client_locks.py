@@ -39,6 +39,19 @@ class ClientLocks:
         """Clients whose lock is held or awaited now."""
         return len(self._locks)
 
+    def __contains__(self, client_id: object) -> bool:
+        """Whether the client's lock is held or awaited now."""
+        return client_id in self._locks
+
+    async def released(self, client_id: str) -> None:
+        """Wait until the steps holding or awaiting the client's lock now have run (at
+        once when none does, or this task holds it)."""
+        entry = self._locks.get(client_id)
+        if entry is None or entry.holder is asyncio.current_task():
+            return
+        async with self.hold(client_id):
+            pass
+
     @asynccontextmanager
     async def hold(self, client_id: str) -> AsyncIterator[None]:
         """Hold the client's lock for the block (at once when this task holds it)."""
