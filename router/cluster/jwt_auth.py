@@ -56,17 +56,17 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from cryptography.x509 import load_pem_x509_certificate
 
-from router.core.acl import Acl, AclAction, AclRule, Permission
+from router.core.acl import ACTION_WORDS, Acl, AclAction, AclRule, Permission
 from router.core.hooks import ClientInfo, Decision, HookPoint, HookRegistry, HookResult, Stop
 from router.core.passwords import PasswordFile
 from router.errors import AclRuleError, JwtSettingError, TokenRefusedError
@@ -94,16 +94,8 @@ CLAIM_GRACE: Final = 60.0
 #: and the node's ACL (priority 0).
 PRIORITY: Final = 100
 _EMQX_PLACEHOLDERS: Final = (("${username}", "%u"), ("${clientid}", "%c"))
+_T = TypeVar("_T")
 _ACTIONS: Final = (("pub", AclAction.PUBLISH), ("sub", AclAction.SUBSCRIBE), ("all", AclAction.ALL))
-_RULE_ACTIONS: Final[dict[str, AclAction]] = {
-    "publish": AclAction.PUBLISH,
-    "subscribe": AclAction.SUBSCRIBE,
-    "all": AclAction.ALL,
-}
-_PERMISSIONS: Final[dict[str, Permission]] = {
-    "allow": Permission.ALLOW,
-    "deny": Permission.DENY,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,11 +289,8 @@ def _rule_list(claim: list[Any]) -> Acl:
         unknown = sorted(str(key) for key in rule if key not in ("permission", "action", "topic"))
         if unknown:
             raise TokenRefusedError(f"{where} has fields this node does not enforce: {unknown}")
-        given_permission, given_action = rule.get("permission"), rule.get("action")
-        permission = (
-            _PERMISSIONS.get(given_permission) if isinstance(given_permission, str) else None
-        )
-        action = _RULE_ACTIONS.get(given_action) if isinstance(given_action, str) else None
+        permission = _word(rule.get("permission"), {p.value: p for p in Permission})
+        action = _word(rule.get("action"), ACTION_WORDS)
         topic = rule.get("topic")
         if permission is None or action is None or not isinstance(topic, str):
             raise TokenRefusedError(
@@ -316,6 +305,11 @@ def _rule_list(claim: list[Any]) -> Acl:
         except AclRuleError as error:
             raise TokenRefusedError(f"{where}: {error.reason}") from None
     return Acl(rules, Permission.ALLOW)
+
+
+def _word(given: object, meanings: Mapping[str, _T]) -> _T | None:
+    """What ``given`` means among ``meanings`` (None: not one of their words)."""
+    return meanings.get(given) if isinstance(given, str) else None
 
 
 def looks_like_token(password: str | bytes | None) -> bool:

@@ -496,12 +496,13 @@ class RouterNode:
         return existed
 
     async def _write_routes(self, changes: list[tuple[TopicFilter, int]]) -> None:
-        if len(changes) == 1:  # (a subscribe's one change: no task to gather)
+        if not changes:
+            return
+        if len(changes) == 1:  # (a subscribe's one change: nothing to gather)
             await self._writer.submit(*changes[0])
-        elif changes:
+        else:
             await asyncio.gather(*(self._writer.submit(r, c) for r, c in changes))
-        if changes:
-            await self._sync.announce()
+        await self._sync.announce()
 
     def messages(self, client_id: str) -> AsyncIterator[Delivery]:
         """The client's deliveries, in order, until it disconnects."""

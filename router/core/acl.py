@@ -80,7 +80,8 @@ class Permission(enum.Enum):
     DENY = "deny"
 
 
-_ACTION_WORDS = {
+#: The words for actions in the ACL file (and in EMQX's lists of rules).
+ACTION_WORDS: Final = {
     "publish": AclAction.PUBLISH,
     "subscribe": AclAction.SUBSCRIBE,
     "all": AclAction.ALL,
@@ -146,7 +147,7 @@ class AclRule:
             subject = f"client {self.client_id}"
         else:
             subject = "all"
-        action = next(word for word, value in _ACTION_WORDS.items() if value == self.action)
+        action = next(word for word, value in ACTION_WORDS.items() if value == self.action)
         return f"{self.permission.value} {subject} {action} {self.topic_filter}"
 
     def applies_to(self, client: ClientInfo, action: AclAction) -> bool:
@@ -228,7 +229,7 @@ def parse_rule(line: str, path: str = "<acl>", number: int = 1) -> AclRule | Non
     tail = rest.split(None, 1)
     if len(tail) < 2:
         raise fail("a rule needs an action and a topic filter")
-    action = _ACTION_WORDS.get(tail[0])
+    action = ACTION_WORDS.get(tail[0])
     if action is None:
         raise fail(f"the action must be 'publish', 'subscribe' or 'all', not {tail[0]!r}")
     try:

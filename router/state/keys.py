@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from router.core.aliases import NAMESPACES
 from router.errors import InvalidIdError
 
 DEFAULT_PREFIX: Final = "rt"
@@ -81,6 +82,15 @@ def glob_escape(text: str) -> str:
     return "".join("\\" + char if char in "*?[]\\" else char for char in text)
 
 
+# What follows a client's base (:meth:`Keys.client`) in the name of each of its keys.
+_SUBS, _OWNER, _SESSION = ":subs", ":owner", ":session"
+_ALIAS_MAX, _TOPICS = ":alias:max", ":topics"
+
+
+def _alias(namespace: str) -> str:
+    return f":alias:{namespace}"
+
+
 class Keys:
     """Key names under one namespace prefix (default ``rt``)."""
 
@@ -100,23 +110,31 @@ class Keys:
         return self._tag("c", client_id, "client id")
 
     def client_subscriptions(self, client_id: str) -> str:
-        return self.client(client_id) + ":subs"
+        return self.client(client_id) + _SUBS
 
     def client_aliases(self, client_id: str, namespace: str) -> str:
-        return f"{self.client(client_id)}:alias:{namespace}"
+        return self.client(client_id) + _alias(namespace)
 
     def client_alias_topics(self, client_id: str, namespace: str) -> str:
         """The reverse (topic -> alias) hash of one alias namespace."""
-        return self.client_aliases(client_id, namespace) + ":topics"
+        return self.client(client_id) + _alias(namespace) + _TOPICS
 
     def client_alias_maximum(self, client_id: str) -> str:
-        return self.client(client_id) + ":alias:max"
+        return self.client(client_id) + _ALIAS_MAX
 
     def client_owner(self, client_id: str) -> str:
-        return self.client(client_id) + ":owner"
+        return self.client(client_id) + _OWNER
 
     def client_session(self, client_id: str) -> str:
-        return self.client(client_id) + ":session"
+        return self.client(client_id) + _SESSION
+
+    def client_keys(self, client_id: str) -> list[str]:
+        """Every key of the client, in the order the client scripts take them: its
+        subscriptions, its owner, each alias namespace's hash and reverse hash, its
+        alias maximum, its session (the id checked and escaped once for all of them)."""
+        base = self.client(client_id)
+        aliases = [base + _alias(n) + tail for n in NAMESPACES for tail in ("", _TOPICS)]
+        return [base + _SUBS, base + _OWNER, *aliases, base + _ALIAS_MAX, base + _SESSION]
 
     def client_queue(self, client_id: str) -> str:
         """The name of the channel (see :mod:`router.state.channels`) that queues a

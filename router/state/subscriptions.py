@@ -26,7 +26,6 @@ from typing import Any, Final, NamedTuple
 
 import msgpack  # type: ignore[import-untyped,unused-ignore]
 
-from router.core.aliases import NAMESPACES
 from router.core.options import DEFAULT_OPTIONS, SubscriptionOptions, make_options
 from router.core.topics import TopicFilter, validate_filter
 from router.errors import CorruptStateError, InvalidIdError, InvalidOptionsError, RouterError
@@ -127,11 +126,7 @@ class SubscriptionStore:
     def client_keys(self, client_id: str) -> list[str]:
         """Every key of the client, in the order ``client_remove.lua`` and
         ``client_claim.lua`` expect them."""
-        base = self.keys.client(client_id)  # (checked and escaped once for all eight)
-        aliases: list[str] = []
-        for namespace in NAMESPACES:
-            aliases += [f"{base}:alias:{namespace}", f"{base}:alias:{namespace}:topics"]
-        return [f"{base}:subs", f"{base}:owner", *aliases, f"{base}:alias:max", f"{base}:session"]
+        return self.keys.client_keys(client_id)
 
     # -- session owner ---------------------------------------------------------------
 
