@@ -7,17 +7,20 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # The compiled filter index (router/core/_filter_index.c), rebuilt in place when it changes.
 EXT    := $(VENV)/.compiled
+# The dashboard's JavaScript libraries (router/web/assets.py pins them), fetched from the npm
+# registry and checked against their published digests; never kept in the repository.
+ASSETS := router/web/static/vendor/.fetched
 
-.PHONY: demo test check lint typecheck model system-deps clean
+.PHONY: demo test check lint typecheck model web-assets system-deps clean
 
-demo: $(STAMP) $(EXT)
+demo: $(STAMP) $(EXT) $(ASSETS)
 	$(BIN)/router demo
 
 # Test worker processes: each starts its own Redis servers (and Spark), so two fit the
 # 2-core machines CI runs on (15 -> 8 minutes); TEST_WORKERS=0 runs in this process.
 TEST_WORKERS ?= 2
 
-test: system-deps $(STAMP) $(EXT) check
+test: system-deps $(STAMP) $(EXT) $(ASSETS) check
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS)
 
 check: lint typecheck
@@ -34,12 +37,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+web-assets: $(ASSETS)
+
 # Debian packages the tests use for real: redis-server (standalone and cluster),
 # redis-tools (redis-cli --cluster create), libmosquitto1 (the reference matcher),
 # mosquitto-clients (mosquitto_pub/_sub: real MQTT clients for the listener tests),
 # mosquitto (mosquitto_passwd writes the password files the tests read), openssl (test certificates),
 # a Java 17+ runtime for the Spark pipeline when `java` is missing or older,
-# a C compiler and the Python headers for the compiled filter index.
+# a C compiler and the Python headers for the compiled filter index,
+# chromium (the dashboard's browser tests drive it through Playwright, which downloads no browser).
 system-deps:
 	@missing=""; \
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
@@ -50,6 +56,7 @@ system-deps:
 	command -v mosquitto_sub >/dev/null 2>&1 || missing="$$missing mosquitto-clients"; \
 	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
 	command -v mosquitto_passwd >/dev/null 2>&1 || missing="$$missing mosquitto"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	java=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1); \
 	[ "$${java:-0}" -ge 17 ] 2>/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	if [ -n "$$missing" ]; then \
@@ -67,6 +74,12 @@ $(EXT): $(STAMP) setup.py router/core/_filter_index.c
 	$(BIN)/python setup.py -q build_ext --inplace
 	touch $(EXT)
 
+# Fetched again when the pins change; the module itself skips files already as recorded.
+$(ASSETS): $(STAMP) router/web/assets.py
+	$(BIN)/python -m router.web.assets
+	touch $(ASSETS)
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache
 	rm -f router/core/_filter_index.*.so
+	rm -rf router/web/static/vendor
