@@ -2,6 +2,7 @@
 
 from . import (
     bench,
+    dashboard_accounts,
     demo,
     pipeline,
     pubsub,
@@ -15,6 +16,7 @@ from . import (
 from .application import app, main
 
 app.add_command(bench.bench)
+app.add_command(dashboard_accounts.dashboard)
 app.add_command(demo.demo)
 app.add_command(retained_messages.retained)
 app.add_command(pipeline.pipeline)

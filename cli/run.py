@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import ssl
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -30,10 +31,10 @@ from router.cluster.config import NodeConfig
 from router.core.sharing import STRATEGY_NAMES
 from router.errors import StaleIncarnationError
 from router.mqtt.server import parse_address, serve, tls_context
-from router.ops.metrics import serve_metrics
 from router.ops.node_process import settle_collector
 from router.state.connection import DEFAULT_POOL_SIZE
 from router.state.retained_store import RetainedConfig
+from router.web.listener import serve_http
 
 from .auth_sources import auth_sources, install
 from .common import Target, log_to_stderr, run, stop_on_signals, target_options as target
@@ -118,7 +119,29 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
     "--metrics",
     default=None,
     metavar="HOST:PORT",
-    help="Serve Prometheus /metrics and /healthz over HTTP here.",
+    help="Serve Prometheus /metrics and /healthz over HTTP here (only those: --http "
+    "serves them too, with the API and the dashboard).",
+)
+@setting(
+    "--http",
+    "http_address",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve the dashboard, the JSON API (/api/v1), /metrics and /healthz here.",
+)
+@setting(
+    "--http-tls-cert",
+    default=None,
+    metavar="PEM",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Serve --http over TLS with this certificate chain (needs --http-tls-key).",
+)
+@setting(
+    "--http-tls-key",
+    default=None,
+    metavar="PEM",
+    type=click.Path(exists=True, dir_okay=False),
+    help="The private key of --http-tls-cert.",
 )
 @setting(
     "--queue-limit",
@@ -221,6 +244,9 @@ def node_run(
     allow_eviction: bool,
     shared_sessions: bool,
     metrics: str | None,
+    http_address: str | None,
+    http_tls_cert: str | None,
+    http_tls_key: str | None,
     queue_limit: int,
     queue_bytes: int,
     max_queued: int,
@@ -258,7 +284,7 @@ def node_run(
         *mqtt_listeners,
         *tls_listeners,
         *websocket_listeners,
-        *filter(None, [metrics]),
+        *filter(None, [metrics, http_address]),
     ):
         parse_address(address)  # a bad address is one error line, before connecting
     sources = auth_sources(password_file, acl_file, acl_default, auth_redis, emqx_url, emqx_hash)
@@ -274,6 +300,7 @@ def node_run(
         if tls_cert is None or tls_key is None:
             raise click.BadParameter("needs --tls-cert and --tls-key", param_hint="--mqtt-tls")
         tls = tls_context(tls_cert, tls_key, tls_ca, require_client_cert=tls_require_client_cert)
+    http_tls = http_tls_context(http_address, http_tls_cert, http_tls_key)
     retained = RetainedConfig(
         max_payload=retained_max_payload,
         max_count=retained_max_count,
@@ -339,9 +366,16 @@ def node_run(
                             )
                     if metrics is not None:
                         bound = await extras.enter_async_context(
-                            serve_metrics(running, metrics, front)
+                            serve_http(running, metrics, front, api=False)
                         )
                         log.info("metrics on http://%s:%d/metrics", *bound)
+                    if http_address is not None:
+                        bound = await extras.enter_async_context(
+                            serve_http(running, http_address, front, tls=http_tls)
+                        )
+                        scheme = "https" if http_tls else "http"
+                        log.info("HTTP on %s://%s:%d", scheme, *bound)
+                        warn_open_http(log, bound[0])
                     settle_collector()
                     log.info("node %s ready", running.node_id)
                     signalled = asyncio.create_task(stop.wait())
@@ -367,3 +401,26 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def warn_open_http(log: Any, host: str) -> None:
+    """Say how a dashboard on a network address is opened: only with an account."""
+    if not is_loopback(host):
+        log.warning(
+            "HTTP on %s is reachable from the network: its API and dashboard refuse "
+            "everyone until a dashboard account exists (router dashboard users add)",
+            host,
+        )
+
+
+def http_tls_context(
+    address: str | None, cert: str | None, key: str | None
+) -> ssl.SSLContext | None:
+    """The TLS context of ``--http`` (None: plain HTTP)."""
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None or address is None:
+        raise click.BadParameter(
+            "needs --http, --http-tls-cert and --http-tls-key", param_hint="--http-tls-cert"
+        )
+    return tls_context(cert, key)

@@ -415,3 +415,23 @@ class ConnectionEndedError(MqttError):
 
 class ListenerError(RouterError):
     """A listener could not be opened (the address is in use, or not this machine's)."""
+
+
+class RequestError(RouterError, ValueError):
+    """An HTTP API request the router cannot take: a body that is not the JSON object the
+    endpoint reads, a missing or mistyped field, a bad paging cursor (HTTP 400)."""
+
+
+class LoginRequiredError(RouterError):
+    """An HTTP API request without a live login or API key (HTTP 401)."""
+
+
+class AccessDeniedError(RouterError):
+    """An HTTP API request its principal may not make: a viewer changing something, a
+    missing CSRF token, a listener that refuses everyone until an account exists (HTTP
+    403)."""
+
+
+class SessionInUseError(RouterError):
+    """An operator asked to clear the session of a connected client: kick it first
+    (HTTP 409)."""

@@ -252,6 +252,11 @@ class RouterNode:
         """True between a successful start and stop, unless another process took the id."""
         return self._running and not self._taken_over.is_set()
 
+    @property
+    def policy(self) -> Policy:
+        """How the node runs its hooks and the ACL (the gate of every publish)."""
+        return self._policy
+
     async def wait_taken_over(self) -> None:
         """Return when another process registered this node id (this one must end)."""
         await self._taken_over.wait()
@@ -358,7 +363,7 @@ class RouterNode:
         client, decision = await self._policy.credentials(client_id, username, password)
         self._lifecycle.check_user(client_id, username)
         if will_topic is not None:
-            await self._policy.admit_will(client, will_topic)
+            await self._policy.admit_sender(client, will_topic)
         return decision
 
     def narrow_receiving(self, narrowing: Narrowing) -> None:

@@ -213,9 +213,10 @@ class Policy:
             raise NotAuthorizedError(client_id, "connect", None, decision.reason)
         return client, decision
 
-    async def admit_will(self, client: ClientInfo, topic: str) -> None:
-        """Whether ``client`` may leave a will on ``topic``: the gate every publish passes
-        (not under ``$SYS/``, the ACL allows it), asked at CONNECT; raises
+    async def admit_sender(self, client: ClientInfo, topic: str) -> None:
+        """Whether ``client`` may send a message to ``topic`` that does not come as a
+        PUBLISH packet (a will, asked at CONNECT; an HTTP publish): the gate every publish
+        passes (not under ``$SYS/``, the ACL allows it); raises
         :class:`NotAuthorizedError` if not."""
         if topic.startswith(SYSTEM_PREFIX):
             raise NotAuthorizedError(client.client_id, "publish", topic, "the broker's topic")

@@ -168,6 +168,23 @@ class MqttServer:
         """Client ids connected to this node through MQTT, sorted."""
         return sorted(self._clients)
 
+    def describe_client(self, client_id: str) -> dict[str, object] | None:
+        """The client's connection here, for an operator: its peer, protocol level,
+        keep alive, deliveries in flight and queued; None when it is not connected here."""
+        connection = self._clients.get(client_id)
+        if connection is None:
+            return None
+        session = self.node.sessions.find(client_id)
+        return {
+            "node": self.node.node_id,
+            "peer": connection.transport.peer,
+            "protocol_level": connection.level,
+            "keepalive": connection.keepalive,
+            "inflight": 0 if session is None else len(session.inflight),
+            "queued": 0 if session is None else session.pending(),
+            "queued_bytes": 0 if session is None else session.queued_bytes,
+        }
+
     def kick(self, client_id: str) -> bool:
         """End the client's connection here with DISCONNECT 0x98 (administrative action);
         its session goes on as after any disconnect. False when it is not connected here."""

@@ -35,8 +35,9 @@ from typing import Any, Final, Literal
 from router.cluster.config import NodeConfig
 from router.cluster.forwarding import Forwarder
 from router.cluster.inbox import Kick
+from router.cluster.node import RouterNode
 from router.core.options import SubscriptionOptions
-from router.errors import ClientNotFoundError
+from router.errors import ClientNotFoundError, SessionInUseError
 from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
 from router.state.scripts import RedisClient
@@ -97,6 +98,7 @@ class ClientRow:
     queued: int
     expiry: int
     expires_in: ExpiresIn
+    username: str | None = None
 
     @property
     def state(self) -> str:
@@ -120,6 +122,7 @@ class ClientRow:
             "queued": self.queued,
             "expiry": self.expiry,
             "expires_in": self.expires_in,
+            "user": self.username,
         }
 
 
@@ -222,6 +225,7 @@ async def _rows(
             waiting,
             info.expiry,
             expires_in(info, now_ms),
+            info.username,
         )
         for info, count, waiting in zip(infos, counts, queued, strict=True)
     ]
@@ -262,6 +266,70 @@ async def client_rows(
     shown = [i for i in described if i is not None]  # (ended since the scan: left out)
     now_ms, alive = await _clock(redis, keys)
     return await _rows(redis, keys, shown, now_ms, alive), len(ordered) <= page * limit
+
+
+@dataclass(frozen=True)
+class ClientFilter:
+    """Which sessions a :func:`client_page` shows (None: any)."""
+
+    prefix: str | None = None  # of the client id
+    user: str | None = None  # the user name it connected with, exactly
+    node_id: str | None = None
+    state: Literal["connected", "away"] | None = None
+    protocol: str | None = None  # as :func:`protocol_name` shows it
+
+    def by_id(self, client_id: str, after: str | None) -> bool:
+        return (after is None or client_id > after) and (
+            self.prefix is None or client_id.startswith(self.prefix)
+        )
+
+    def by_session(self, info: SessionInfo) -> bool:
+        return (
+            (self.user is None or info.username == self.user)
+            and (self.node_id is None or info.node_id == self.node_id)
+            and (self.state is None or (info.connected == (self.state == "connected")))
+            and (self.protocol is None or protocol_name(info.protocol) == self.protocol)
+        )
+
+
+async def client_page(
+    redis: RedisClient,
+    keys: Keys,
+    which: ClientFilter = ClientFilter(),
+    *,
+    after: str | None = None,
+    limit: int = 100,
+) -> tuple[list[ClientRow], str | None]:
+    """Up to ``limit`` sessions that ``which`` shows, in client-id order after ``after``;
+    and the id to go on after (None: no more). Each round reads every session id with a
+    paged SCAN and keeps only the smallest few past ``after`` (bounded memory, no command
+    that blocks Redis); sessions are then read in that order until the page is full.
+    Raises ``ValueError`` for a limit below 1."""
+    if limit < 1:
+        raise ValueError(f"limit is at least 1, not {limit!r}")
+    store = SessionStore(redis, keys, SubscriptionStore(redis, keys))
+    wanted = 4 * limit  # (ids kept a round: some may not pass the session filters)
+    shown: list[SessionInfo] = []
+    while True:
+        kept: set[str] = set()
+        async for found in store.client_id_pages():
+            kept.update(c for c in found if which.by_id(c, after))
+            if len(kept) > 2 * wanted:
+                kept = set(heapq.nsmallest(wanted + 1, kept))
+        ordered = heapq.nsmallest(wanted + 1, kept)
+        candidates, more = ordered[:wanted], len(ordered) > wanted
+        for info in await store.describe_many(candidates):
+            if info is not None and which.by_session(info):
+                shown.append(info)
+                if len(shown) == limit + 1:
+                    break
+        if len(shown) > limit or not more:
+            break
+        after = candidates[-1]
+    now_ms, alive = await _clock(redis, keys)
+    rows = await _rows(redis, keys, shown[:limit], now_ms, alive)
+    following = rows[-1].client_id if len(shown) > limit else None
+    return rows, following
 
 
 async def _describe(redis: RedisClient, keys: Keys, client_id: str) -> SessionInfo:
@@ -319,3 +387,25 @@ async def kick_client(
     finally:
         await forwarder.stop()
     return KickSent(client_id, info.node_id, protocol_name(info.protocol))
+
+
+async def clear_session(node: RouterNode, client_id: str) -> bool:
+    """End the session of ``client_id`` wherever it is kept, as a clean start without
+    expiry followed by a disconnect on ``node`` would: its subscriptions, queue and
+    routes go, on every node. Returns False when it had no session. Raises
+    :class:`SessionInUseError` while the client is connected to a live node (kick it
+    first), :class:`InvalidIdError` for an id that cannot name a client."""
+    check_id(client_id, "client id")
+    redis, keys = node.registry.redis, node.keys
+    info = await SessionStore(redis, keys, SubscriptionStore(redis, keys)).describe(client_id)
+    if info is None:
+        return False
+    _, alive = await _clock(redis, keys)
+    if info.connected and info.node_id in alive:
+        raise SessionInUseError(
+            f"client {client_id!r} is connected to node {info.node_id!r}: kick it first"
+        )
+    # (as the user that made it: the session is bound to that user)
+    await node.connect(client_id, info.username, clean_start=True, authenticate=False)
+    await node.disconnect(client_id)
+    return True

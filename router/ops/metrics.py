@@ -1,6 +1,7 @@
-"""Prometheus metrics and a health check for one running node, over plain HTTP.
+"""Prometheus metrics and a health check for one running node.
 
-``router node run --metrics HOST:PORT`` serves (:func:`serve_metrics`):
+The node's HTTP listener (:mod:`router.web.listener`: ``router node run --http HOST:PORT`` or
+``--metrics HOST:PORT``) serves them:
 
 - ``GET /metrics``: the node's figures in the Prometheus text format, read at scrape
   time (the ``prometheus_client`` library writes it): counters from ``node.stats()`` and
@@ -17,12 +18,10 @@ the few figures that go up and down (routes, connections, the inbox lag) are gau
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable
-from typing import Any, Final
+from collections.abc import Iterable
+from typing import Final
 
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -32,8 +31,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from router.cluster.node import RouterNode
-from router.errors import ListenerError
-from router.mqtt.server import MqttServer, parse_address
+from router.mqtt.server import MqttServer
 
 log = logging.getLogger(__name__)
 
@@ -42,27 +40,26 @@ GAUGES: Final = frozenset(
 )
 """Figures of ``stats()`` that go up and down; every other one is a counter."""
 PING_TIMEOUT: Final = 2.0
-READ_LIMIT: Final = 8192
 
 
 class NodeCollector(Collector):
     """The figures of one node (and its MQTT server) at the last :meth:`refresh`."""
 
     def __init__(self, node: RouterNode, mqtt: MqttServer | None = None) -> None:
-        self._node = node
+        self.node = node
         self._mqtt = mqtt
         self._inbox_lag: int | None = None
 
     async def refresh(self) -> None:
         """Read the figures that need Redis (the inbox lag) before a scrape."""
         try:
-            self._inbox_lag = await self._node.inbox_backlog()
+            self._inbox_lag = await self.node.inbox_backlog()
         except Exception:  # (Redis not answering: the lag is left out of this scrape)
-            log.warning("inbox lag of node %s unread", self._node.node_id, exc_info=True)
+            log.warning("inbox lag of node %s unread", self.node.node_id, exc_info=True)
             self._inbox_lag = None
 
     def collect(self) -> Iterable[Metric]:
-        node = self._node
+        node = self.node
         figures: dict[str, int] = dict(node.stats())
         if self._mqtt is not None:
             figures.update(self._mqtt.stats())
@@ -109,64 +106,3 @@ async def health(node: RouterNode) -> tuple[bool, str]:
     except Exception as exc:
         return False, f"Redis does not answer: {exc!r}"
     return True, "ok"
-
-
-class _MetricsServer:
-    def __init__(self, node: RouterNode, mqtt: MqttServer | None) -> None:
-        self.node = node
-        self.collector = NodeCollector(node, mqtt)
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self.collector)
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            async with asyncio.timeout(10.0):
-                request = await reader.readuntil(b"\r\n\r\n")
-            method, path, *_ = request[:READ_LIMIT].split(b"\r\n", 1)[0].decode().split(" ")
-            status, kind, body = await self.answer(method, path)
-            head = (
-                f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            )
-            writer.write(head.encode() + body)
-            await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError):
-            pass  # (not an HTTP request we answer: the connection just closes)
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
-
-    async def answer(self, method: str, path: str) -> tuple[str, str, bytes]:
-        if method != "GET":
-            return "405 Method Not Allowed", "text/plain", b"only GET\n"
-        path = path.partition("?")[0]
-        if path == "/metrics":
-            await self.collector.refresh()
-            body = generate_latest(self.registry)
-            return "200 OK", "text/plain; version=0.0.4; charset=utf-8", body
-        if path == "/healthz":
-            healthy, why = await health(self.node)
-            status = "200 OK" if healthy else "503 Service Unavailable"
-            return status, "text/plain", why.encode() + b"\n"
-        return "404 Not Found", "text/plain", b"/metrics or /healthz\n"
-
-
-@contextlib.asynccontextmanager
-async def serve_metrics(
-    node: RouterNode, address: str, mqtt: MqttServer | None = None
-) -> AsyncIterator[tuple[str, int]]:
-    """Serve ``/metrics`` and ``/healthz`` for ``node`` on ``HOST:PORT`` (port 0: any free
-    one); yields the bound address. Raises :class:`ListenerError` if it cannot listen."""
-    host, port = parse_address(address)
-    server = _MetricsServer(node, mqtt)
-    try:
-        listener = await asyncio.start_server(server.handle, host, port, limit=READ_LIMIT)
-    except OSError as exc:
-        raise ListenerError(f"cannot serve metrics on {address}: {exc.strerror or exc}") from None
-    bound: Any = listener.sockets[0].getsockname()
-    try:
-        yield bound[0], bound[1]
-    finally:
-        listener.close()
-        await listener.wait_closed()

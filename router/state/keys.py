@@ -178,6 +178,28 @@ class Keys:
         """A node's live figures for ``$SYS`` (see :mod:`router.state.node_figures`)."""
         return self.node(node_id) + ":figures"
 
+    def node_telemetry(self, node_id: str) -> str:
+        """A node's health figures for the dashboard (see :mod:`router.state.node_history`)."""
+        return self.node(node_id) + ":telemetry"
+
+    def node_history(self, node_id: str) -> str:
+        """A node's last hour of traffic samples (see :mod:`router.state.node_history`)."""
+        return self.node(node_id) + ":history"
+
+    # -- the dashboard's accounts ----------------------------------------------------
+
+    def console_users(self) -> str:
+        """The dashboard's users (see :mod:`router.state.console_store`)."""
+        return f"{self.prefix}:{{console}}:users"
+
+    def console_api_keys(self) -> str:
+        """The dashboard's API keys (see :mod:`router.state.console_store`)."""
+        return f"{self.prefix}:{{console}}:keys"
+
+    def console_login(self, token_digest: str) -> str:
+        """One login session of the dashboard, by the digest of its cookie's token."""
+        return f"{self.prefix}:{{console}}:login:{token_digest}"
+
     # -- channels --------------------------------------------------------------------
 
     def channel(self, name: str) -> str:

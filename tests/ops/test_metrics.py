@@ -8,9 +8,9 @@ import asyncio
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from router.ops.metrics import serve_metrics
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
+from router.web.listener import serve_http
 from tests.support import waiting
 from tests.support.nodes import StartNode, take
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"],
 async def get(address: tuple[str, int], path: str) -> tuple[int, str]:
     """(status, body) of a GET, over a plain socket."""
     reader, writer = await asyncio.open_connection(*address)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: test\r\n\r\n".encode())
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n".encode())
     await writer.drain()
     response = await reader.read()
     writer.close()
@@ -46,7 +46,10 @@ async def test_metrics_and_health_of_a_node(
     for _ in range(3):
         await a.publish("news", b"x")
     await take(b, "phone", 3)
-    async with serve_metrics(a, "127.0.0.1:0") as at_a, serve_metrics(b, "127.0.0.1:0") as at_b:
+    async with (
+        serve_http(a, "127.0.0.1:0", api=False) as at_a,
+        serve_http(b, "127.0.0.1:0", api=False) as at_b,
+    ):
         status, text = await get(at_a, "/metrics")
         assert status == 200
         figures = samples(text)

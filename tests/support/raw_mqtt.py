@@ -110,6 +110,21 @@ class RawClient:
             assert isinstance(rel, PubRel)
             self.writer.write(encode(PubComp(rel.packet_id), MQTT_5))
 
+    async def publish_now(self, topic: str, payload: bytes) -> None:
+        """Send a QoS 0 PUBLISH."""
+        self.writer.write(encode(Publish(topic, payload), MQTT_5))
+        await self.writer.drain()
+
+    async def closed(self, deadline: float = WAIT) -> None:
+        """Return once the server closed the connection (packets meanwhile are kept)."""
+        async with asyncio.timeout(deadline):
+            while chunk := await self.reader.read(65536):
+                self.pending += self.packets.feed(chunk)
+
+    def nothing_pending(self) -> bool:
+        """True if no PUBLISH arrived that was not taken."""
+        return not any(isinstance(p, Publish) for p in self.pending)
+
     def drop(self) -> None:
         """Close the socket without DISCONNECT (the session stays, the will would go)."""
         self.writer.close()

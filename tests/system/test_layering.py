@@ -32,9 +32,10 @@ LOWER = {
     "mqtt": {"errors", "core", "state", "cluster"},
     "top": {"errors", "core", "state", "cluster", "mqtt", "top"},
     "ops": {"errors", "core", "state", "cluster", "mqtt", "top"},
+    "web": {"errors", "core", "state", "cluster", "mqtt", "top", "ops"},
     "pipeline": {"errors", "core", "state"},
-    "bench": {"errors", "core", "state", "cluster", "mqtt", "top", "ops", "pipeline"},
-    "cli": {"errors", "core", "state", "cluster", "mqtt", "top", "ops", "pipeline", "bench"},
+    "bench": {"errors", "core", "state", "cluster", "mqtt", "top", "ops", "web", "pipeline"},
+    "cli": {"errors", "core", "state", "cluster", "mqtt", "top", "ops", "web", "pipeline", "bench"},
 }
 # Third-party distributions each room may import (the standard library is always allowed,
 # except in core, below).
@@ -46,6 +47,7 @@ THIRD_PARTY = {
     "mqtt": {"redis", "websockets"},
     "top": {"redis"},
     "ops": {"redis", "fakeredis", "prometheus_client"},
+    "web": {"aiohttp", "redis", "prometheus_client"},
     "pipeline": {"redis", "pyspark", "py4j", "matplotlib"},
     "bench": {"redis", "paho"},
     "cli": {"click", "rich", "redis"},

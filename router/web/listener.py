@@ -1,0 +1,157 @@
+"""The HTTP listener of a node: its application, its routes, and how it starts and stops.
+
+``router node run --http HOST:PORT`` (or :func:`serve_http` from Python) serves, in the
+node's event loop:
+
+- ``/metrics`` and ``/healthz`` (:mod:`router.ops.metrics`), open to every client;
+- ``/api/v1/...``: the JSON API (:mod:`router.web.api_cluster`, ``api_clients``,
+  ``api_topics``, ``api_admin``), behind :mod:`router.web.access`;
+- ``/`` and ``/static/...``: the dashboard, a single page over the API.
+
+``router node run --metrics HOST:PORT`` serves the first two only (:func:`serve_http`
+with ``api=False``). Every error an endpoint raises becomes a JSON reply
+(:mod:`router.web.replies`); the listener never answers with a traceback. While the
+listener serves the API, the node samples its own figures for the dashboard
+(:class:`~router.web.telemetry.Telemetry`, one pipeline every two seconds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+
+from router.cluster.node import RouterNode
+from router.errors import ListenerError
+from router.mqtt.server import MqttServer, parse_address
+from router.ops.metrics import NodeCollector, health
+from router.state.console_store import ConsoleStore
+from router.web import api_admin, api_clients, api_cluster, api_topics
+from router.web.access import Access, access_middleware, is_loopback
+from router.web.context import CONTEXT, WebContext
+from router.web.openapi import openapi_document
+from router.web.replies import MAX_BODY, error_reply
+from router.web.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+STATIC: Final = Path(__file__).resolve().parent / "static"
+PROMETHEUS_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+TELEMETRY_INTERVAL: Final = 2.0
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every error as a JSON reply (HTTP errors of aiohttp itself, such as 404, too)."""
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except web.HTTPException as exc:
+        if exc.status < 400 or not request.path.startswith("/api/"):
+            raise
+        kind = "MethodNotAllowedError" if exc.status == 405 else "NotFoundError"
+        return web.json_response({"error": kind, "message": exc.reason}, status=exc.status)
+    except Exception as exc:
+        return error_reply(exc)
+
+
+@dataclass
+class _Monitoring:
+    collector: NodeCollector
+    registry: CollectorRegistry
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        await self.collector.refresh()
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": PROMETHEUS_TYPE})
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        healthy, why = await health(self.collector.node)
+        return web.Response(text=why + "\n", status=200 if healthy else 503)
+
+
+def build_app(
+    node: RouterNode,
+    mqtt: MqttServer | None = None,
+    *,
+    api: bool = True,
+    loopback: bool = True,
+) -> web.Application:
+    """The application of one listener (``loopback``: whether it listens on a loopback
+    address only, which decides the access without accounts)."""
+    collector = NodeCollector(node, mqtt)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    monitoring = _Monitoring(collector, registry)
+    middlewares: list[Any] = [error_middleware]
+    access = Access(ConsoleStore(node.registry.redis, node.keys), loopback=loopback)
+    if api:
+        middlewares.append(access_middleware(access))
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY)
+    app.router.add_get("/metrics", monitoring.metrics)
+    app.router.add_get("/healthz", monitoring.healthz)
+    if not api:
+        return app
+    app[CONTEXT] = WebContext(node, mqtt, access.console)
+    app.router.add_post("/api/v1/login", access.login)
+    app.router.add_post("/api/v1/logout", access.logout)
+    app.router.add_get("/api/v1/me", access.me)
+    for module in (api_cluster, api_clients, api_topics, api_admin):
+        app.router.add_routes(module.routes)
+    document = openapi_document(app)
+
+    async def describe(request: web.Request) -> web.Response:
+        return web.json_response(document)
+
+    app.router.add_get("/api/v1/openapi.json", describe)
+    app.router.add_get("/", _index)
+    app.router.add_static("/static", STATIC, follow_symlinks=False)
+    return app
+
+
+async def _index(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+@contextlib.asynccontextmanager
+async def serve_http(
+    node: RouterNode,
+    address: str,
+    mqtt: MqttServer | None = None,
+    *,
+    api: bool = True,
+    tls: ssl.SSLContext | None = None,
+    telemetry_interval: float = TELEMETRY_INTERVAL,
+) -> AsyncIterator[tuple[str, int]]:
+    """Serve ``node``'s HTTP listener on ``HOST:PORT`` (port 0: any free one) until the
+    block ends; yields the bound address. ``api=False``: ``/metrics`` and ``/healthz``
+    only. Raises :class:`ListenerError` if it cannot listen."""
+    host, port = parse_address(address)
+    app = build_app(node, mqtt, api=api, loopback=is_loopback(host))
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, ssl_context=tls, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise ListenerError(f"cannot serve HTTP on {address}: {exc.strerror or exc}") from None
+        server: Any = site._server  # (aiohttp keeps the bound sockets there)
+        bound = server.sockets[0].getsockname()
+        if not api:
+            yield bound[0], bound[1]
+            return
+        listeners = [f"{s}://{h}:{p}" for s, h, p in (mqtt.listeners if mqtt else [])]
+        listeners.append(f"{'https' if tls else 'http'}://{bound[0]}:{bound[1]}")
+        async with Telemetry(node, mqtt, listeners, interval=telemetry_interval) as telemetry:
+            app[CONTEXT].telemetry = telemetry
+            yield bound[0], bound[1]
+    finally:
+        await runner.cleanup()
