@@ -1,0 +1,315 @@
+"""Node telemetry for the dashboard: each node samples its own figures, keeps the last
+hour, and publishes them to Redis; any node reads and merges the cluster's.
+
+**Sampling** (:class:`Telemetry`, one asyncio task per node serving HTTP): every
+``interval`` seconds it reads the node's counters (``node.stats()``, ``mqtt.stats()``),
+the process's resident memory (``/proc/self/statm``), its CPU use since the previous
+sample (``time.process_time()`` over the wall time, x100: one core fully busy is 100),
+how late its own sleep woke (the event loop's lag) and the time one Redis PING took. It
+keeps the last ``keep`` traffic samples in memory (1800 at 2 s: the last hour) and writes
+the figures and the sample in one transaction (:class:`NodeHistoryStore`): the figures
+expire after :data:`TTL_INTERVALS` intervals, the history after the hour. A Redis error
+is logged and the next interval goes on; stopping deletes the node's keys.
+
+**The traffic figures** are counters since the node started::
+
+    in        "published"          messages published at this node (its MQTT clients, the
+                                   HTTP API, wills, $SYS): each message counts once, at the
+                                   node where it entered the cluster
+    out       "local_deliveries"   copies handed to this node's sessions (connected or away):
+                                   each delivery counts once, at the node of its subscriber
+    dropped   DROPPED              copies lost: full queues, expired, oversized, a share
+                                   group without members
+
+so the sums across nodes are the cluster's, with nothing counted twice.
+
+**Reading** (:func:`cluster_nodes`, :func:`cluster_overview`): the rows of
+``/api/v1/nodes`` and the figures of ``/api/v1/overview`` (docs/http-api.md). Sums and
+rates add up the live nodes that reported lately (their telemetry hash exists); the
+history is merged on the coarsest sampling interval of those nodes
+(:func:`~router.state.node_history.merge_histories`).
+
+Cost on the node: one PING and one MULTI/EXEC an interval, one read of a small file, and
+``node.stats()`` (which counts the node's routes and sessions' drops: linear in them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import resource
+import sys
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Final
+
+from router.cluster.config import NodeConfig
+from router.cluster.node import RouterNode
+from router.cluster.tasks import stop_task
+from router.mqtt.server import MqttServer
+from router.mqtt.sys_topics import VERSION
+from router.ops.route_view import node_statuses
+from router.state.keys import Keys
+from router.state.node_history import (
+    DEFAULT_INTERVAL,
+    NodeHistoryStore,
+    NodeTelemetry,
+    Rates,
+    TrafficSample,
+    latest_rates,
+    merge_histories,
+)
+from router.state.node_registry import NodeRegistry
+from router.state.scripts import RedisClient
+
+log = logging.getLogger(__name__)
+
+TTL_INTERVALS: Final = 3  # a node's figures outlive this many missed intervals
+MIN_TTL: Final = 1.0  # seconds, however short the interval
+PING_TIMEOUT: Final = 1.0  # seconds; a PING not answered by then: latency unknown (None)
+STATM: Final = "/proc/self/statm"
+DROPPED: Final = (
+    "queue_drops",  # a connected client's queue was full
+    "session_queue_drops",  # an away session's queue in Redis was full
+    "expired_dropped",  # expired while an away session's queue held it
+    "undeliverable",  # a share group with no member left on any node
+    "mqtt_expired_dropped",  # expired before its client could take it
+    "mqtt_oversized_dropped",  # larger than its client's Maximum Packet Size
+)
+"""The counters of ``node.stats()`` and ``mqtt.stats()`` that add up to "dropped"."""
+DEFAULT_HEARTBEAT_TTL_MS: Final = round(NodeConfig.heartbeat_ttl * 1000)
+
+
+def resident_kib() -> int:
+    """The process's resident memory in KiB: ``/proc/self/statm`` where there is one,
+    else the peak resident size (``getrusage``; bytes on macOS, KiB elsewhere)."""
+    try:
+        with open(STATM, "rb") as statm:
+            pages = int(statm.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") // 1024
+    except (OSError, ValueError, IndexError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak // 1024 if sys.platform == "darwin" else peak
+
+
+class Telemetry:
+    """The sampler of one node (see the module docstring); ``async with`` starts it (the
+    first sample at once) and stops it (the node's keys deleted).
+
+    ``listeners``: "scheme://host:port" of the node's listeners, as the dashboard shows
+    them. ``interval``: seconds between samples (> 0). ``keep``: samples kept, in memory
+    and in Redis (>= 2). ``started_at``: the node's start (unix seconds; default now).
+    Raises ``ValueError`` for a bad interval or keep."""
+
+    def __init__(
+        self,
+        node: RouterNode,
+        mqtt: MqttServer | None,
+        listeners: Sequence[str],
+        interval: float = DEFAULT_INTERVAL,
+        keep: int = 1800,
+        *,
+        started_at: float | None = None,
+    ) -> None:
+        if not isinstance(interval, int | float) or not interval > 0:
+            raise ValueError(f"interval must be a number > 0, not {interval!r}")
+        if type(keep) is not int or keep < 2:
+            raise ValueError(f"keep must be an int >= 2, not {keep!r}")
+        self.node = node
+        self.mqtt = mqtt
+        self.listeners = tuple(listeners)
+        self.interval = float(interval)
+        self.keep = keep
+        self.started_at = time.time() if started_at is None else started_at
+        self.store = NodeHistoryStore(node.registry.redis, node.keys)
+        self.latest: NodeTelemetry | None = None  # the figures of the last sample
+        self._samples: collections.deque[TrafficSample] = collections.deque(maxlen=keep)
+        self._task: asyncio.Task[None] | None = None
+        self._cpu = (time.monotonic(), time.process_time())
+
+    @property
+    def history(self) -> list[TrafficSample]:
+        """This node's samples in memory, oldest first (at most ``keep``)."""
+        return list(self._samples)
+
+    def rates(self) -> Rates | None:
+        """This node's rates over its last two samples (None before the second, or
+        right after a counter went down)."""
+        return latest_rates(self._samples)
+
+    async def __aenter__(self) -> Telemetry:
+        self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def start(self) -> None:
+        """Sample now and then every interval, until :meth:`stop` (no-op if running)."""
+        if self._task is None:
+            self._cpu = (time.monotonic(), time.process_time())
+            self._task = asyncio.create_task(self._run(), name=f"telemetry:{self.node.node_id}")
+
+    async def stop(self) -> None:
+        """Stop sampling and delete the node's telemetry and history from Redis. Never
+        raises for Redis trouble (logged: the keys expire anyway). No-op if not running."""
+        if self._task is None:
+            return
+        await stop_task(self._task)
+        self._task = None
+        try:
+            await self.store.delete(self.node.node_id)
+        except Exception:
+            log.warning("telemetry of node %s left behind", self.node.node_id, exc_info=True)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time()
+        while True:
+            lag = max(0.0, loop.time() - due)
+            try:
+                await self.tick(lag)
+            except Exception:
+                log.warning("telemetry of node %s not written", self.node.node_id, exc_info=True)
+            due += self.interval
+            now = loop.time()
+            due = max(due, now)  # (fell behind, the loop stalled: start the grid anew)
+            await asyncio.sleep(due - now)
+
+    def figures(self, lag_s: float, redis_latency_ms: float | None) -> NodeTelemetry:
+        """This node's figures now (CPU use since the previous call)."""
+        stats: dict[str, int] = dict(self.node.stats())
+        if self.mqtt is not None:
+            stats.update(self.mqtt.stats())
+        now, cpu = time.monotonic(), time.process_time()
+        (then, cpu_then), self._cpu = self._cpu, (now, cpu)
+        cpu_percent = 100.0 * max(0.0, cpu - cpu_then) / (now - then) if now > then else 0.0
+        return NodeTelemetry(
+            listeners=self.listeners,
+            started_at=self.started_at,
+            version=VERSION,
+            interval_s=self.interval,
+            heartbeat_ttl_ms=max(0, round(self.node.registry.ttl * 1000)),
+            connections=stats.get("mqtt_connections", 0),
+            sessions=stats.get("mqtt_clients", 0) + stats.get("sessions_away", 0),
+            subscriptions=len(self.node.sessions.trie),
+            routes=stats.get("routes", 0),
+            rss_kib=resident_kib(),
+            cpu_percent=round(cpu_percent, 1),
+            loop_lag_ms=round(lag_s * 1000, 3),
+            redis_latency_ms=redis_latency_ms,
+            messages_in=stats.get("published", 0),
+            messages_out=stats.get("local_deliveries", 0),
+            dropped=sum(stats.get(name, 0) for name in DROPPED),
+        )
+
+    async def tick(self, lag_s: float = 0.0) -> NodeTelemetry:
+        """One interval's work: time a PING, sample, keep the sample, write both to Redis
+        (raises what the write raised; the sample is kept in memory all the same).
+        ``lag_s``: how late this tick started."""
+        latency = await self._ping()
+        telemetry = self.figures(lag_s, latency)
+        sample = TrafficSample(
+            time.time(), telemetry.messages_in, telemetry.messages_out, telemetry.dropped
+        )
+        self._samples.append(sample)
+        self.latest = telemetry
+        ttl = max(TTL_INTERVALS * self.interval, MIN_TTL)
+        await self.store.write(
+            self.node.node_id,
+            telemetry,
+            sample,
+            ttl,
+            self.keep,
+            history_ttl_s=max(self.keep * self.interval, ttl),
+        )
+        return telemetry
+
+    async def _ping(self) -> float | None:
+        """Milliseconds one PING took; None if it failed or took over :data:`PING_TIMEOUT`."""
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(PING_TIMEOUT):
+                await self.store.redis.ping()
+        except Exception:  # (Redis not answering: the write that follows logs it)
+            return None
+        return round((time.perf_counter() - started) * 1000, 3)
+
+
+# -- reading the cluster's -----------------------------------------------------------------
+
+
+async def cluster_nodes(redis: RedisClient, keys: Keys) -> list[dict[str, Any]]:
+    """The rows of ``/api/v1/nodes``: every registered node, alive or not, sorted by id.
+
+    ``alive``, ``routes`` (None without a route set) and ``heartbeat_age_ms`` (since its
+    last heartbeat, by Redis server time; the node's TTL from its telemetry, else the
+    default's) come from the registry; the other figures from the node's telemetry,
+    None for a node that is not alive or wrote none (no HTTP listener). Raises
+    ``RedisError`` when Redis does not answer, :class:`CorruptStateError` for bad state."""
+    statuses = await node_statuses(redis, keys)
+    records = await NodeHistoryStore(redis, keys).read(status.node_id for status in statuses)
+    now = time.time()
+    rows = []
+    for status in statuses:
+        stored = records[status.node_id].telemetry
+        ttl_ms = stored.heartbeat_ttl_ms if stored and stored.heartbeat_ttl_ms else None
+        age = (DEFAULT_HEARTBEAT_TTL_MS if ttl_ms is None else ttl_ms) - status.expires_in_ms
+        shown = stored if status.alive else None
+        rows.append(
+            {
+                "node_id": status.node_id,
+                "alive": status.alive,
+                "listeners": list(shown.listeners) if shown else None,
+                "uptime_s": max(0, int(now - shown.started_at)) if shown else None,
+                "version": shown.version if shown else None,
+                "connections": shown.connections if shown else None,
+                "rss_kib": shown.rss_kib if shown else None,
+                "cpu_percent": shown.cpu_percent if shown else None,
+                "loop_lag_ms": shown.loop_lag_ms if shown else None,
+                "redis_latency_ms": shown.redis_latency_ms if shown else None,
+                "heartbeat_age_ms": max(0, age),
+                "routes": status.routes,
+            }
+        )
+    return rows
+
+
+async def cluster_overview(redis: RedisClient, keys: Keys, retained_count: int) -> dict[str, Any]:
+    """``/api/v1/overview``: ``nodes`` alive and total (registered), the live nodes'
+    ``connections``, ``sessions``, ``subscriptions`` and ``routes`` summed (a filter on
+    two nodes is two routes), ``retained`` (``retained_count``, as given), ``rates`` per
+    second (each live node's last two samples, summed) and their ``history`` merged
+    (oldest first). Raises ``RedisError`` when Redis does not answer,
+    :class:`CorruptStateError` for bad state."""
+    registry = NodeRegistry(redis, keys)
+    nodes = await registry.nodes()
+    live = await NodeHistoryStore(redis, keys).read(node.node_id for node in nodes if node.alive)
+    reporting = [
+        (record.telemetry, record.history)
+        for record in live.values()
+        if record.telemetry is not None
+    ]
+    figures = [telemetry for telemetry, _ in reporting]
+    interval = max((telemetry.interval_s for telemetry in figures), default=DEFAULT_INTERVAL)
+    rates = Rates()
+    for _, history in reporting:
+        rates = rates.plus(latest_rates(history) or Rates())
+    return {
+        "nodes": {"alive": sum(node.alive for node in nodes), "total": len(nodes)},
+        "connections": sum(telemetry.connections for telemetry in figures),
+        "sessions": sum(telemetry.sessions for telemetry in figures),
+        "subscriptions": sum(telemetry.subscriptions for telemetry in figures),
+        "routes": sum(telemetry.routes for telemetry in figures),
+        "retained": retained_count,
+        "rates": rates.as_dict(),
+        "history": merge_histories((h for _, h in reporting), interval).as_dict(),
+    }
