@@ -139,6 +139,11 @@ def bench_cluster(
 @click.option("--skip-mosquitto", is_flag=True, help="Leave mosquitto out.")
 @click.option("--skip-amqtt", is_flag=True, help="Leave amqtt out.")
 @click.option("--acl", help="An ACL file the router nodes run with.")
+@click.option(
+    "--http",
+    is_flag=True,
+    help="The router nodes serve the dashboard and the API too (nobody looking at them).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_mqtt(url: str | None, as_json: bool, **sizes: Any) -> None:
     """MQTT 3.1.1 clients through two router nodes, one node, mosquitto and amqtt at QoS 0

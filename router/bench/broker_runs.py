@@ -24,7 +24,8 @@ that on a machine whose absolute p99 swings from run to run the two still compar
 The router nodes run with ``ROUTER_OPTIONS`` (queues and inflight windows as unbounded
 as mosquitto's here) and, with ``acl``, ``--acl FILE`` (what the ACL's per-delivery
 receive check costs: the file's rules should let every message of the load through, or
-the run reports them lost). With ``ROUTER_BENCH_PROFILE=DIR`` in the environment each node runs
+the run reports them lost); with ``http``, ``--http 127.0.0.1:0`` (the dashboard's listener
+and its sampling, with nobody looking: what the dashboard costs). With ``ROUTER_BENCH_PROFILE=DIR`` in the environment each node runs
 under cProfile and writes ``DIR/<node id>.prof`` when it stops.
 """
 
@@ -104,9 +105,11 @@ class MqttBenchConfig:
     skip_mosquitto: bool = False
     skip_amqtt: bool = False
     acl: str | None = None
+    http: bool = False  # the router nodes serve --http (the dashboard's listener, unwatched)
 
     def router_options(self) -> tuple[str, ...]:
-        return ROUTER_OPTIONS if self.acl is None else (*ROUTER_OPTIONS, "--acl", self.acl)
+        options = ROUTER_OPTIONS if self.acl is None else (*ROUTER_OPTIONS, "--acl", self.acl)
+        return (*options, "--http", "127.0.0.1:0") if self.http else options
 
     def __post_init__(self) -> None:
         check_positive(rate=self.rate, seconds=self.seconds, drain_seconds=self.drain_seconds)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import aiohttp.web
 import pytest
 
 from router.cluster.node import RouterNode
@@ -23,7 +24,7 @@ from router.mqtt.settings import MqttSettings
 from router.state.console_store import ConsoleStore
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
-from router.web.listener import serve_http
+from router.web.listener import build_app, serve_http
 from tests.support import waiting
 from tests.support.nodes import StartNode
 from tests.support.raw_mqtt import RawClient
@@ -430,3 +431,25 @@ async def test_bans_users_and_rules(sites: list[Site], http: aiohttp.ClientSessi
     assert (status, error["error"]) == (400, "AclRuleError")
     status, removed = await call(http, "DELETE", a.url + "/api/v1/acl", json=rule, headers=headers)
     assert removed == {"position": 1}
+
+
+async def test_a_network_listener_refuses_everyone_until_an_account_exists(
+    start_node: StartNode, http: aiohttp.ClientSession, redis_client: RedisClient, keys: Keys
+) -> None:
+    node = await start_node("net")
+    runner = aiohttp.web.AppRunner(build_app(node, loopback=False))
+    await runner.setup()
+    try:
+        site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        status, error = await call(http, "GET", url + "/api/v1/me")
+        assert (status, error["error"]) == (403, "AccessDeniedError")
+        assert "router dashboard users add" in error["message"]
+        async with http.get(url + "/healthz") as response:
+            assert response.status == 200  # (monitoring stays open)
+        await ConsoleStore(redis_client, keys).add_user("root", "pw-root", "admin")
+        status, error = await call(http, "GET", url + "/api/v1/me")
+        assert (status, error["error"]) == (401, "LoginRequiredError")
+    finally:
+        await runner.cleanup()
