@@ -24,9 +24,10 @@ that on a machine whose absolute p99 swings from run to run the two still compar
 The router nodes run with ``ROUTER_OPTIONS`` (queues and inflight windows as unbounded
 as mosquitto's here) and, with ``acl``, ``--acl FILE`` (what the ACL's per-delivery
 receive check costs: the file's rules should let every message of the load through, or
-the run reports them lost); with ``http``, ``--http 127.0.0.1:0`` (the dashboard's listener
-and its sampling, with nobody looking: what the dashboard costs). With ``ROUTER_BENCH_PROFILE=DIR`` in the environment each node runs
-under cProfile and writes ``DIR/<node id>.prof`` when it stops.
+the run reports them lost); with ``http``, ``--http 127.0.0.1:0`` (the dashboard's
+listener and its sampling, with nobody looking: what the dashboard costs). With
+``ROUTER_BENCH_PROFILE=DIR`` in the environment each node runs under cProfile and writes
+``DIR/<node id>.prof`` when it stops.
 """
 
 from __future__ import annotations

@@ -187,6 +187,11 @@ class RouteMirror:
         state = self._nodes.get(node_id)
         return None if state is None else (state.generation, state.version)
 
+    def route_count(self, node_id: str) -> int:
+        """How many routes a loaded node has (0: none, or not loaded)."""
+        state = self._nodes.get(node_id)
+        return len(state.routes) if state is not None else 0
+
     def routes(self, node_id: str) -> dict[TopicFilter, int]:
         """A copy of one node's routes: route -> count."""
         state = self._nodes.get(node_id)

@@ -19,12 +19,19 @@ routes = web.RouteTableDef()
 
 @routes.get("/api/v1/overview")
 async def overview(request: web.Request) -> web.Response:
-    node = context_of(request).node
+    """The cluster's figures and rates, with the last hour of its traffic; ``topics`` is
+    the number of distinct filters subscribed in the cluster (from this node's mirror)."""
+    context = context_of(request)
+    node = context.node
     retained = await node.retained.size()
-    return reply(await cluster_overview(node.registry.redis, node.keys, retained))
+    figures = await cluster_overview(node.registry.redis, node.keys, retained)
+    figures["topics"] = context.topics()
+    return reply(figures)
 
 
 @routes.get("/api/v1/nodes")
 async def nodes(request: web.Request) -> web.Response:
+    """Every registered node, alive or not, with its health figures."""
     node = context_of(request).node
-    return page(await cluster_nodes(node.registry.redis, node.keys), None)
+    counts = {node_id: node.mirror.route_count(node_id) for node_id in node.mirror.nodes()}
+    return page(await cluster_nodes(node.registry.redis, node.keys, counts), None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Final
 
@@ -11,6 +12,8 @@ from router.cluster.node import RouterNode
 from router.mqtt.server import MqttServer
 from router.state.console_store import ConsoleStore
 from router.web.telemetry import Telemetry
+
+TOPICS_SECONDS: Final = 10.0
 
 
 @dataclass
@@ -22,6 +25,17 @@ class WebContext:
     mqtt: MqttServer | None
     console: ConsoleStore
     telemetry: Telemetry | None = None
+    _topics: tuple[float, int] = (-TOPICS_SECONDS, 0)  # (when counted, the count)
+
+    def topics(self) -> int:
+        """Distinct filters subscribed in the cluster (this node's mirror), counted at
+        most every :data:`TOPICS_SECONDS`: a count walks the whole route table."""
+        counted_at, count = self._topics
+        now = time.monotonic()
+        if now - counted_at >= TOPICS_SECONDS:
+            count = len(self.node.mirror.table())
+            self._topics = (now, count)
+        return count
 
 
 CONTEXT: Final = web.AppKey("router", WebContext)

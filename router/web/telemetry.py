@@ -42,7 +42,7 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final
 
@@ -51,7 +51,6 @@ from router.cluster.node import RouterNode
 from router.cluster.tasks import stop_task
 from router.mqtt.server import MqttServer
 from router.mqtt.sys_topics import VERSION
-from router.ops.route_view import node_statuses
 from router.state.keys import Keys
 from router.state.node_history import (
     DEFAULT_INTERVAL,
@@ -247,27 +246,34 @@ class Telemetry:
 # -- reading the cluster's -----------------------------------------------------------------
 
 
-async def cluster_nodes(redis: RedisClient, keys: Keys) -> list[dict[str, Any]]:
+async def cluster_nodes(
+    redis: RedisClient, keys: Keys, route_counts: Mapping[str, int] | None = None
+) -> list[dict[str, Any]]:
     """The rows of ``/api/v1/nodes``: every registered node, alive or not, sorted by id.
 
-    ``alive``, ``routes`` (None without a route set) and ``heartbeat_age_ms`` (since its
-    last heartbeat, by Redis server time; the node's TTL from its telemetry, else the
-    default's) come from the registry; the other figures from the node's telemetry,
-    None for a node that is not alive or wrote none (no HTTP listener). Raises
-    ``RedisError`` when Redis does not answer, :class:`CorruptStateError` for bad state."""
-    statuses = await node_statuses(redis, keys)
-    records = await NodeHistoryStore(redis, keys).read(status.node_id for status in statuses)
+    ``alive`` and ``heartbeat_age_ms`` (since its last heartbeat, by Redis server time;
+    the node's TTL from its telemetry, else the default's) come from the registry;
+    ``routes`` from ``route_counts`` (the asking node's mirror: no route set is read),
+    else from the node's telemetry; the other figures from the node's telemetry, None for
+    a node that is not alive or wrote none (no HTTP listener). Raises ``RedisError`` when
+    Redis does not answer, :class:`CorruptStateError` for bad state."""
+    registered = await NodeRegistry(redis, keys).nodes()
+    records = await NodeHistoryStore(redis, keys).read(info.node_id for info in registered)
     now = time.time()
     rows = []
-    for status in statuses:
-        stored = records[status.node_id].telemetry
+    for info in sorted(registered, key=lambda i: i.node_id):
+        stored = records[info.node_id].telemetry
         ttl_ms = stored.heartbeat_ttl_ms if stored and stored.heartbeat_ttl_ms else None
-        age = (DEFAULT_HEARTBEAT_TTL_MS if ttl_ms is None else ttl_ms) - status.expires_in_ms
-        shown = stored if status.alive else None
+        expires_in_ms = info.expires_ms - info.now_ms
+        age = (DEFAULT_HEARTBEAT_TTL_MS if ttl_ms is None else ttl_ms) - expires_in_ms
+        shown = stored if info.alive else None
+        routes = None if route_counts is None else route_counts.get(info.node_id)
+        if routes is None and shown is not None:
+            routes = shown.routes
         rows.append(
             {
-                "node_id": status.node_id,
-                "alive": status.alive,
+                "node_id": info.node_id,
+                "alive": info.alive,
                 "listeners": list(shown.listeners) if shown else None,
                 "uptime_s": max(0, int(now - shown.started_at)) if shown else None,
                 "version": shown.version if shown else None,
@@ -277,7 +283,7 @@ async def cluster_nodes(redis: RedisClient, keys: Keys) -> list[dict[str, Any]]:
                 "loop_lag_ms": shown.loop_lag_ms if shown else None,
                 "redis_latency_ms": shown.redis_latency_ms if shown else None,
                 "heartbeat_age_ms": max(0, age),
-                "routes": status.routes,
+                "routes": routes,
             }
         )
     return rows

@@ -148,7 +148,9 @@ async def test_the_cluster_adds_up_its_live_nodes(
         assert (overview["subscriptions"], overview["routes"]) == (1, 1)
         assert no_negative(overview)
         assert at_a.rates() is not None and at_b.rates() is not None
-        rows = {row["node_id"]: row for row in await cluster_nodes(redis_client, keys)}
+        counts = {node_id: a.mirror.route_count(node_id) for node_id in a.mirror.nodes()}
+        found = await cluster_nodes(redis_client, keys, counts)
+        rows = {row["node_id"]: row for row in found}
         assert list(rows) == ["a", "b", "quiet"]
         assert rows["a"]["listeners"] == http and rows["b"]["routes"] == 1
         quiet_row = rows["quiet"]  # alive, without an HTTP listener: figures unknown
