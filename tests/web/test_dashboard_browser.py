@@ -1,0 +1,345 @@
+"""The dashboard in a real browser (Debian's chromium through Playwright) against two real
+``router node run --mqtt ... --http ...`` processes sharing one redis-server.
+
+An admin made with ``router dashboard users add`` logs in on node n1's dashboard and
+works the cluster with it while paho-mqtt clients watch from the MQTT side: both nodes
+listed; a client of n2 found by its id, opened and kicked (its connection ends); a
+publish from the form reaching a subscriber of n2; the overview's in-rate rising under
+a publisher's load; the other pages each shown and used once. Every page is saved in
+``test-artifacts/screenshots/`` (:mod:`tests.support.browser`). Waits have deadlines;
+nothing sleeps a guessed time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from uuid import uuid4
+
+import pytest
+from playwright.sync_api import Locator, Page, expect
+
+from router.state.keys import Keys
+from tests.support.browser import PHONE_VIEWPORT, BrowserPage, OpenPage
+from tests.support.cli import ROUTER_SCRIPT, TIMEOUT, Process, delete_namespace
+from tests.support.mqtt import V5, Paho, mqtt_node, routed_to
+from tests.support.waiting import pace
+
+ADMIN = "dash-admin"
+PASSWORD = "correct horse battery staple"
+LOAD_RATE = 100.0
+"""Messages per second of the publisher whose rate the overview must show."""
+RATE_WAIT_MS = 30_000
+"""Rates come from samples every 2 s, polled every 2 s: a few rounds, on a busy machine."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Two nodes: their dashboards' base URLs and their MQTT ports, n1 first."""
+
+    http: tuple[str, str]
+    mqtt: tuple[int, int]
+
+
+def http_url(process: Process) -> str:
+    """The base URL a started node logged (``HTTP on http://HOST:PORT``)."""
+    for line in process.stderr_lines:
+        found = re.search(r"HTTP on (https?://\S+)", line)
+        if found is not None:
+            return found.group(1) + "/"
+    raise AssertionError(f"no 'HTTP on' line; saw {process.stderr_lines}")
+
+
+def add_admin(env: dict[str, str]) -> None:
+    """``router dashboard users add ADMIN --role admin --password-stdin``, as an operator."""
+    done = subprocess.run(
+        [str(ROUTER_SCRIPT), "dashboard", "users", "add", ADMIN, "--role", "admin",
+         "--password-stdin"],
+        input=PASSWORD + "\n", env={**os.environ, **env}, capture_output=True, text=True,
+        timeout=TIMEOUT, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture(scope="module")
+def cluster(redis_standalone_url: str) -> Iterator[Cluster]:
+    """n1 and n2 on the session's redis-server, in a namespace of the module's own, with
+    one dashboard admin; stopped and the namespace deleted after the module."""
+    keys = Keys(prefix=f"t{uuid4().hex[:12]}")
+    env = {"ROUTER_REDIS_URL": redis_standalone_url, "ROUTER_PREFIX": keys.prefix}
+    http = ("--http", "127.0.0.1:0")
+    try:
+        add_admin(env)
+        with (
+            mqtt_node("n1", env, *http) as (one, mqtt_one),
+            mqtt_node("n2", env, *http) as (two, mqtt_two),
+        ):
+            yield Cluster((http_url(one), http_url(two)), (mqtt_one, mqtt_two))
+    finally:
+        delete_namespace(redis_standalone_url, keys)
+
+
+def tagged(name: str) -> str:
+    """The selector of the elements whose ``data-test`` is ``name``."""
+    return f'[data-test="{name}"]'
+
+
+def log_in(dash: BrowserPage) -> Page:
+    """Open the dashboard (the login page: an account exists), log in as the admin and
+    land on the overview."""
+    page = dash.visit("", ready=tagged("login-user"), name="login")
+    page.fill(tagged("login-user"), ADMIN)
+    page.fill(tagged("login-password"), PASSWORD)
+    page.click(tagged("login-submit"))
+    expect(page.locator(tagged("rate-in"))).to_be_visible()
+    expect(page.locator(tagged("who"))).to_contain_text(f"{ADMIN} (admin)")
+    return page
+
+
+def confirm(dash: BrowserPage, name: str) -> None:
+    """Answer the confirmation dialog with Confirm (saving it as ``name``)."""
+    dialog = dash.page.locator(tagged("confirm-dialog"))
+    expect(dialog).to_be_visible()
+    dash.shot(name)
+    dialog.locator(tagged("confirm")).click()
+    expect(dialog).to_be_hidden()
+
+
+@contextlib.contextmanager
+def publishing(port: int, topic: str, rate: float) -> Iterator[None]:
+    """A paho publisher on ``port`` sending QoS 0 to ``topic`` at ``rate`` per second
+    until the block ends."""
+    publisher = Paho(port, f"load-{uuid4().hex[:6]}", V5)
+    assert publisher.connected()[0] == 0
+    stop = threading.Event()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        start, seq = time.monotonic(), 0
+        try:
+            while not stop.is_set():
+                publisher.publish(topic, b"tick", 0)
+                seq += 1
+                pace(start, seq, rate)
+        except BaseException as error:  # (reported by the test's thread)
+            failed.append(error)
+
+    thread = threading.Thread(target=run, name="dashboard-load")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(TIMEOUT)
+        publisher.close()
+    assert not failed, failed
+
+
+def shown_after(page: Page, button: str, wanted: Locator) -> None:
+    """Click ``button`` (a page's refresh) until ``wanted`` shows: what MQTT clients
+    changed reaches Redis around their acknowledgement, not necessarily before it."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        page.click(button)
+        try:
+            expect(wanted.first).to_be_visible(timeout=500)
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+
+
+def shown_number(page: Page, selector: str) -> float:
+    text = page.locator(selector).inner_text().replace(",", "")
+    return float(text) if re.fullmatch(r"-?[\d.]+", text) else 0.0
+
+
+def test_an_admin_works_the_cluster_from_the_dashboard(
+    cluster: Cluster, open_page: OpenPage
+) -> None:
+    dash = open_page(cluster.http[0])
+    log_in(dash)
+    both_nodes_listed(dash)
+    a_client_found_opened_and_kicked(dash, cluster.mqtt[1])
+    a_publish_from_the_form_reaches_a_subscriber(dash, *cluster.mqtt)
+    the_in_rate_shows_a_publishers_load(dash, cluster.mqtt[0])
+    a_retained_message_listed_and_deleted(dash, cluster.mqtt[0])
+    a_ban_added_and_lifted(dash)
+    a_user_and_a_rule_added_and_removed(dash)
+    assert dash.errors == []
+
+
+def both_nodes_listed(dash: BrowserPage) -> None:
+    page = dash.visit("#/nodes", ready=tagged("node-row"))
+    expect(page.locator(tagged("node-row"))).to_have_count(2)
+    for node_id in ("n1", "n2"):
+        row = page.locator(f'{tagged("node-row")}[data-node-id="{node_id}"]')
+        expect(row).to_contain_text("alive")
+        expect(row).not_to_have_class(re.compile(r"\bdead\b"))
+
+
+def a_client_found_opened_and_kicked(dash: BrowserPage, port: int) -> None:
+    """A client of n2 found by its id, opened, kicked after confirming: its connection ends."""
+    kicked = Paho(port, "dash-kick-me", V5)
+    try:
+        assert kicked.connected()[0] == 0
+        page = dash.visit("#/clients", ready=tagged("client-search"), name="clients-all")
+        page.fill(tagged("client-search"), "dash-kick")
+        row = page.locator(f'{tagged("client-row")}[data-client-id="dash-kick-me"]')
+        expect(row).to_contain_text("n2")
+        expect(page.locator(tagged("client-row"))).to_have_count(1)
+        dash.shot("clients")
+        row.click()
+        expect(page.locator(tagged("client-id"))).to_have_text("dash-kick-me")
+        expect(page.locator(tagged("client-session"))).to_contain_text("connected")
+        dash.shot("client")
+        page.click(tagged("kick"))
+        confirm(dash, "client-kick-confirm")
+        assert kicked.expect_disconnect() == 0x98  # administrative action
+        expect(page.locator(tagged("action-result"))).to_contain_text("Kicked from node n2")
+        dash.shot("client-kicked")
+    finally:
+        kicked.close()
+
+
+def a_publish_from_the_form_reaches_a_subscriber(
+    dash: BrowserPage, port_one: int, port_two: int
+) -> None:
+    """The form on n1 reaches a subscriber of n2; the route and the match tool show it."""
+    subscriber = Paho(port_two, "dash-sub", V5)
+    prober = Paho(port_one, "dash-probe", V5)
+    try:
+        assert subscriber.connected()[0] == 0 and prober.connected()[0] == 0
+        assert subscriber.subscribe("dash/#", 1) == [1]
+        routed_to(prober, "dash/probe", subscriber)  # n1 knows the route to n2
+        page = dash.visit("#/publish", ready=tagged("publish-topic"), name="publish-form")
+        page.fill(tagged("publish-topic"), "dash/news")
+        page.fill(tagged("publish-payload"), "hello from the dashboard")
+        page.select_option(tagged("publish-qos"), "1")
+        page.click(tagged("publish-submit"))
+        expect(page.locator(tagged("publish-result"))).to_contain_text("n2")
+        dash.shot("publish")
+        [message] = subscriber.take(1)
+        assert (message.topic, message.payload, message.qos) == (
+            "dash/news",
+            b"hello from the dashboard",
+            1,
+        )
+
+        page = dash.visit("#/subscriptions", ready=tagged("route-row"), name="subscriptions-routes")
+        expect(page.locator(tagged("routes-table"))).to_contain_text("dash/#")
+        page.fill(tagged("match-topic"), "dash/news")
+        page.click(tagged("match-submit"))
+        expect(page.locator(tagged("match-nodes"))).to_have_text("n2")
+        expect(page.locator(tagged("match-filters"))).to_contain_text("dash/#")
+        dash.shot("subscriptions")
+    finally:
+        prober.close()
+        subscriber.close()
+
+
+def the_in_rate_shows_a_publishers_load(dash: BrowserPage, port: int) -> None:
+    """The overview's in-rate reaches a third of a steady publisher's rate (start-up
+    ``$SYS`` messages alone stay far below it)."""
+    with publishing(port, "load/tick", LOAD_RATE):
+        page = dash.visit("#/overview", ready=tagged("rate-in"), name="overview-start")
+        page.wait_for_function(
+            """(least) => {
+                const shown = document.querySelector('[data-test="rate-in"]');
+                return shown !== null && parseFloat(shown.textContent.replace(/,/g, "")) >= least;
+            }""",
+            arg=LOAD_RATE / 3,
+            timeout=RATE_WAIT_MS,
+        )
+        assert shown_number(page, tagged("rate-in")) >= LOAD_RATE / 3
+        dash.shot("overview")
+
+
+def a_retained_message_listed_and_deleted(dash: BrowserPage, port: int) -> None:
+    keeper = Paho(port, "dash-keeper", V5)
+    try:
+        assert keeper.connected()[0] == 0
+        keeper.publish("dash/kept", b"kept for later", 1, retain=True)
+    finally:
+        keeper.close()
+    page = dash.visit("#/retained", ready=tagged("retained-filter"), name="retained-form")
+    page.fill(tagged("retained-filter"), "dash/#")
+    kept = page.locator(tagged("retained-row"), has_text="dash/kept")
+    shown_after(page, tagged("retained-search"), kept)
+    expect(kept).to_contain_text("kept for later")
+    dash.shot("retained")
+    kept.locator(tagged("retained-delete")).click()
+    confirm(dash, "retained-delete-confirm")
+    expect(kept).to_have_count(0)
+
+
+def a_ban_added_and_lifted(dash: BrowserPage) -> None:
+    page = dash.visit("#/bans", ready=tagged("ban-value"), name="bans-form")
+    page.select_option(tagged("ban-kind"), "client")
+    page.fill(tagged("ban-value"), "dash-banned")
+    page.fill(tagged("ban-seconds"), "600")
+    page.fill(tagged("ban-reason"), "from the browser test")
+    page.click(tagged("ban-add"))
+    ban = page.locator(tagged("ban-row"), has_text="dash-banned")
+    expect(ban).to_contain_text("from the browser test")
+    dash.shot("bans")
+    ban.locator(tagged("ban-remove")).click()
+    confirm(dash, "bans-remove-confirm")
+    expect(ban).to_have_count(0)
+
+
+def a_user_and_a_rule_added_and_removed(dash: BrowserPage) -> None:
+    """An MQTT user added, its password changed, removed; an ACL rule added, removed."""
+    page = dash.visit("#/users", ready=tagged("user-name"), name="users-form")
+    page.fill(tagged("user-name"), "dash-mqtt-user")
+    page.fill(tagged("user-password"), "first password")
+    page.click(tagged("user-add"))
+    user = page.locator(f'{tagged("user-row")}[data-user="dash-mqtt-user"]')
+    expect(user).to_be_visible()
+    user.locator(tagged("user-passwd")).click()
+    user.locator(tagged("user-new-password")).fill("second password")
+    user.locator(tagged("user-password-save")).click()
+    expect(page.locator(tagged("info"))).to_contain_text("dash-mqtt-user")
+    page.fill(tagged("acl-rule"), "allow user dash-mqtt-user publish dash/#")
+    page.click(tagged("acl-add"))
+    rule = page.locator(tagged("acl-row"), has_text="user dash-mqtt-user publish dash/#")
+    expect(rule).to_be_visible()
+    dash.shot("users")
+    rule.locator(tagged("acl-remove")).click()
+    confirm(dash, "users-rule-remove-confirm")
+    expect(rule).to_have_count(0)
+    user.locator(tagged("user-remove")).click()
+    confirm(dash, "users-remove-confirm")
+    expect(user).to_have_count(0)
+
+
+def test_a_login_holds_on_every_node_and_a_phone_folds_the_menu(
+    cluster: Cluster, open_page: OpenPage
+) -> None:
+    dash = open_page(cluster.http[0], viewport=PHONE_VIEWPORT, label="phone")
+    page = log_in(dash)
+    dash.base_url = cluster.http[1]  # the same cookie on n2: the login is kept in Redis
+    dash.visit("#/overview", ready=tagged("rate-in"), name="overview")
+    expect(page.locator(tagged("who"))).to_contain_text(ADMIN)
+    nav = page.locator(tagged("nav"))
+    expect(nav).to_be_hidden()
+    page.click(tagged("nav-toggle"))
+    expect(nav).to_be_visible()
+    dash.shot("menu")
+    page.click(tagged("nav-nodes"))
+    expect(page.locator(tagged("node-row"))).to_have_count(2)
+    expect(nav).to_be_hidden()
+    dash.shot("nodes")
+
+    page.click(tagged("logout"))
+    expect(page.locator(tagged("login-user"))).to_be_visible()
+    page.goto(cluster.http[0] + "#/clients")  # logged out on every node
+    expect(page.locator(tagged("login-user"))).to_be_visible()
+    dash.shot("logged-out")
+    assert dash.errors == []
