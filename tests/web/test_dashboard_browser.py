@@ -32,6 +32,7 @@ from tests.support.mqtt import V5, Paho, mqtt_node, routed_to
 from tests.support.waiting import pace
 
 ADMIN = "dash-admin"
+VIEWER = "dash-viewer"
 PASSWORD = "correct horse battery staple"
 LOAD_RATE = 100.0
 """Messages per second of the publisher whose rate the overview must show."""
@@ -56,10 +57,10 @@ def http_url(process: Process) -> str:
     raise AssertionError(f"no 'HTTP on' line; saw {process.stderr_lines}")
 
 
-def add_admin(env: dict[str, str]) -> None:
-    """``router dashboard users add ADMIN --role admin --password-stdin``, as an operator."""
+def add_account(env: dict[str, str], name: str, role: str) -> None:
+    """``router dashboard users add NAME --role ROLE --password-stdin``, as an operator."""
     done = subprocess.run(
-        [str(ROUTER_SCRIPT), "dashboard", "users", "add", ADMIN, "--role", "admin",
+        [str(ROUTER_SCRIPT), "dashboard", "users", "add", name, "--role", role,
          "--password-stdin"],
         input=PASSWORD + "\n", env={**os.environ, **env}, capture_output=True, text=True,
         timeout=TIMEOUT, check=False,
@@ -70,12 +71,13 @@ def add_admin(env: dict[str, str]) -> None:
 @pytest.fixture(scope="module")
 def cluster(redis_standalone_url: str) -> Iterator[Cluster]:
     """n1 and n2 on the session's redis-server, in a namespace of the module's own, with
-    one dashboard admin; stopped and the namespace deleted after the module."""
+    a dashboard admin and a viewer; stopped and the namespace deleted after the module."""
     keys = Keys(prefix=f"t{uuid4().hex[:12]}")
     env = {"ROUTER_REDIS_URL": redis_standalone_url, "ROUTER_PREFIX": keys.prefix}
     http = ("--http", "127.0.0.1:0")
     try:
-        add_admin(env)
+        add_account(env, ADMIN, "admin")
+        add_account(env, VIEWER, "viewer")
         with (
             mqtt_node("n1", env, *http) as (one, mqtt_one),
             mqtt_node("n2", env, *http) as (two, mqtt_two),
@@ -90,15 +92,15 @@ def tagged(name: str) -> str:
     return f'[data-test="{name}"]'
 
 
-def log_in(dash: BrowserPage) -> Page:
-    """Open the dashboard (the login page: an account exists), log in as the admin and
-    land on the overview."""
+def log_in(dash: BrowserPage, user: str = ADMIN, role: str = "admin") -> Page:
+    """Open the dashboard (the login page: accounts exist), log in and land on the
+    overview."""
     page = dash.visit("", ready=tagged("login-user"), name="login")
-    page.fill(tagged("login-user"), ADMIN)
+    page.fill(tagged("login-user"), user)
     page.fill(tagged("login-password"), PASSWORD)
     page.click(tagged("login-submit"))
     expect(page.locator(tagged("rate-in"))).to_be_visible()
-    expect(page.locator(tagged("who"))).to_contain_text(f"{ADMIN} (admin)")
+    expect(page.locator(tagged("who"))).to_contain_text(f"{user} ({role})")
     return page
 
 
@@ -231,6 +233,11 @@ def a_publish_from_the_form_reaches_a_subscriber(
             b"hello from the dashboard",
             1,
         )
+        page.fill(tagged("publish-topic"), "dash/+/news")  # the API's refusal is shown
+        page.click(tagged("publish-submit"))
+        expect(page.locator(tagged("publish-error"))).to_contain_text("InvalidTopicError")
+        expect(page.locator(tagged("publish-result"))).to_be_hidden()
+        dash.shot("publish-refused")
 
         page = dash.visit("#/subscriptions", ready=tagged("route-row"), name="subscriptions-routes")
         expect(page.locator(tagged("routes-table"))).to_contain_text("dash/#")
@@ -342,4 +349,18 @@ def test_a_login_holds_on_every_node_and_a_phone_folds_the_menu(
     page.goto(cluster.http[0] + "#/clients")  # logged out on every node
     expect(page.locator(tagged("login-user"))).to_be_visible()
     dash.shot("logged-out")
+    assert dash.errors == []
+
+
+def test_a_viewer_reads_and_is_offered_no_change(cluster: Cluster, open_page: OpenPage) -> None:
+    dash = open_page(cluster.http[1], label="viewer")
+    page = log_in(dash, VIEWER, "viewer")
+    dash.visit("#/nodes", ready=tagged("node-row"))
+    page = dash.visit("#/bans", ready=tagged("bans-table"))
+    expect(page.locator(tagged("ban-form"))).to_be_hidden()
+    page = dash.visit("#/users", ready=tagged("users-table"))
+    expect(page.locator(tagged("user-form"))).to_be_hidden()
+    expect(page.locator(tagged("acl-form"))).to_be_hidden()
+    page = dash.visit("#/publish", ready=tagged("publish-viewer"))
+    expect(page.locator(tagged("publish-form"))).to_be_hidden()
     assert dash.errors == []

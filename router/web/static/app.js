@@ -446,7 +446,9 @@ document.addEventListener("alpine:init", () => {
           topic: this.topic, payload: this.payload, encoding: this.encoding,
           qos: Number(this.qos), retain: this.retain,
         });
-        this.result = `Published (id ${answer.id}) to ${fmt.list(answer.nodes)}.`;
+        const nodes = answer.nodes || [];
+        this.result = nodes.length ? `Published (id ${answer.id}) to ${fmt.list(nodes)}.`
+          : `Published (id ${answer.id}); no node has a subscriber for it.`;
       } catch (err) {
         this.error = describe(err);
       } finally {
