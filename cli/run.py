@@ -225,6 +225,13 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
     help="Retained topics beyond which this node stores no new one (0: no limit).",
 )
 @setting(
+    "--retained-max-bytes",
+    type=click.IntRange(min=0),
+    default=_DEFAULTS.retained.max_bytes,
+    help="Bytes the cluster's retained messages may hold in Redis, beyond which this node "
+    "stores no message that grows them (0: no limit).",
+)
+@setting(
     "--retained-clear-interval",
     type=click.FloatRange(min=0.0),
     default=_DEFAULTS.retained.clear_interval,
@@ -259,6 +266,7 @@ def node_run(
     traffic_sample: float,
     retained_max_payload: int,
     retained_max_count: int,
+    retained_max_bytes: int,
     retained_clear_interval: float,
     log_level: str,
     mqtt_listeners: tuple[str, ...],
@@ -304,6 +312,7 @@ def node_run(
     retained = RetainedConfig(
         max_payload=retained_max_payload,
         max_count=retained_max_count,
+        max_bytes=retained_max_bytes,
         clear_interval=retained_clear_interval,
     )
 

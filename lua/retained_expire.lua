@@ -3,7 +3,8 @@
 -- KEYS[2] = the shard's messages hash
 -- KEYS[3] = the shard's expiry sorted set (topic -> expiry time, server ms)
 -- ARGV[1] = the most messages to delete (>= 1)
--- returns the number of messages deleted
+-- returns {deleted, freed}: the number of messages deleted and the bytes their packed
+--         messages held
 -- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (a key holds
 --         another type); nothing is changed then
 --! include keys
@@ -21,9 +22,11 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, limit)
 local deleted = 0
+local freed = 0
 for _, topic in ipairs(expired) do
+  freed = freed + redis.call('HSTRLEN', KEYS[2], topic)
   deleted = deleted + redis.call('HDEL', KEYS[2], topic)
   redis.call('ZREM', KEYS[1], topic)
   redis.call('ZREM', KEYS[3], topic)
 end
-return deleted
+return {deleted, freed}

@@ -14,7 +14,8 @@
 -- returns {done, last, examined, ...}: done is 1 when the range is exhausted, last the
 --   last topic looked at ('' if none), examined how many topics were looked at; then for
 --   'read' a flat list of topic, packed message, ms to expiry (-1: never) per visible
---   match; for 'delete' the number of matches deleted (expired ones included)
+--   match; for 'delete' the number of matches deleted (expired ones included) and the
+--   bytes their packed messages held
 -- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (a key holds
 --         another type); nothing is changed then
 --! include keys
@@ -68,6 +69,7 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local result = {0, '', 0}
 local deleted = 0
+local freed = 0
 
 -- Returns true once the read limit is reached.
 local function visit(topic)
@@ -77,6 +79,7 @@ local function visit(topic)
     return false
   end
   if deleting then
+    freed = freed + redis.call('HSTRLEN', KEYS[2], topic)
     deleted = deleted + redis.call('HDEL', KEYS[2], topic)
     redis.call('ZREM', KEYS[1], topic)
     redis.call('ZREM', KEYS[3], topic)
@@ -104,6 +107,7 @@ local function finish(done)
   result[1] = done
   if deleting then
     result[4] = deleted
+    result[5] = freed
   end
   return result
 end

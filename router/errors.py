@@ -271,6 +271,19 @@ class RetainedStoreFullError(RouterError):
         super().__init__(f"the retained store is full ({max_count} topics): {topic!r} refused")
 
 
+class RetainedBytesFullError(RetainedStoreFullError):
+    """The store's messages hold ``max_bytes``: a message that would grow them is refused
+    (nothing changed); one that replaces a message of its size or larger still goes."""
+
+    def __init__(self, topic: str, max_bytes: int) -> None:
+        RouterError.__init__(
+            self, f"the retained store is full ({max_bytes} bytes): {topic!r} refused"
+        )
+        self.topic = topic
+        self.max_count = 0
+        self.max_bytes = max_bytes
+
+
 class RetainedPayloadTooLargeError(RouterError, ValueError):
     """A payload above ``max_payload`` bytes is not retained (nothing changed)."""
 

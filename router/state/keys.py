@@ -259,6 +259,10 @@ class Keys:
         base = f"{self.prefix}:{{retained}}"
         return [base + ":shards", base + ":counts", base + ":total"]
 
+    def retained_bytes(self) -> str:
+        """The bytes the retained messages hold, every shard together (a counter)."""
+        return f"{self.prefix}:{{retained}}:bytes"
+
     # -- cluster -----------------------------------------------------------------------
 
     def route_hints(self) -> str:

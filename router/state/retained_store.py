@@ -17,6 +17,7 @@ Layout: one *shard* per first topic level, plus a small registry of shards::
     rt:{retained}:shards      zset   "", "$SYS", "sensors", ...  (scores 0: byte order)
     rt:{retained}:counts      hash   shard -> topics stored or reserved in it
     rt:{retained}:total       string topics stored or reserved in every shard
+    rt:{retained}:bytes       string bytes the packed messages of every shard hold
 
 Why: every topic a filter can match shares the filter's first level unless that level is
 a wildcard, so a filter with a literal first level touches exactly one shard (one hash
@@ -38,17 +39,20 @@ separate scripts (different slots), so a process that dies between them leaves a
 too high (never too low): the store never loses sight of a shard that holds topics, and at
 worst looks a little fuller. ``size`` counts stored messages, expired ones included until
 they are cleared, as EMQX does; so does the ``max_count`` limit.
+
+Registry bytes: each shard script says by how many bytes it grew or shrank the stored
+messages (``HSTRLEN`` of the packed message, before and after), and the store adds that to
+one counter. ``max_bytes`` is judged inside the shard's script against the room the
+counter left when the writer read it, so a message that would grow the store past it is
+refused while a replacement of the same size or smaller always goes; writers racing on
+several nodes may pass the bound by what they store at that moment.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import dataclass
 from typing import Any, Final
-
-import msgpack  # type: ignore[import-untyped,unused-ignore]
 
 from router.core.messages import MessageProperties
 from router.core.topics import (
@@ -56,192 +60,51 @@ from router.core.topics import (
     SINGLE_LEVEL,
     TopicFilter,
     TopicName,
-    parse_shared,
-    validate_filter,
     validate_topic,
 )
 from router.errors import (
-    CorruptStateError,
-    InvalidSettingError,
-    InvalidTopicError,
     RetainedArgumentError,
+    RetainedBytesFullError,
     RetainedPayloadTooLargeError,
     RetainedStoreFullError,
 )
 from router.state.keys import Keys
+from router.state.retained_values import (
+    DEFAULT_RETAINED,
+    ExpiryRun,
+    RetainedBatch,
+    RetainedConfig,
+    RetainedCursor,
+    RetainedMessage,
+    RetainedPage,
+    check_limit,
+    check_retained_input,
+    effective_filter,
+    first_level,
+    pack_message,
+    plain_filter,
+    scan_plan,
+    topic_text,
+    unpack_rows,
+)
 from router.state.scripts import RedisClient, Scripts
+
+__all__ = [
+    "DEFAULT_RETAINED",
+    "ExpiryRun",
+    "RetainedBatch",
+    "RetainedConfig",
+    "RetainedCursor",
+    "RetainedMessage",
+    "RetainedPage",
+    "RetainedStore",
+    "check_retained_input",
+    "first_level",
+]
 
 SCAN_BUDGET: Final = 1000  # topics one script call looks at, at most
 SHARD_BATCH: Final = 100  # shards read from the registry at once
-MAX_LIMIT: Final = 10_000  # messages one call returns, at most
 MAX_POSITION: Final = 10**15 - 1  # the last position a page may start at (Lua: 15 digits)
-MAX_EXPIRY_INTERVAL: Final = 2**32 - 1  # seconds: MQTT's four-byte integer
-
-
-@dataclass(frozen=True, slots=True)
-class RetainedConfig:
-    """Limits of the store and how often a node clears expired messages.
-
-    ``max_payload`` bytes (0: no limit), ``max_count`` topics (0: no limit; by default
-    100,000, so that clients cannot grow the shared store without end),
-    ``clear_interval`` seconds between a node's clearing runs (0: never).
-    """
-
-    max_payload: int = 0
-    max_count: int = 100_000
-    clear_interval: float = 30.0
-
-    def __post_init__(self) -> None:
-        for name in ("max_payload", "max_count"):
-            value = getattr(self, name)
-            if type(value) is not int or value < 0:
-                raise InvalidSettingError(f"{name} must be an int >= 0, not {value!r}")
-        interval = self.clear_interval
-        if not isinstance(interval, int | float) or not 0 <= interval < math.inf:
-            raise InvalidSettingError(f"clear_interval must be seconds >= 0, not {interval!r}")
-
-
-DEFAULT_RETAINED: Final = RetainedConfig()
-
-
-@dataclass(frozen=True, slots=True)
-class RetainedMessage:
-    """A retained message as read back: ``expiry_interval`` is the seconds it has left
-    (rounded up), None when it never expires; ``properties`` are its MQTT 5 properties."""
-
-    topic: str
-    payload: bytes
-    qos: int = 0
-    message_id: bytes = b""
-    publisher: str | None = None
-    expiry_interval: int | None = None
-    properties: MessageProperties | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RetainedCursor:
-    """Where a match or scan goes on: in ``shard``, after topic ``after`` (None: from the
-    shard's start). Opaque to callers; plain data, so it can be stored or shipped."""
-
-    shard: str
-    after: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RetainedBatch:
-    """Messages of one call, the cursor for the next (None: nothing more), and how many
-    stored topics the scripts looked at to find them."""
-
-    messages: list[RetainedMessage]
-    cursor: RetainedCursor | None
-    examined: int
-
-
-@dataclass(frozen=True, slots=True)
-class RetainedPage:
-    """One page of the whole store in topic order; ``has_next`` says whether more follow."""
-
-    messages: list[RetainedMessage]
-    page: int
-    limit: int
-    has_next: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ExpiryRun:
-    """What one :meth:`RetainedStore.clear_expired` call removed; pass ``cursor`` to the next
-    call (None: the run went through every shard)."""
-
-    removed: int
-    cursor: str | None
-
-
-def first_level(topic: str) -> str:
-    """The first level of a topic or filter: the shard it lives in."""
-    return topic.partition("/")[0]
-
-
-def _plain_filter(topic_filter: str) -> TopicFilter:
-    checked = validate_filter(topic_filter)
-    if parse_shared(checked) is not None:
-        raise InvalidTopicError(topic_filter, "retained messages are matched by plain filters")
-    return checked
-
-
-def _effective_filter(topic_filter: str | None, shard: str) -> str:
-    """The filter as it applies inside ``shard``: its first level made literal.
-
-    None (every topic) and ``#`` become ``shard/#``; ``+/rest`` becomes ``shard/rest``.
-    """
-    head, separator, rest = (topic_filter or MULTI_LEVEL).partition("/")
-    if head == MULTI_LEVEL:
-        return shard + "/" + MULTI_LEVEL
-    if head == SINGLE_LEVEL:
-        return shard + separator + rest
-    return topic_filter or ""
-
-
-def _scan_plan(effective: str) -> tuple[str, str]:
-    """(topic to look at on its own, literal prefix of the range) for a literal-first filter.
-
-    ``a/b`` -> (``a/b``, no range); ``a/b/#`` -> (``a/b``, ``a/b/``); ``a/+/c`` -> (no topic,
-    ``a/``). Everything the filter matches is that topic or starts with that prefix.
-    """
-    levels = effective.split("/")
-    for index, level in enumerate(levels):
-        if level == MULTI_LEVEL:
-            parent = "/".join(levels[:index])
-            return parent, parent + "/"
-        if level == SINGLE_LEVEL:
-            return "", "/".join(levels[:index]) + "/"
-    return effective, ""
-
-
-def _check_limit(limit: int, what: str = "limit") -> int:
-    if type(limit) is not int or not 1 <= limit <= MAX_LIMIT:
-        raise RetainedArgumentError(f"{what} must be an int in 1..{MAX_LIMIT}, not {limit!r}")
-    return limit
-
-
-def _text(value: Any) -> str:
-    try:
-        return bytes(value).decode("utf-8")
-    except (TypeError, UnicodeDecodeError):
-        raise CorruptStateError(f"a stored retained topic is not UTF-8: {value!r}") from None
-
-
-def _pack(
-    payload: bytes,
-    qos: int,
-    message_id: bytes,
-    publisher: str | None,
-    properties: MessageProperties | None,
-) -> bytes:
-    row = None if properties is None else properties.as_row()
-    packed: bytes = msgpack.packb([payload, qos, message_id, publisher, row], use_bin_type=True)
-    return packed
-
-
-def _unpack(topic: str, packed: Any, left_ms: Any) -> RetainedMessage:
-    try:
-        payload, qos, message_id, publisher, *rest = msgpack.unpackb(bytes(packed), raw=False)
-        row = rest[0] if rest else None  # (stored before properties were kept: none)
-        left = int(left_ms)
-        return RetainedMessage(
-            topic,
-            bytes(payload),
-            int(qos),
-            bytes(message_id),
-            publisher if publisher is None else str(publisher),
-            None if left < 0 else max(1, math.ceil(left / 1000)),
-            None if row is None else MessageProperties.from_row(row),
-        )
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise CorruptStateError(f"a stored retained message is malformed: {exc}") from None
-
-
-def _unpack_rows(rows: list[Any]) -> list[RetainedMessage]:
-    return [_unpack(_text(rows[i]), rows[i + 1], rows[i + 2]) for i in range(0, len(rows), 3)]
 
 
 class RetainedStore:
@@ -255,6 +118,7 @@ class RetainedStore:
         self.config = config if config is not None else RetainedConfig()
         self._scripts = Scripts(redis)
         self._registry = self.keys.retained_registry_keys()
+        self._bytes = self.keys.retained_bytes()
 
     # -- writing ---------------------------------------------------------------------
 
@@ -306,40 +170,76 @@ class RetainedStore:
         expiry_ms = 0 if expiry_interval is None else expiry_interval * 1000
         args = [
             topic,
-            _pack(bytes(payload), qos, message_id, publisher, properties),
+            pack_message(bytes(payload), qos, message_id, publisher, properties),
             str(expiry_ms),
         ]
         shard = first_level(topic)
         shard_keys = self.keys.retained_shard_keys(shard)
+        room = await self._room()
         # Replacing (the common case) is one call; a new topic reserves room first.
-        if await self._scripts.run("retained_store", shard_keys, [*args, "0"]) == 0:
+        status, growth = await self._store(shard_keys, [*args, "0", room])
+        if status == 0:
+            await self._grew(growth)
             return False
+        if status == -2:
+            raise RetainedBytesFullError(topic, self.config.max_bytes)
         reserved = await self._scripts.run(
             "retained_reserve", self._registry, [shard, str(self.config.max_count)]
         )
         if not reserved:
             raise RetainedStoreFullError(topic, self.config.max_count)
-        created = await self._scripts.run("retained_store", shard_keys, [*args, "1"])
-        if created != 1:  # another writer created it meanwhile: give the room back
+        status, growth = await self._store(shard_keys, [*args, "1", room])
+        if status != 1:  # another writer created it meanwhile, or no room: give it back
             await self._release(shard, 1)
-        return bool(created == 1)
+        if status == -2:
+            raise RetainedBytesFullError(topic, self.config.max_bytes)
+        await self._grew(growth)
+        return status == 1
+
+    async def _store(self, shard_keys: list[str], args: list[Any]) -> tuple[int, int]:
+        status, growth = await self._scripts.run("retained_store", shard_keys, args)
+        return int(status), int(growth)
+
+    async def _room(self) -> str:
+        """The bytes the store may still grow by, for ``retained_store`` ('' unbounded).
+
+        Read before the store, so writers racing on several nodes may together pass the
+        bound by what they store at once (each message within ``max_payload``)."""
+        if not self.config.max_bytes:
+            return ""
+        return str(max(self.config.max_bytes - await self.stored_bytes(), 0))
+
+    async def _grew(self, growth: int) -> None:
+        """Add ``growth`` bytes (negative: freed) to the store's byte count."""
+        if growth:
+            await self.redis.incrby(self._bytes, growth)
+
+    async def stored_bytes(self) -> int:
+        """The bytes the stored messages hold in Redis (packed, with their metadata).
+
+        Counted since this version of the store: messages stored before it are not in
+        the count (and deleting them never takes it below 0). Like the topic counts, a
+        process that dies between a shard's script and the count leaves it off by that
+        one message's bytes."""
+        value = await self.redis.get(self._bytes)
+        return max(int(value or 0), 0)
 
     async def delete(self, topic_or_filter: str) -> int:
         """Delete the message of a topic, or of every topic a filter matches (expired ones
         too); returns how many were deleted. Raises :class:`InvalidTopicError`."""
-        return await self._delete(_plain_filter(topic_or_filter))
+        return await self._delete(plain_filter(topic_or_filter))
 
     async def _delete(self, topic_filter: str) -> int:
         deleted = 0
         async for shard in self._shards_of(topic_filter, None):
-            deleted += await self._delete_in_shard(_effective_filter(topic_filter, shard), shard)
+            deleted += await self._delete_in_shard(effective_filter(topic_filter, shard), shard)
         return deleted
 
     async def clean(self) -> int:
         """Delete every retained message (``$`` topics included); returns how many."""
         deleted = 0
         async for shard in self._registered(None, inclusive=False, skip_dollar=False):
-            deleted += await self._delete_in_shard(_effective_filter(None, shard), shard)
+            deleted += await self._delete_in_shard(effective_filter(None, shard), shard)
         return deleted
 
     async def clear_expired(
@@ -352,8 +252,8 @@ class RetainedStore:
             type(cursor) is not str or cursor.encode("utf-8", "replace").decode() != cursor
         ):  # a lone surrogate does not survive the round trip
             raise RetainedArgumentError(f"a cursor is a shard (UTF-8 text), not {cursor!r:.80}")
-        _check_limit(limit)
-        _check_limit(max_shards, "max_shards")
+        check_limit(limit)
+        check_limit(max_shards, "max_shards")
         removed = visited = 0
         shards = self._registered(cursor, inclusive=True, skip_dollar=False)
         async with aclosing(shards):
@@ -361,9 +261,11 @@ class RetainedStore:
                 if visited >= max_shards:
                     return ExpiryRun(removed, shard)
                 keys = self.keys.retained_shard_keys(shard)
-                gone = await self._scripts.run("retained_expire", keys, [str(limit - removed)])
-                await self._release(shard, int(gone))
-                removed += int(gone)
+                reply = await self._scripts.run("retained_expire", keys, [str(limit - removed)])
+                gone, freed = int(reply[0]), int(reply[1])
+                await self._release(shard, gone)
+                await self._grew(-freed)
+                removed += gone
                 visited += 1
                 if removed >= limit:  # the shard may hold more: start there next time
                     return ExpiryRun(removed, shard)
@@ -375,7 +277,7 @@ class RetainedStore:
         """The visible retained message of ``topic``, or None."""
         validate_topic(topic)
         _, _, _, rows = await self._scan(first_level(topic), "read", topic, topic, "", "", 1)
-        messages = _unpack_rows(rows)
+        messages = unpack_rows(rows)
         return messages[0] if messages else None
 
     async def match(
@@ -387,8 +289,8 @@ class RetainedStore:
         Raises :class:`InvalidTopicError` for an invalid or shared filter and
         :class:`RetainedArgumentError` for a bad limit or a cursor of another filter.
         """
-        topic_filter = _plain_filter(topic_filter)
-        return await self._walk(topic_filter, cursor, _check_limit(limit))
+        topic_filter = plain_filter(topic_filter)
+        return await self._walk(topic_filter, cursor, check_limit(limit))
 
     def iter_match(
         self, topic_filter: str, *, batch_size: int = 100
@@ -397,13 +299,13 @@ class RetainedStore:
 
         Raises :class:`InvalidTopicError` for an invalid or shared filter when called,
         before anything is read."""
-        return self.matching(_plain_filter(topic_filter), batch_size=batch_size)
+        return self.matching(plain_filter(topic_filter), batch_size=batch_size)
 
     async def matching(
         self, topic_filter: TopicFilter, *, batch_size: int = 100
     ) -> AsyncGenerator[RetainedMessage, None]:
         """:meth:`iter_match` for a plain filter validated where it entered (a subscribe)."""
-        limit = _check_limit(batch_size)
+        limit = check_limit(batch_size)
         cursor = None
         while True:
             batch = await self._walk(topic_filter, cursor, limit)
@@ -418,7 +320,7 @@ class RetainedStore:
     ) -> RetainedBatch:
         """Up to ``limit`` visible messages of every topic (``$`` topics included) in
         (shard, topic) order, from ``cursor`` on; the returned cursor goes on (None: done)."""
-        return await self._walk(None, cursor, _check_limit(limit))
+        return await self._walk(None, cursor, check_limit(limit))
 
     async def iter_batches(
         self, *, batch_size: int = 500
@@ -437,7 +339,7 @@ class RetainedStore:
         """Page ``page`` (1-based) of ``limit`` positions over the whole store in (shard,
         topic) order. Expired messages not yet cleared keep their position but are not
         shown, so a page may hold fewer than ``limit`` messages."""
-        _check_limit(limit)
+        check_limit(limit)
         if type(page) is not int or page < 1:
             raise RetainedArgumentError(f"page must be an int >= 1, not {page!r}")
         position = (page - 1) * limit
@@ -446,14 +348,14 @@ class RetainedStore:
         found = await self._scripts.run("retained_locate", self._registry[:2], [str(position)])
         if not found:
             return RetainedPage([], page, limit, False)
-        shard, position = _text(found[0]), int(found[1])
+        shard, position = topic_text(found[0]), int(found[1])
         messages: list[RetainedMessage] = []
         wanted = limit
         while True:
             keys = self.keys.retained_shard_keys(shard)
             reply = await self._scripts.run("retained_range", keys, [str(position), str(wanted)])
             size = int(reply[0])
-            messages += _unpack_rows(reply[1:])
+            messages += unpack_rows(reply[1:])
             consumed = min(wanted, max(size - position, 0))
             wanted -= consumed
             if wanted == 0 and position + consumed < size:
@@ -497,10 +399,10 @@ class RetainedStore:
             if not batch:
                 return
             for raw in batch:
-                shard = _text(raw)
+                shard = topic_text(raw)
                 if not (skip_dollar and shard.startswith("$")):
                     yield shard
-            low = b"(" + _text(batch[-1]).encode()
+            low = b"(" + topic_text(batch[-1]).encode()
 
     async def _next_shard(self, shard: str, *, skip_dollar: bool) -> str | None:
         shards = self._registered(shard, inclusive=False, skip_dollar=skip_dollar)
@@ -524,11 +426,11 @@ class RetainedStore:
             self.keys.retained_shard_keys(shard),
             [mode, effective, lone, prefix, after, str(SCAN_BUDGET), str(limit)],
         )
-        return bool(reply[0]), _text(reply[1]), int(reply[2]), list(reply[3:])
+        return bool(reply[0]), topic_text(reply[1]), int(reply[2]), list(reply[3:])
 
     def _resume(self, effective: str, after: str | None) -> tuple[str, str, str]:
         """(lone topic, prefix, range cursor) to go on in a shard after topic ``after``."""
-        lone, prefix = _scan_plan(effective)
+        lone, prefix = scan_plan(effective)
         if after is None:
             return lone, prefix, ""
         return "", prefix, after if prefix and after.startswith(prefix) else ""
@@ -543,8 +445,9 @@ class RetainedStore:
             done, last, _, rest = await self._scan(
                 shard, "delete", effective, lone, prefix, range_after, 1
             )
-            gone = int(rest[0])
+            gone, freed = int(rest[0]), int(rest[1])
             await self._release(shard, gone)
+            await self._grew(-freed)
             deleted += gone
             if done:
                 return deleted
@@ -561,7 +464,7 @@ class RetainedStore:
             async for shard in shards:
                 if len(messages) >= limit:
                     return RetainedBatch(messages, RetainedCursor(shard), examined)
-                effective = _effective_filter(topic_filter, shard)
+                effective = effective_filter(topic_filter, shard)
                 if not effective:  # '+' in shard '': only the empty topic, which is invalid
                     continue
                 after = cursor.after if cursor is not None and cursor.shard == shard else None
@@ -571,24 +474,9 @@ class RetainedStore:
                         shard, "read", effective, lone, prefix, range_after, limit - len(messages)
                     )
                     examined += seen
-                    messages += _unpack_rows(rows)
+                    messages += unpack_rows(rows)
                     if done:
                         break
                     if len(messages) >= limit:
                         return RetainedBatch(messages, RetainedCursor(shard, after), examined)
         return RetainedBatch(messages, None, examined)
-
-
-def check_retained_input(payload: object, qos: object, expiry_interval: object) -> None:
-    """Refuse what :meth:`RetainedStore.store` cannot store, before anything changes."""
-    if not isinstance(payload, bytes | bytearray):
-        raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
-    if type(qos) is not int or not 0 <= qos <= 2:
-        raise RetainedArgumentError(f"qos must be 0, 1 or 2, not {qos!r}")
-    if expiry_interval is not None and (
-        type(expiry_interval) is not int or not 1 <= expiry_interval <= MAX_EXPIRY_INTERVAL
-    ):
-        raise RetainedArgumentError(
-            f"expiry_interval must be None or 1..{MAX_EXPIRY_INTERVAL} seconds, "
-            f"not {expiry_interval!r}"
-        )

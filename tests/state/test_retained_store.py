@@ -18,6 +18,7 @@ from router.core.topics import matches
 from router.errors import (
     InvalidTopicError,
     RetainedArgumentError,
+    RetainedBytesFullError,
     RetainedPayloadTooLargeError,
     RetainedStoreFullError,
 )
@@ -411,6 +412,54 @@ async def test_a_full_store_refuses_new_topics_but_replaces_old_ones(
     assert await unlimited.size() == 7
 
 
+async def bytes_held(redis_client: RedisClient, keys: Keys) -> int:
+    """What the shards really hold: the packed messages' lengths, summed."""
+    total = 0
+    async for key in redis_client.scan_iter(match=f"{keys.prefix}:{{r:*}}:messages"):
+        for value in (await redis_client.hgetall(key)).values():
+            total += len(value)
+    return total
+
+
+async def test_the_store_counts_the_bytes_its_messages_hold(
+    redis_client: RedisClient, keys: Keys
+) -> None:
+    store = RetainedStore(redis_client, keys)
+    await store.store("a/1", b"x" * 100)
+    await store.store("b/1", b"y" * 10, expiry_interval=3600)
+    assert await store.stored_bytes() == await bytes_held(redis_client, keys) > 110
+    await store.store("a/1", b"z" * 100)  # (the same size: the count stays)
+    await store.store("a/1", b"z" * 400)
+    await store.store("a/1", b"z" * 50)
+    assert await store.stored_bytes() == await bytes_held(redis_client, keys)
+    await set_expiry(store, "b/1", -1)
+    assert (await store.clear_expired()).removed == 1
+    assert await store.stored_bytes() == await bytes_held(redis_client, keys)
+    await store.store("a/2", b"w")
+    assert await store.delete("a/#") == 2
+    assert await store.stored_bytes() == 0 == await bytes_held(redis_client, keys)
+
+
+async def test_a_store_past_its_bytes_refuses_growth_but_not_replacements(
+    redis_client: RedisClient, keys: Keys
+) -> None:
+    store = RetainedStore(redis_client, keys, RetainedConfig(max_bytes=1000))
+    await store.store("a/1", b"x" * 600)
+    with pytest.raises(RetainedBytesFullError) as full:
+        await store.store("b/1", b"y" * 600)  # a new topic
+    assert (full.value.topic, full.value.max_bytes) == ("b/1", 1000)
+    assert isinstance(full.value, RetainedStoreFullError)  # (refused as a full store is)
+    with pytest.raises(RetainedBytesFullError):
+        await store.store("a/1", b"x" * 1200)  # a replacement that grows
+    await store.store("a/1", b"q" * 600)  # the same size: goes
+    await store.store("a/1", b"s" * 300)  # smaller: goes, and frees room
+    assert await store.store("b/1", b"y" * 600)
+    assert await store.size() == 2  # (the refused topic gave its reserved room back)
+    assert await store.get("a/1") == RetainedMessage("a/1", b"s" * 300)
+    held = await bytes_held(redis_client, keys)
+    assert await store.stored_bytes() == held <= 1000
+
+
 async def test_bad_input_is_refused_and_changes_nothing(store: RetainedStore) -> None:
     for topic in ["a/+", "a/#", "", "a\x00b"]:
         with pytest.raises(InvalidTopicError):
@@ -432,7 +481,7 @@ async def test_bad_input_is_refused_and_changes_nothing(store: RetainedStore) ->
 def test_limits_validate_themselves() -> None:
     from router.errors import InvalidSettingError
 
-    for bad in [{"max_count": -1}, {"max_payload": 1.5}, {"clear_interval": -1}]:
+    for bad in [{"max_count": -1}, {"max_payload": 1.5}, {"clear_interval": -1}, {"max_bytes": -1}]:
         with pytest.raises(InvalidSettingError):
             RetainedConfig(**bad)
 
