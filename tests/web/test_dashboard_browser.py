@@ -18,7 +18,7 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from uuid import uuid4
 
@@ -28,7 +28,7 @@ from playwright.sync_api import Locator, Page, expect
 from router.state.keys import Keys
 from tests.support.browser import PHONE_VIEWPORT, BrowserPage, OpenPage
 from tests.support.cli import ROUTER_SCRIPT, TIMEOUT, Process, delete_namespace
-from tests.support.mqtt import V5, Paho, mqtt_node, routed_to
+from tests.support.mqtt import V5, Paho, connect_properties, mqtt_node, routed_to
 from tests.support.waiting import pace
 
 ADMIN = "dash-admin"
@@ -143,12 +143,12 @@ def publishing(port: int, topic: str, rate: float) -> Iterator[None]:
     assert not failed, failed
 
 
-def shown_after(page: Page, button: str, wanted: Locator) -> None:
-    """Click ``button`` (a page's refresh) until ``wanted`` shows: what MQTT clients
-    changed reaches Redis around their acknowledgement, not necessarily before it."""
+def shown_after(refresh: Callable[[], object], wanted: Locator) -> None:
+    """Refresh the page's list until ``wanted`` shows: what MQTT clients changed reaches
+    Redis around their acknowledgement, not necessarily before it."""
     deadline = time.monotonic() + TIMEOUT
     while True:
-        page.click(button)
+        refresh()
         try:
             expect(wanted.first).to_be_visible(timeout=500)
             return
@@ -169,6 +169,7 @@ def test_an_admin_works_the_cluster_from_the_dashboard(
     log_in(dash)
     both_nodes_listed(dash)
     a_client_found_opened_and_kicked(dash, cluster.mqtt[1])
+    an_away_session_cleared(dash, cluster.mqtt[1])
     a_publish_from_the_form_reaches_a_subscriber(dash, *cluster.mqtt)
     the_in_rate_shows_a_publishers_load(dash, cluster.mqtt[0])
     a_retained_message_listed_and_deleted(dash, cluster.mqtt[0])
@@ -208,6 +209,26 @@ def a_client_found_opened_and_kicked(dash: BrowserPage, port: int) -> None:
         dash.shot("client-kicked")
     finally:
         kicked.close()
+
+
+def an_away_session_cleared(dash: BrowserPage, port: int) -> None:
+    """A session kept after its client left, cleared after confirming: gone."""
+    leaving = Paho(port, "dash-away", V5, properties=connect_properties(SessionExpiryInterval=600))
+    try:
+        assert leaving.connected()[0] == 0
+    finally:
+        leaving.close()
+    page = dash.visit("#/clients", ready=tagged("client-search"), name="clients-with-away")
+    page.fill(tagged("client-search"), "dash-away")
+    row = page.locator(f'{tagged("client-row")}[data-client-id="dash-away"]')
+    shown_after(lambda: page.press(tagged("client-search"), "Enter"), row.filter(has_text="away"))
+    row.click()
+    expect(page.locator(tagged("client-session"))).to_contain_text("away")
+    page.click(tagged("clear-session"))
+    confirm(dash, "client-clear-confirm")
+    expect(page.locator(tagged("action-result"))).to_have_text("Session cleared.")
+    expect(page.locator(tagged("client-missing"))).to_be_visible()
+    dash.shot("client-cleared")
 
 
 def a_publish_from_the_form_reaches_a_subscriber(
@@ -278,7 +299,7 @@ def a_retained_message_listed_and_deleted(dash: BrowserPage, port: int) -> None:
     page = dash.visit("#/retained", ready=tagged("retained-filter"), name="retained-form")
     page.fill(tagged("retained-filter"), "dash/#")
     kept = page.locator(tagged("retained-row"), has_text="dash/kept")
-    shown_after(page, tagged("retained-search"), kept)
+    shown_after(lambda: page.click(tagged("retained-search")), kept)
     expect(kept).to_contain_text("kept for later")
     dash.shot("retained")
     kept.locator(tagged("retained-delete")).click()
