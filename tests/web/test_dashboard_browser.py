@@ -370,6 +370,13 @@ def test_a_login_holds_on_every_node_and_a_phone_folds_the_menu(
     page.goto(cluster.http[0] + "#/clients")  # logged out on every node
     expect(page.locator(tagged("login-user"))).to_be_visible()
     dash.shot("logged-out")
+    page.fill(tagged("login-user"), ADMIN)
+    page.fill(tagged("login-password"), "not the password")
+    page.click(tagged("login-submit"))
+    expect(page.locator(tagged("login-error"))).to_be_visible()
+    page.fill(tagged("login-password"), PASSWORD)
+    page.click(tagged("login-submit"))
+    expect(page.locator(tagged("client-search"))).to_be_visible()  # back where it was going
     assert dash.errors == []
 
 
