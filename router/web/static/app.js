@@ -32,18 +32,18 @@ document.addEventListener("alpine:init", () => {
     arg: null,
     after: null,   // where to go back to after logging in
     pages: ["overview", "nodes", "clients", "subscriptions", "retained", "bans", "users", "publish"],
-    /** Read location.hash into page/arg. */
+    /** Read location.hash into page/arg; a new page starts without the last one's error. */
     read() {
-      const [, page, ...rest] = (location.hash || "#/overview").split("/");
-      if (page === "login") { this.page = "login"; this.arg = null; return; }
-      if (page === "clients" && rest.length && rest[0] !== "") {
-        this.page = "client";
-        this.arg = decodeURIComponent(rest.join("/"));
-      } else {
-        this.page = this.pages.includes(page) ? page : "overview";
-        this.arg = null;
+      const [, name, ...rest] = (location.hash || "#/overview").split("/");
+      let page = this.pages.includes(name) || name === "login" ? name : "overview";
+      let arg = null;
+      if (name === "clients" && rest.length && rest[0] !== "") {
+        page = "client";
+        arg = decodeURIComponent(rest.join("/"));
       }
-      Alpine.store("notice").error = "";
+      if (page !== this.page || arg !== this.arg) Alpine.store("notice").error = "";
+      this.page = page;
+      this.arg = arg;
     },
     toLogin() {
       if (this.page !== "login") this.after = location.hash;
