@@ -141,6 +141,7 @@ document.addEventListener("alpine:init", () => {
     let chart = null;       // the uPlot instance: kept out of Alpine's reactive proxies
     let timer = null;
     let resize = null;
+    let shown = true;       // false once the page is left (an answer may still arrive)
     return {
       data: null,
       nodes: [],
@@ -155,6 +156,7 @@ document.addEventListener("alpine:init", () => {
         window.addEventListener("resize", resize);
       },
       destroy() {
+        shown = false;
         clearInterval(timer);
         window.removeEventListener("resize", resize);
         if (chart) chart.destroy();
@@ -163,6 +165,7 @@ document.addEventListener("alpine:init", () => {
       async refresh() {
         try {
           const [overview, nodes] = await Promise.all([api("GET", "/overview"), api("GET", "/nodes")]);
+          if (!shown) return;
           this.data = overview;
           this.nodes = nodes.items || [];
           this.draw(overview.history);
@@ -306,11 +309,12 @@ document.addEventListener("alpine:init", () => {
     filters: { filter: "", node: "" },
     topic: "", matched: null, matchError: "",
     path() { return `/subscriptions${query(this.filters)}`; },
-    /** The matched clients as [node, ids] pairs (the API answers them by node). */
+    /** A share group's members by node ("n1: 2, n2: 1"); nothing for a plain filter. */
     membersText(route) {
       if (!route.members) return "";
       return Object.entries(route.members).map(([node, n]) => `${node}: ${n}`).join(", ");
     },
+    /** The matched clients as [node, ids] pairs (the API answers them by node). */
     clientsByNode() {
       const clients = this.matched && this.matched.clients;
       if (Array.isArray(clients)) return [["clients", clients]];
