@@ -26,6 +26,7 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from router.state.keys import Keys
+from router.web import assets
 from tests.support.browser import PHONE_VIEWPORT, BrowserPage, OpenPage
 from tests.support.cli import ROUTER_SCRIPT, TIMEOUT, Process, delete_namespace
 from tests.support.mqtt import V5, Paho, connect_properties, mqtt_node, routed_to
@@ -72,6 +73,9 @@ def add_account(env: dict[str, str], name: str, role: str) -> None:
 def cluster(redis_standalone_url: str) -> Iterator[Cluster]:
     """n1 and n2 on the session's redis-server, in a namespace of the module's own, with
     a dashboard admin and a viewer; stopped and the namespace deleted after the module."""
+    absent = assets.missing()
+    if absent:
+        pytest.fail(f"the dashboard's libraries are missing ({', '.join(absent)}): make web-assets")
     keys = Keys(prefix=f"t{uuid4().hex[:12]}")
     env = {"ROUTER_REDIS_URL": redis_standalone_url, "ROUTER_PREFIX": keys.prefix}
     http = ("--http", "127.0.0.1:0")
