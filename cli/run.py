@@ -165,6 +165,14 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
     "(then the overflow policy drops one, counted).",
 )
 @setting(
+    "--mqtt-max-queued-bytes",
+    "max_queued_bytes",
+    type=click.IntRange(min=0),
+    default=_DEFAULTS.max_queued_bytes,
+    help="Bytes kept in Redis per persistent session while its client is away (then the "
+    "overflow policy drops one, counted; one message always fits; 0: no bound).",
+)
+@setting(
     "--acl",
     "acl_file",
     default=None,
@@ -257,6 +265,7 @@ def node_run(
     queue_limit: int,
     queue_bytes: int,
     max_queued: int,
+    max_queued_bytes: int,
     acl_file: str | None,
     acl_default: str | None,
     auth_redis: bool,
@@ -334,6 +343,7 @@ def node_run(
                     queue_limit=queue_limit,
                     queue_bytes=queue_bytes,
                     max_queued=max_queued,
+                    max_queued_bytes=max_queued_bytes,
                     acl=sources.acl,
                     traffic_dir=traffic_dir,
                     traffic_sample=traffic_sample,

@@ -33,6 +33,7 @@ class NodeConfig:
     traffic_sample: float = 1.0  # the fraction of publishes the traffic log keeps
     match_cache: CacheSettings | None = DEFAULT_CACHE  # hot-topic match caches (None: off)
     max_queued: int = 1_000  # messages a persistent session's Redis queue keeps while away
+    max_queued_bytes: int = 16 << 20  # ... and bytes (packed; 0: no bound; one always fits)
     handoff_timeout: float = 5.0  # the longest a resume waits for the previous node's handoff
     handoff_grace: float = 1.0  # how long a handed-on session's filters keep queueing late copies
     publish_timeout: float = 10.0  # a publish not done by then raises PublishTimeoutError

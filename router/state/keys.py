@@ -186,6 +186,10 @@ class Keys:
         """A node's last hour of traffic samples (see :mod:`router.state.node_history`)."""
         return self.node(node_id) + ":history"
 
+    def telemetry_seen(self) -> str:
+        """The nodes that wrote telemetry lately, scored by when (Unix seconds)."""
+        return f"{self.prefix}:{{telemetry}}:seen"
+
     # -- the dashboard's accounts ----------------------------------------------------
 
     def console_users(self) -> str:
@@ -205,6 +209,11 @@ class Keys:
     def channel(self, name: str) -> str:
         """The base of a channel's keys (``rt:{ch:ID}``)."""
         return self._tag("ch", name, "channel name")
+
+    def channel_bytes(self, name: str) -> str:
+        """The bytes a channel's stored messages hold, where its owner counts them (a
+        session's queue: :class:`~router.state.session_store.SessionQueue`)."""
+        return self.channel(name) + ":bytes"
 
     def channel_clock(self, name: str) -> str:
         return self.channel(name) + ":clock"

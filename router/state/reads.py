@@ -55,3 +55,32 @@ async def read_each(
         if isinstance(result, BaseException):
             raise result
     return results
+
+
+async def commands_each(
+    redis: RedisClient, groups: Sequence[Sequence[tuple[EncodableT, ...]]]
+) -> list[list[Any]]:
+    """The replies of each group of commands (each ``(name, key, *args)``; the commands
+    of one group name one key and run in order), in order: one pipeline on a standalone
+    Redis; on a cluster one command at a time per group, :data:`CONCURRENCY` groups at
+    once (see the module docstring). Raises as :func:`read_each` does."""
+    if not groups:
+        return []
+    if not isinstance(redis, RedisCluster):
+        pipe = redis.pipeline(transaction=False)
+        for group in groups:
+            for call in group:
+                pipe.execute_command(*call)
+        replies = iter(await pipe.execute())
+        return [[next(replies) for _ in group] for group in groups]
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(group: Sequence[tuple[EncodableT, ...]]) -> list[Any]:
+        async with gate:
+            return [await redis.execute_command(*call) for call in group]
+
+    results = await asyncio.gather(*(one(group) for group in groups), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return [result for result in results if not isinstance(result, BaseException)]

@@ -16,7 +16,9 @@ session whose node died still ends on time; *open* makes them persist again.
 The queue is a channel with one subscriber (``session``): :class:`SessionQueue` appends
 deliveries in order (QoS 1/2 messages for an away client, and what a node held for the
 client when it let the session go), bounded by ``limit`` with the node's overflow policy,
-and a reader drains them (fetch, then ack and delete what was read). A *handoff marker*
+and by ``max_bytes`` in bytes, counted beside the queue (``rt:{ch:session:ID}:bytes``:
+every append adds what it stored, every drain and trim takes away what it removed), and a
+reader drains them (fetch, then ack and delete what was read). A *handoff marker*
 (a message with id ``handoff:EPOCH`` whose content lists the inbound QoS 2 packet
 ids still awaiting PUBREL) ends what the node that served the session
 before wrote for the claim of that epoch: the new owner drains until it sees it. A
@@ -36,9 +38,9 @@ import msgpack  # type: ignore[import-untyped,unused-ignore]
 
 from router.core.messages import Delivery, MessageProperties
 from router.errors import CorruptStateError, InvalidIdError, MalformedMessageError, RouterError
-from router.state.channels import Channel, ChannelMessage, Published
+from router.state.channels import Channel, ChannelMessage, FetchedMessage, Published
 from router.state.keys import Keys, check_id
-from router.state.reads import read_each
+from router.state.reads import commands_each, read_each
 from router.state.scan import SCAN_COUNT, scan_keys, scan_pages
 from router.state.scripts import RedisClient, Scripts
 from router.state.subscriptions import Owner, SubscriptionStore, _owner_args
@@ -296,6 +298,25 @@ class Drained:
 _serial = count()
 
 
+def _stored_bytes(messages: Sequence[ChannelMessage], published: Sequence[Published]) -> int:
+    """The bytes of ``messages`` a publish stored (a duplicate stores nothing)."""
+    duplicates = {p.id for p in published if p.duplicate}
+    return sum(len(m.content) for m in messages if m.id not in duplicates)
+
+
+def _fitting(messages: list[ChannelMessage], max_bytes: int, held: int) -> list[ChannelMessage]:
+    """The first of ``messages`` that fit in ``max_bytes`` beside ``held`` bytes (into
+    an empty queue, one always fits)."""
+    fitting: list[ChannelMessage] = []
+    for message in messages:
+        size = len(message.content)
+        if held + size > max_bytes and (held or fitting):
+            break
+        fitting.append(message)
+        held += size
+    return fitting
+
+
 def _queued(delivery: Delivery) -> ChannelMessage:
     """``delivery`` as a queue message, under an id of its own."""
     return ChannelMessage(f"{delivery.message_id.hex()}.{next(_serial)}", pack_delivery(delivery))
@@ -314,12 +335,29 @@ class SessionQueue:
         # (reads only move it on) and the clock after this object's last append.
         self._cursor: int | None = None
         self._clock: int | None = None
+        self._bytes_key = keys.channel_bytes(self.channel.name)
+        self._bytes = 0  # the count after this object's last change of it
 
     async def reset(self) -> None:
         """Forget every queued message (a clean start, or a new session)."""
         self._cursor = None
         await self.channel.remove_subscriber(READER)
+        await self._redis.delete(self._bytes_key)
         await self.channel.add_subscriber(READER)
+
+    async def queued_bytes(self) -> int:
+        """The bytes the queued messages hold (packed, markers included)."""
+        return max(int(await self._redis.get(self._bytes_key) or 0), 0)
+
+    def _counting(self, change: int) -> list[tuple[Any, ...]]:
+        """The commands that add ``change`` bytes to the count, which lives as long as
+        the queue's messages."""
+        return [("INCRBY", self._bytes_key, change), ("EXPIRE", self._bytes_key, self.channel.ttl)]
+
+    async def _count(self, change: int) -> None:
+        if change:
+            [[total, _]] = await commands_each(self._redis, [self._counting(change)])
+            self._bytes = int(total)
 
     async def ensure(self) -> None:
         """Create the queue's reader if it is missing (keeps what is queued)."""
@@ -344,22 +382,35 @@ class SessionQueue:
         return 0 <= self._clock - self._cursor <= limit
 
     async def append(
-        self, deliveries: Sequence[Delivery], limit: int, overflow: Overflow
+        self,
+        deliveries: Sequence[Delivery],
+        limit: int,
+        overflow: Overflow,
+        max_bytes: int = 0,
     ) -> tuple[int, int]:
-        """Queue ``deliveries`` in order, keeping at most ``limit`` waiting: with
+        """Queue ``deliveries`` in order, keeping at most ``limit`` waiting and, unless
+        ``max_bytes`` is 0, at most that many bytes (one message always fits): with
         ``drop_newest`` the ones that do not fit are refused, with ``drop_oldest`` the
         oldest waiting ones make room. Returns (stored, dropped)."""
         if not deliveries:
             return 0, 0
         dropped = 0
+        messages = [_queued(d) for d in deliveries]
         if overflow == "drop_newest":  # (another writer may have appended since)
             room = max(limit - await self.backlog(), 0)
-            dropped = max(len(deliveries) - room, 0)
-            deliveries = deliveries[:room]
-        messages = [_queued(d) for d in deliveries]
-        await self._publish(messages)
-        if overflow == "drop_oldest" and not self._surely_within(limit):
-            dropped += await self._trim(limit)
+            dropped = max(len(messages) - room, 0)
+            messages = messages[:room]
+            if max_bytes:
+                fitting = _fitting(messages, max_bytes, await self.queued_bytes())
+                dropped += len(messages) - len(fitting)
+                messages = fitting
+        stored = await self._publish(messages)
+        await self._count(stored)
+        if overflow == "drop_oldest":
+            if not self._surely_within(limit):
+                dropped += await self._trim(limit)
+            if max_bytes and stored and self._bytes > max_bytes:  # (the count just read)
+                dropped += await self._trim_bytes(max_bytes)
         return len(messages), dropped
 
     @staticmethod
@@ -374,27 +425,44 @@ class SessionQueue:
 
     @staticmethod
     async def append_each(
-        batches: Sequence[tuple[SessionQueue, Sequence[Delivery]]], limit: int, overflow: Overflow
+        batches: Sequence[tuple[SessionQueue, Sequence[Delivery]]],
+        limit: int,
+        overflow: Overflow,
+        max_bytes: int = 0,
     ) -> list[tuple[int, int] | RouterError]:
         """:meth:`append` each (queue, deliveries) of ``batches``: with ``drop_oldest`` in
-        one pipelined step, then a trim where a queue may have passed ``limit``. Returns
-        (stored, dropped) of each, or the refusal it met; raises the Redis error that
-        stopped a step (some may have stored theirs)."""
+        one pipelined step (and one for their byte counts), then a trim where a queue may
+        have passed ``limit`` or ``max_bytes``. Returns (stored, dropped) of each, or the
+        refusal it met; raises the Redis error that stopped a step (some may have stored
+        theirs)."""
         if overflow == "drop_newest":  # (each reads its room first)
             return [
-                await queue.append(deliveries, limit, overflow) for queue, deliveries in batches
+                await queue.append(deliveries, limit, overflow, max_bytes)
+                for queue, deliveries in batches
             ]
         messages = [[_queued(d) for d in deliveries] for _, deliveries in batches]
         published = await Channel.publish_each(
             [(queue.channel, batch) for (queue, _), batch in zip(batches, messages, strict=True)]
         )
+        grown: list[tuple[SessionQueue, int]] = []  # (each queue's count is read anew)
         results: list[tuple[int, int] | RouterError] = []
+        for (queue, _), batch, outcome in zip(batches, messages, published, strict=True):
+            if not isinstance(outcome, RouterError):
+                queue._learn_clock(outcome)
+                grown.append((queue, _stored_bytes(batch, outcome)))
+        counted = [(queue, change) for queue, change in grown if change]
+        if counted:
+            redis = counted[0][0]._redis
+            totals = await commands_each(redis, [q._counting(change) for q, change in counted])
+            for (queue, _), (total, _) in zip(counted, totals, strict=True):
+                queue._bytes = int(total)
         for (queue, _), batch, outcome in zip(batches, messages, published, strict=True):
             if isinstance(outcome, RouterError):
                 results.append(outcome)
                 continue
-            queue._learn_clock(outcome)
             dropped = 0 if queue._surely_within(limit) else await queue._trim(limit)
+            if max_bytes and _stored_bytes(batch, outcome) and queue._bytes > max_bytes:
+                dropped += await queue._trim_bytes(max_bytes)
             results.append((len(batch), dropped))
         return results
 
@@ -403,8 +471,11 @@ class SessionQueue:
         if stored:
             self._clock = stored[-1]
 
-    async def _publish(self, messages: list[ChannelMessage]) -> None:
-        self._learn_clock(await self.channel.publish(messages))
+    async def _publish(self, messages: list[ChannelMessage]) -> int:
+        """Publish ``messages``; returns the bytes stored (duplicates store nothing)."""
+        published = await self.channel.publish(messages)
+        self._learn_clock(published)
+        return _stored_bytes(messages, published)
 
     async def _trim(self, limit: int) -> int:
         """Drop the oldest waiting messages beyond ``limit``, but never a marker nor what
@@ -423,6 +494,28 @@ class SessionQueue:
         if handle is not None:
             await self.channel.ack(READER, handle)
             await self._discard([m.clock for m in dropped])
+            await self._count(-sum(len(m.content) for m in dropped))
+        return len(dropped)
+
+    async def _trim_bytes(self, max_bytes: int) -> int:
+        """Drop the oldest waiting messages until the queue holds at most ``max_bytes``,
+        but never a marker nor what waits behind one, and never the newest message (one
+        always fits). Returns how many were dropped."""
+        excess = self._bytes - max_bytes
+        waiting = await self.backlog()
+        if excess <= 0 or waiting <= 1:
+            return 0
+        result = await self.channel.fetch(READER, max=min(waiting - 1, 10_000))
+        dropped: list[FetchedMessage] = []
+        for message in result.messages:
+            if excess <= 0 or message.id.startswith((HANDOFF, HANDOFF_END)):
+                break
+            dropped.append(message)
+            excess -= len(message.content)
+        if dropped:
+            await self.channel.ack(READER, self.channel.handle(READER, dropped[-1].clock))
+            await self._discard([m.clock for m in dropped])
+            await self._count(-sum(len(m.content) for m in dropped))
         return len(dropped)
 
     async def mark_handoff(
@@ -433,11 +526,11 @@ class SessionQueue:
         content = ",".join(str(packet_id) for packet_id in awaiting_release).encode()
         if tail:
             content += b";tail"
-        await self._publish([ChannelMessage(f"{HANDOFF}{epoch}", content)])
+        await self._count(await self._publish([ChannelMessage(f"{HANDOFF}{epoch}", content)]))
 
     async def mark_tail_end(self, epoch: int) -> None:
         """Append the tail end marker for the claim of ``epoch``."""
-        await self._publish([ChannelMessage(f"{HANDOFF_END}{epoch}", b"")])
+        await self._count(await self._publish([ChannelMessage(f"{HANDOFF_END}{epoch}", b"")]))
 
     async def handed_off(self, epoch: int) -> bool:
         """Whether the handoff marker of ``epoch`` was appended (read or not): one key
@@ -471,6 +564,7 @@ class SessionQueue:
         if result.ack_handle is not None:
             await self.channel.ack(READER, result.ack_handle)
             await self._discard([m.clock for m in result.messages])
+            await self._count(-sum(len(m.content) for m in result.messages))
         return Drained(deliveries, handoffs, result.more, tuple(tail_ends))
 
     async def _discard(self, clocks: list[int]) -> None:
@@ -479,8 +573,10 @@ class SessionQueue:
             await self._redis.delete(*(self._keys.channel_body(name, c) for c in clocks))
 
     async def delete(self) -> None:
-        """Remove the queue's reader (its messages expire with their TTL)."""
+        """Remove the queue's reader and its byte count (its messages expire with their
+        TTL)."""
         await self.channel.remove_subscriber(READER)
+        await self._redis.delete(self._bytes_key)
 
     async def aclose(self) -> None:
         await self.channel.aclose()

@@ -13,7 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from router.cluster.node import RouterNode
 from router.core.messages import Delivery
 from router.errors import RouterError
-from router.state.session_store import Overflow, SessionQueue
+from router.state.session_store import SessionQueue
 from tests.support import waiting
 from tests.support.nodes import StartNode, take
 
@@ -41,10 +41,10 @@ async def test_copies_for_many_away_sessions_go_to_redis_in_a_few_steps(
     append_each = SessionQueue.append_each
 
     async def counted(
-        batches: Sequence[tuple[SessionQueue, Sequence[Delivery]]], limit: int, overflow: Overflow
+        batches: Sequence[tuple[SessionQueue, Sequence[Delivery]]], *bounds: Any
     ) -> list[tuple[int, int] | RouterError]:
         steps.append(len(batches))
-        return await append_each(batches, limit, overflow)
+        return await append_each(batches, *bounds)
 
     a = await away_sessions(start_node, SESSIONS)
     monkeypatch.setattr(SessionQueue, "append_each", staticmethod(counted))

@@ -116,6 +116,7 @@ class SessionKeeper:
         max_queued: int,
         overflow: Overflow,
         handoff_timeout: float,
+        max_queued_bytes: int = 0,
         handoff_grace: float,
         recovery: InboxRecovery,
         publish_will: Callable[[Outgoing], Awaitable[object]],
@@ -125,7 +126,7 @@ class SessionKeeper:
         self._redis = redis
         self._keys = keys
         self.store = store
-        self.spills = Spills(max_queued, overflow)
+        self.spills = Spills(max_queued, overflow, max_queued_bytes)
         self.handoff_timeout = handoff_timeout
         self.handoff_grace = handoff_grace
         self._recovery = recovery

@@ -105,6 +105,7 @@ class SessionLifecycle:
             keys,
             self.store,
             max_queued=config.max_queued,
+            max_queued_bytes=config.max_queued_bytes,
             overflow=config.overflow,
             handoff_timeout=config.handoff_timeout,
             handoff_grace=config.handoff_grace,

@@ -51,8 +51,9 @@ class _Due:
 class Spills:
     """Writes copies into session queues (see the module docstring) and counts them."""
 
-    def __init__(self, max_queued: int, overflow: Overflow) -> None:
+    def __init__(self, max_queued: int, overflow: Overflow, max_queued_bytes: int = 0) -> None:
         self.max_queued = max_queued
+        self.max_queued_bytes = max_queued_bytes
         self.overflow: Overflow = overflow
         self.queued = 0
         self.queue_drops = 0
@@ -73,7 +74,9 @@ class Spills:
         """Append ``deliveries`` (the QoS 1/2 ones) to ``queue``; raises what Redis raised."""
         kept = self._kept(deliveries)
         if kept:
-            self._count(*await queue.append(kept, self.max_queued, self.overflow))
+            self._count(
+                *await queue.append(kept, self.max_queued, self.overflow, self.max_queued_bytes)
+            )
 
     async def write_together(
         self, queue: SessionQueue, batch: list[Delivery], session: ClientSession
@@ -111,7 +114,10 @@ class Spills:
         try:
             outcomes = list(
                 await SessionQueue.append_each(
-                    [(due.queue, due.batch) for due in group], self.max_queued, self.overflow
+                    [(due.queue, due.batch) for due in group],
+                    self.max_queued,
+                    self.overflow,
+                    self.max_queued_bytes,
                 )
             )
         except RedisError as error:
