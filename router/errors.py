@@ -448,3 +448,8 @@ class AccessDeniedError(RouterError):
 class SessionInUseError(RouterError):
     """An operator asked to clear the session of a connected client: kick it first
     (HTTP 409)."""
+
+
+class AssetFetchError(RouterError, ValueError):
+    """A library of the dashboard could not be fetched as pinned: the registry refused or
+    could not be reached, or a tarball did not match its published integrity."""

@@ -61,7 +61,7 @@ Connect = Callable[..., Awaitable[RedisClient]]
 BACKENDS = ("fake", "standalone", "cluster")
 
 # ``start_node`` (tests/support/nodes.py) and the session-scoped ``spark`` fixture.
-pytest_plugins = ("tests.support.nodes", "tests.support.spark")
+pytest_plugins = ("tests.support.nodes", "tests.support.spark", "tests.support.browser")
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("core", "state", "cluster", "mqtt", "ops", "web", "cli", "pipeline", "system")

@@ -347,6 +347,7 @@ class NodeHistoryStore:
     def __init__(self, redis: RedisClient, keys: Keys | None = None) -> None:
         self.redis = redis
         self.keys = keys if keys is not None else Keys()
+        self._seen = self.keys.telemetry_seen()
 
     async def write(
         self,
@@ -380,8 +381,21 @@ class NodeHistoryStore:
             await pipe.execute()
 
     async def delete(self, node_id: str) -> bool:
-        """Remove the node's telemetry and history (a node leaving); True if there were any."""
+        """Remove the node's telemetry and history and forget it was seen (a node
+        leaving); True if there were any."""
+        await self.redis.zrem(self._seen, check_id(node_id, "node id"))
         return int(await self.redis.delete(*self._keys(node_id))) > 0
+
+    async def mark_seen(self, node_id: str, when: float, forget_before: float) -> None:
+        """Record that ``node_id`` wrote its telemetry at ``when`` (Unix seconds), and
+        forget every node not seen since ``forget_before``."""
+        await self.redis.zadd(self._seen, {check_id(node_id, "node id"): when})
+        await self.redis.zremrangebyscore(self._seen, "-inf", f"({forget_before}")
+
+    async def seen_since(self, since: float) -> dict[str, float]:
+        """The nodes that wrote telemetry since ``since``: node id -> when, last."""
+        found: Any = await self.redis.zrangebyscore(self._seen, since, "+inf", withscores=True)
+        return {_text(node_id): float(when) for node_id, when in found}
 
     async def read(self, node_ids: Iterable[str]) -> dict[str, NodeRecord]:
         """node id -> record, for each of ``node_ids`` (sorted; a node that stored nothing

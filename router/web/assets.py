@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import binascii
 import hashlib
 import io
 import json
@@ -31,6 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+from router.errors import AssetFetchError
 
 VENDOR: Final = Path(__file__).resolve().parent / "static" / "vendor"
 REGISTRY: Final = "https://registry.npmjs.org"
@@ -53,10 +56,16 @@ class Package:
 
     def __post_init__(self) -> None:
         algorithm, _, digest = self.integrity.partition("-")
-        if algorithm != "sha512" or len(base64.b64decode(digest, validate=True)) != 64:
-            raise ValueError(f"{self.name}: integrity must be a sha512 digest, not {algorithm}")
+        try:
+            size = len(base64.b64decode(digest, validate=True))
+        except binascii.Error:
+            size = 0
+        if algorithm != "sha512" or size != 64:
+            raise AssetFetchError(
+                f"{self.name}: integrity must be a sha512 digest, not {algorithm}"
+            )
         if any("/" in flat or flat == MANIFEST_NAME for flat in self.files.values()):
-            raise ValueError(f"{self.name}: vendor names are flat and not {MANIFEST_NAME}")
+            raise AssetFetchError(f"{self.name}: vendor names are flat and not {MANIFEST_NAME}")
 
     @property
     def pin(self) -> str:
@@ -107,7 +116,9 @@ def check_integrity(data: bytes, integrity: str, what: str) -> None:
     expected = integrity.partition("-")[2]
     actual = base64.b64encode(hashlib.sha512(data).digest()).decode("ascii")
     if actual != expected:
-        raise ValueError(f"{what}: integrity mismatch (expected sha512-{expected}, got {actual})")
+        raise AssetFetchError(
+            f"{what}: integrity mismatch (expected sha512-{expected}, got {actual})"
+        )
 
 
 def extract(data: bytes, package: Package) -> dict[str, bytes]:
@@ -119,10 +130,10 @@ def extract(data: bytes, package: Package) -> dict[str, bytes]:
             try:
                 member = archive.getmember(inner)
             except KeyError:
-                raise ValueError(f"{package.pin}: no {inner} in the tarball") from None
+                raise AssetFetchError(f"{package.pin}: no {inner} in the tarball") from None
             stream = archive.extractfile(member) if member.isfile() else None
             if stream is None:
-                raise ValueError(f"{package.pin}: {inner} is not a regular file")
+                raise AssetFetchError(f"{package.pin}: {inner} is not a regular file")
             found[flat] = stream.read()
     return found
 

@@ -35,6 +35,7 @@ from router.ops.metrics import NodeCollector, health
 from router.state.console_store import ConsoleStore
 from router.web import api_admin, api_clients, api_cluster, api_topics
 from router.web.access import Access, access_middleware, is_loopback
+from router.web.assets import missing
 from router.web.context import CONTEXT, WebContext
 from router.web.openapi import openapi_document
 from router.web.replies import MAX_BODY, error_reply
@@ -45,6 +46,23 @@ log = logging.getLogger(__name__)
 STATIC: Final = Path(__file__).resolve().parent / "static"
 PROMETHEUS_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 TELEMETRY_INTERVAL: Final = 2.0
+SECURITY_HEADERS: Final = {
+    # Scripts and styles of this listener only (Alpine.js evaluates its attributes, hence
+    # 'unsafe-eval'); no other site may frame the dashboard or receive its addresses.
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self' 'unsafe-eval'; style-src 'self' "
+        "'unsafe-inline'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "
+        "base-uri 'none'; form-action 'self'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+async def _secure(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer carries :data:`SECURITY_HEADERS`."""
+    response.headers.update(SECURITY_HEADERS)
 
 
 @web.middleware
@@ -95,6 +113,7 @@ def build_app(
     if api:
         middlewares.append(access_middleware(access))
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY)
+    app.on_response_prepare.append(_secure)
     app.router.add_get("/metrics", monitoring.metrics)
     app.router.add_get("/healthz", monitoring.healthz)
     if not api:
@@ -116,7 +135,12 @@ def build_app(
     return app
 
 
-async def _index(request: web.Request) -> web.FileResponse:
+async def _index(request: web.Request) -> web.StreamResponse:
+    """The dashboard's page; 503 saying how to fetch its libraries when they are missing."""
+    absent = missing()
+    if absent:
+        text = f"the dashboard's libraries are missing ({', '.join(absent)}): run make web-assets"
+        return web.Response(text=text + "\n", status=503)
     return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
 
@@ -148,6 +172,8 @@ async def serve_http(
         if not api:
             yield bound[0], bound[1]
             return
+        if missing():
+            log.warning("the dashboard's libraries are missing: run make web-assets")
         listeners = [f"{s}://{h}:{p}" for s, h, p in (mqtt.listeners if mqtt else [])]
         listeners.append(f"{'https' if tls else 'http'}://{bound[0]}:{bound[1]}")
         async with Telemetry(node, mqtt, listeners, interval=telemetry_interval) as telemetry:

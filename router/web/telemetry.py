@@ -80,6 +80,8 @@ DROPPED: Final = (
 )
 """The counters of ``node.stats()`` and ``mqtt.stats()`` that add up to "dropped"."""
 DEFAULT_HEARTBEAT_TTL_MS: Final = round(NodeConfig.heartbeat_ttl * 1000)
+DEPARTED_SHOWN: Final = 3600.0
+"""Seconds a node that died (purged from the registry, never said goodbye) stays listed."""
 
 
 def resident_kib() -> int:
@@ -230,6 +232,7 @@ class Telemetry:
             self.keep,
             history_ttl_s=max(self.keep * self.interval, ttl),
         )
+        await self.store.mark_seen(self.node.node_id, sample.t, sample.t - DEPARTED_SHOWN)
         return telemetry
 
     async def _ping(self) -> float | None:
@@ -249,7 +252,10 @@ class Telemetry:
 async def cluster_nodes(
     redis: RedisClient, keys: Keys, route_counts: Mapping[str, int] | None = None
 ) -> list[dict[str, Any]]:
-    """The rows of ``/api/v1/nodes``: every registered node, alive or not, sorted by id.
+    """The rows of ``/api/v1/nodes``: every registered node, alive or not, and every node
+    that wrote telemetry in the last :data:`DEPARTED_SHOWN` seconds and is no longer
+    registered (it died: ``alive`` false, ``heartbeat_age_ms`` since it last wrote), sorted
+    by id. A node that stopped gracefully is forgotten at once.
 
     ``alive`` and ``heartbeat_age_ms`` (since its last heartbeat, by Redis server time;
     the node's TTL from its telemetry, else the default's) come from the registry;
@@ -258,8 +264,11 @@ async def cluster_nodes(
     a node that is not alive or wrote none (no HTTP listener). Raises ``RedisError`` when
     Redis does not answer, :class:`CorruptStateError` for bad state."""
     registered = await NodeRegistry(redis, keys).nodes()
-    records = await NodeHistoryStore(redis, keys).read(info.node_id for info in registered)
     now = time.time()
+    store = NodeHistoryStore(redis, keys)
+    seen = await store.seen_since(now - DEPARTED_SHOWN)
+    departed = sorted(set(seen) - {info.node_id for info in registered})
+    records = await store.read(info.node_id for info in registered)
     rows = []
     for info in sorted(registered, key=lambda i: i.node_id):
         stored = records[info.node_id].telemetry
@@ -270,23 +279,36 @@ async def cluster_nodes(
         routes = None if route_counts is None else route_counts.get(info.node_id)
         if routes is None and shown is not None:
             routes = shown.routes
-        rows.append(
-            {
-                "node_id": info.node_id,
-                "alive": info.alive,
-                "listeners": list(shown.listeners) if shown else None,
-                "uptime_s": max(0, int(now - shown.started_at)) if shown else None,
-                "version": shown.version if shown else None,
-                "connections": shown.connections if shown else None,
-                "rss_kib": shown.rss_kib if shown else None,
-                "cpu_percent": shown.cpu_percent if shown else None,
-                "loop_lag_ms": shown.loop_lag_ms if shown else None,
-                "redis_latency_ms": shown.redis_latency_ms if shown else None,
-                "heartbeat_age_ms": max(0, age),
-                "routes": routes,
-            }
-        )
+        rows.append(_node_row(info.node_id, info.alive, shown, max(0, age), routes, now))
+    for node_id in departed:  # (purged from the registry: dead, last seen this long ago)
+        age = max(0, int((now - seen[node_id]) * 1000))
+        rows.append(_node_row(node_id, False, None, age, None, now))
+    rows.sort(key=lambda row: row["node_id"])
     return rows
+
+
+def _node_row(
+    node_id: str,
+    alive: bool,
+    shown: NodeTelemetry | None,
+    heartbeat_age_ms: int,
+    routes: int | None,
+    now: float,
+) -> dict[str, Any]:
+    return {
+        "node_id": node_id,
+        "alive": alive,
+        "listeners": list(shown.listeners) if shown else None,
+        "uptime_s": max(0, int(now - shown.started_at)) if shown else None,
+        "version": shown.version if shown else None,
+        "connections": shown.connections if shown else None,
+        "rss_kib": shown.rss_kib if shown else None,
+        "cpu_percent": shown.cpu_percent if shown else None,
+        "loop_lag_ms": shown.loop_lag_ms if shown else None,
+        "redis_latency_ms": shown.redis_latency_ms if shown else None,
+        "heartbeat_age_ms": heartbeat_age_ms,
+        "routes": routes,
+    }
 
 
 async def cluster_overview(redis: RedisClient, keys: Keys, retained_count: int) -> dict[str, Any]:

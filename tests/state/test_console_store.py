@@ -59,7 +59,7 @@ async def test_api_keys(redis_client: RedisClient, keys: Keys) -> None:
     assert await store.api_key(key[:-1] + ("A" if key[-1] != "A" else "B")) is None
     assert await store.api_key("rk_nothing") is None
     assert all(
-        key.split("_")[2] not in str(v)
+        key.split("_", 2)[2] not in str(v)
         for v in (await redis_client.hgetall(keys.console_api_keys())).values()
     )
     assert await store.remove_api_key(listed.key_id)

@@ -24,6 +24,7 @@ from router.mqtt.settings import MqttSettings
 from router.state.console_store import ConsoleStore
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
+from router.web import listener
 from router.web.listener import build_app, serve_http
 from tests.support import waiting
 from tests.support.nodes import StartNode
@@ -453,3 +454,19 @@ async def test_a_network_listener_refuses_everyone_until_an_account_exists(
         assert (status, error["error"]) == (401, "LoginRequiredError")
     finally:
         await runner.cleanup()
+
+
+async def test_pages_carry_security_headers_and_say_when_their_libraries_are_missing(
+    sites: list[Site], http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = sites[0]
+    async with http.get(a.url + "/") as page:
+        assert page.status == 200
+        policy = page.headers["Content-Security-Policy"]
+        assert "frame-ancestors 'none'" in policy and "default-src 'self'" in policy
+        assert page.headers["X-Content-Type-Options"] == "nosniff"
+    async with http.get(a.url + "/api/v1/me") as answer:
+        assert answer.headers["X-Frame-Options"] == "DENY"
+    monkeypatch.setattr(listener, "missing", lambda: ["alpine.min.js"])
+    async with http.get(a.url + "/") as page:
+        assert page.status == 503 and "make web-assets" in await page.text()

@@ -5,6 +5,7 @@ node's history gives no negative rate, and Redis trouble does not stop the sampl
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -239,3 +240,21 @@ async def test_bad_settings(start_node: StartNode) -> None:
     for bad in ({"interval": 0}, {"interval": -1.0}, {"keep": 1}, {"keep": 2.5}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             Telemetry(node, None, [], **bad)
+
+
+async def test_a_node_that_died_stays_listed_dead(
+    start_node: Any, redis_client: RedisClient, keys: Keys
+) -> None:
+    """Before, a node killed without goodbye left the list once its peers purged it."""
+    node = await start_node("watcher")
+    store = NodeHistoryStore(redis_client, keys)
+    now = time.time()
+    await store.mark_seen("ghost", now - 30, now - 3600)  # (it wrote telemetry, then died)
+    await store.mark_seen("ancient", now - 7200, now - 7200)
+    rows = {row["node_id"]: row for row in await cluster_nodes(redis_client, keys)}
+    assert set(rows) == {"watcher", "ghost"}
+    assert rows["watcher"]["alive"] and not rows["ghost"]["alive"]
+    assert 29_000 <= rows["ghost"]["heartbeat_age_ms"] <= 60_000
+    await store.delete("ghost")  # (a node that stops gracefully is forgotten)
+    assert [row["node_id"] for row in await cluster_nodes(redis_client, keys)] == ["watcher"]
+    assert node.running
