@@ -5,6 +5,9 @@ empty), and the user cannot touch a key outside the prefix."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+import urllib.request
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -84,7 +87,17 @@ def test_the_router_user_is_denied_nothing(restricted: tuple[str, list[Redis]], 
     url, admins = restricted
     asyncio.run(node_work(url, keys))
     env = {"ROUTER_REDIS_URL": url, "ROUTER_PREFIX": keys.prefix}
-    with mqtt_node("m", env, "--mqtt-sys-interval", "0.2") as (_, port):
+    runner = CliRunner()
+    target = ["--redis", url, "--prefix", keys.prefix]
+    added = runner.invoke(
+        app, ["dashboard", "users", "add", "root", "--role", "admin", *target], input="pw-root\n"
+    )
+    assert added.exit_code == 0, added.output
+    made = runner.invoke(app, ["dashboard", "keys", "add", "ci", "--role", "admin", *target])
+    assert made.exit_code == 0, made.output
+    key = made.output.strip()
+    http = ("--http", "127.0.0.1:0")
+    with mqtt_node("m", env, "--mqtt-sys-interval", "0.2", *http) as (process, port):
         watcher, talker = Paho(port, "watcher", V5), Paho(port, "talker", V5)
         try:
             assert watcher.subscribe("t/#", 1) == [1]
@@ -92,7 +105,21 @@ def test_the_router_user_is_denied_nothing(restricted: tuple[str, list[Redis]], 
         finally:
             watcher.close()
             talker.close()
-    runner = CliRunner()
+        base = re.search(r"HTTP on (http://\S+)", "\n".join(process.stderr_lines))
+        assert base is not None
+        for path in ("/api/v1/overview", "/api/v1/nodes", "/api/v1/clients", "/api/v1/bans"):
+            request = urllib.request.Request(
+                base.group(1) + path, headers={"Authorization": f"Bearer {key}"}
+            )
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                assert answer.status == 200, path
+        login = urllib.request.Request(
+            base.group(1) + "/api/v1/login",
+            data=json.dumps({"user": "root", "password": "pw-root"}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(login, timeout=10) as answer:
+            assert answer.status == 200
     for command in (["nodes"], ["routes"], ["match", "news/x"], ["subs", "phone"],
                     ["clients"], ["channels", "list"], ["reconcile"], ["retained", "list"],
                     ["publish", "news/z", "x"], ["bans", "add", "client", "x", "--for", "5"],
