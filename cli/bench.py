@@ -57,9 +57,9 @@ def bench_match(
     as_json: bool,
 ) -> None:
     """The subscription trie beside paho-mqtt's MQTTMatcher, and its hot-topic cache."""
-    from router.bench import match
+    from router.bench import match, match_workloads
 
-    chosen = workloads or match.DEFAULT_WORKLOADS
+    chosen = workloads or match_workloads.DEFAULT_WORKLOADS
     result = match.run(subscriptions, topics, seed, rounds, hot_publishes, chosen)
     if as_json:
         click.echo(json.dumps(result))

@@ -47,11 +47,11 @@ from itertools import accumulate
 from typing import Any, Protocol
 
 from router.bench.broker_runs import cut
-from router.bench.match import (
+from router.bench.match_workloads import (
     DEVICES_PER_SITE,
     METRICS,
     SITES,
-    _device_subscription,
+    device_subscription,
     make_workload,
 )
 from router.core.cached_trie import CachedMatcher
@@ -116,7 +116,7 @@ class _Churn:
             if rng.random() < 0.5:
                 pair = _hot_filter(rng, rng.choice(recent), self._count)
             else:
-                pair = _device_subscription(rng, 100_000 + self._count)
+                pair = device_subscription(rng, 100_000 + self._count)
             added.append(pair)
             return ("subscribe", *pair)
         # Half the removals undo churn, half remove an original subscription, so the

@@ -25,14 +25,27 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from router.core.acl import Acl
 from router.core.hooks import ClientInfo
 from router.core.messages import Delivery, Message
 
-if TYPE_CHECKING:
-    from router.cluster.local_sessions import ClientSession
+
+class Judged(Protocol):
+    """What the ACL keeps on each session it judges (a
+    :class:`~router.cluster.local_sessions.ClientSession`): its decisions by topic, and the
+    receive check made for its user."""
+
+    client_id: str
+    receives: dict[str, bool]
+    receiver: Callable[[str], bool] | None
+
+    @property
+    def profile(self) -> tuple[int, int, str | None]:
+        """(MQTT level, keepalive, user name) its connection gave."""
+        ...
+
 
 DEFAULT_LIMIT: Final = 100_000
 """Cached decisions, over all sessions, before every cache is cleared."""
@@ -59,9 +72,9 @@ class DeliveryAcl:
         self.denied = 0
         self.on_denied: DenialObserver | None = None
         self._cached = 0
-        self._holders: weakref.WeakSet[ClientSession] = weakref.WeakSet()
+        self._holders: weakref.WeakSet[Judged] = weakref.WeakSet()
 
-    def judge(self, session: ClientSession, topic: str) -> bool:
+    def judge(self, session: Judged, topic: str) -> bool:
         """True if ``session`` may receive ``topic`` (a validated topic name): the
         session's cached decision, else the ACL's (then cached)."""
         allowed = session.receives.get(topic)
@@ -95,7 +108,7 @@ class DeliveryAcl:
         if self.on_denied is not None:
             self.on_denied(client_id, what)
 
-    def screen(self, session: ClientSession, deliveries: list[Delivery]) -> list[Delivery]:
+    def screen(self, session: Judged, deliveries: list[Delivery]) -> list[Delivery]:
         """The ``deliveries`` the session may receive, in order (the others refused)."""
         kept = []
         for delivery in deliveries:
@@ -105,7 +118,7 @@ class DeliveryAcl:
                 self.refuse(session.client_id, delivery)
         return kept
 
-    def replace(self, acl: Acl, sessions: Iterable[ClientSession]) -> None:
+    def replace(self, acl: Acl, sessions: Iterable[Judged]) -> None:
         """Judge with ``acl`` from now on: every session's decisions and prepared rules
         (``sessions``: all of them) are dropped."""
         self.acl = acl

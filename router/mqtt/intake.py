@@ -36,15 +36,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import Final, Protocol
 
 from router.errors import ConnectionEndedError, MqttError
 from router.mqtt.codec import PacketReader
+from router.mqtt.connection_host import ConnectionHost, Transport
 from router.mqtt.packets import Packet
 from router.mqtt.reason_codes import ReasonCode
-
-if TYPE_CHECKING:
-    from router.mqtt.server import MqttServer
 
 #: Answers (PINGRESP, PUBACK, deliveries...) a client has not read, in bytes, above which
 #: the node stops reading from it until they are sent.
@@ -62,23 +60,6 @@ _THROTTLED: Final = 8  # the client publishes faster than its rate (router.mqtt.
 HANDLE_BATCH: Final = 512
 #: Seconds a throttled worker sleeps at a time (it looks for the connection's end between).
 THROTTLE_STEP: Final = 0.1
-
-
-class Transport(Protocol):
-    """What a listener gives a connection: write whole packets, wait, close."""
-
-    @property
-    def peer(self) -> str: ...
-
-    def write(self, data: bytes) -> None: ...
-
-    def backlog(self) -> int:
-        """Bytes written and not yet sent (the client is not reading them yet)."""
-        ...
-
-    async def drain(self) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class Reading(Protocol):
@@ -111,7 +92,7 @@ class Intake:
         "transport",
     )
 
-    def __init__(self, server: MqttServer, transport: Transport) -> None:
+    def __init__(self, server: ConnectionHost, transport: Transport) -> None:
         self.server = server
         self.transport = transport
         settings = server.settings

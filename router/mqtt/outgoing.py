@@ -30,33 +30,22 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final
 
 from router.cluster.local_sessions import ClientSession
 from router.core.messages import Delivery, MessageProperties
 from router.errors import MqttProtocolError
 from router.mqtt.codec import encode, encode_publish, topic_field
+from router.mqtt.connection_host import DeliveryCounters, Transport
 from router.mqtt.packets import MQTT_5, PubRel
 from router.mqtt.properties import NO_PROPERTIES, Properties
-
-if TYPE_CHECKING:
-    from router.mqtt.intake import Transport
 
 #: Packets to a client gathered into one write, at most.
 OUT_BATCH: Final = 256
 #: Topics whose PUBLISH field a server keeps, at most (then it starts again).
 TOPIC_FIELDS: Final = 4096
-
-
-class DeliveryCounters(Protocol):
-    """Where an :class:`Outbox` counts (the node's MQTT server)."""
-
-    messages_sent: int
-    expired_dropped: int
-    oversized_dropped: int
-    inflight_bytes_waited: int
 
 
 _NOTHING_CARRIED: Final = MessageProperties()
@@ -87,11 +76,13 @@ class PublishEncoder:
 
     __slots__ = ("_aliases", "_fields", "alias_maximum", "level")
 
-    def __init__(self, level: int, alias_maximum: int, fields: TopicFields | None = None) -> None:
+    def __init__(
+        self, level: int, alias_maximum: int, fields: Mapping[str, bytes] | None = None
+    ) -> None:
         self.level = level
         self.alias_maximum = alias_maximum if level >= MQTT_5 else 0
         self._aliases: dict[str, int] | None = None  # (made with the first alias)
-        self._fields = TopicFields() if fields is None else fields
+        self._fields: Mapping[str, bytes] = TopicFields() if fields is None else fields
 
     def encode(self, delivery: Delivery, packet_id: int | None, dup: bool) -> bytes:
         """The PUBLISH of ``delivery`` for this connection. A QoS 0 one that carries

@@ -65,7 +65,6 @@ import logging
 import time
 import uuid
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
@@ -84,6 +83,7 @@ from router.errors import (
     UnsupportedProtocolVersionError,
 )
 from router.mqtt.codec import encode, encode_puback
+from router.mqtt.connection_host import ConnectionHost, Transport
 from router.mqtt.exchange import (
     Acknowledgements,
     Action,
@@ -96,7 +96,7 @@ from router.mqtt.exchange import (
     refusal,
 )
 from router.mqtt.inbound import InboundLimits
-from router.mqtt.intake import READ_PAUSE, Intake, Transport
+from router.mqtt.intake import READ_PAUSE, Intake
 from router.mqtt.outgoing import Outbox, PublishEncoder, carried_properties
 from router.mqtt.packets import (
     MQTT_3_1,
@@ -121,9 +121,6 @@ from router.mqtt.rates import ClientRates
 from router.mqtt.reason_codes import ReasonCode
 from router.mqtt.settings import MqttSettings
 from router.mqtt.subscribing import Subscribing
-
-if TYPE_CHECKING:
-    from router.mqtt.server import MqttServer
 
 __all__ = ["READ_PAUSE", "MqttConnection", "Transport"]
 
@@ -160,7 +157,7 @@ class MqttConnection(Intake):
     _acks: Acknowledgements
     _outbox: Outbox
 
-    def __init__(self, server: MqttServer, transport: Transport) -> None:
+    def __init__(self, server: ConnectionHost, transport: Transport) -> None:
         super().__init__(server, transport)
         self.node: RouterNode = server.node
         self.settings: MqttSettings = server.settings

@@ -31,7 +31,6 @@ meanwhile waits for it. Two bounds keep that from ever waiting on itself:
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from router.errors import (
     InvalidOptionsError,
@@ -40,11 +39,9 @@ from router.errors import (
     NotAuthorizedError,
     RouteWriteError,
 )
+from router.mqtt.connection_host import ConnectionHost
 from router.mqtt.packets import Packet, Publish, SubAck, Subscribe, UnsubAck, Unsubscribe
 from router.mqtt.reason_codes import ReasonCode as RC
-
-if TYPE_CHECKING:
-    from router.mqtt.server import MqttServer
 
 
 class Subscribing:
@@ -52,7 +49,7 @@ class Subscribing:
 
     __slots__ = ("_arrived", "_client_id", "_node", "_server", "_v5")
 
-    def __init__(self, server: MqttServer, client_id: str, v5: bool) -> None:
+    def __init__(self, server: ConnectionHost, client_id: str, v5: bool) -> None:
         self._server = server
         self._node = server.node
         self._client_id = client_id

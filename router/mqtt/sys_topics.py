@@ -47,13 +47,11 @@ import importlib.metadata
 import logging
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from router.cluster.tasks import stop_task
+from router.mqtt.connection_host import ConnectionHost
 from router.state.node_figures import NodeFigures, NodeFigureStore
-
-if TYPE_CHECKING:
-    from router.mqtt.server import MqttServer
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +119,7 @@ def cluster_figures(nodes: Iterable[NodeFigures]) -> NodeFigures:
 class SysTopics:
     """The ``$SYS`` publisher of one :class:`MqttServer` (see the module docstring)."""
 
-    def __init__(self, server: MqttServer) -> None:
+    def __init__(self, server: ConnectionHost) -> None:
         self.server = server
         self.node = server.node
         self.store = NodeFigureStore(self.node.registry.redis, self.node.keys)

@@ -19,12 +19,10 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, cast
+from typing import Final, cast
 
+from router.mqtt.connection_host import ConnectionHost
 from router.mqtt.protocol import MqttConnection
-
-if TYPE_CHECKING:
-    from router.mqtt.server import MqttServer
 
 #: Bytes asyncio reads from a socket at once (into the buffer a listener's sockets share).
 READ_SIZE: Final = 65536
@@ -50,7 +48,7 @@ def keep_alive(sock: socket.socket) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
-def stream_factory(server: MqttServer) -> Callable[[], TcpStream]:
+def stream_factory(server: ConnectionHost) -> Callable[[], TcpStream]:
     """The protocol factory of one listener of ``server`` (one read buffer for all its
     sockets: the loop reads one socket at a time)."""
     buffer = memoryview(bytearray(READ_SIZE))
@@ -62,7 +60,7 @@ class TcpStream(asyncio.BufferedProtocol):
 
     __slots__ = ("_blocked", "_buffer", "_connection", "_drains", "_server", "_transport")
 
-    def __init__(self, server: MqttServer, buffer: memoryview) -> None:
+    def __init__(self, server: ConnectionHost, buffer: memoryview) -> None:
         self._server = server
         self._buffer = buffer
         self._transport: asyncio.Transport | None = None

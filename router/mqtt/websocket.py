@@ -15,7 +15,7 @@ import contextlib
 import ssl
 from collections.abc import AsyncIterator
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
@@ -23,11 +23,9 @@ from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
 from router.errors import ListenerError
+from router.mqtt.connection_host import ConnectionHost
 from router.mqtt.protocol import MqttConnection
 from router.mqtt.settings import BACKLOG
-
-if TYPE_CHECKING:
-    from router.mqtt.server import MqttServer
 
 SUBPROTOCOL: Final = Subprotocol("mqtt")
 DEFAULT_PATH: Final = "/mqtt"
@@ -93,7 +91,7 @@ async def _messages(websocket: ServerConnection) -> AsyncIterator[bytes]:
 
 
 async def listen_websocket(
-    server: MqttServer, address: tuple[str, int], path: str, tls: ssl.SSLContext | None
+    server: ConnectionHost, address: tuple[str, int], path: str, tls: ssl.SSLContext | None
 ) -> tuple[str, int, Server]:
     """Serve MQTT over WebSocket at ``ws://HOST:PORT{path}`` (``wss://`` with ``tls``);
     returns the bound host and port and the server (closed by :class:`MqttServer`)."""

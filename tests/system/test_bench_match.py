@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from router.bench import hot, match
+from router.bench import hot, match, match_workloads
 from router.errors import BenchDisagreementError
 
 LONG = 1000
@@ -19,14 +19,14 @@ def test_memory_counts_the_filter_strings_each_structure_keeps() -> None:
     # keeps the level. Strings the structure keeps alive belong to its figure, however
     # they were made before.
     subscriptions = [(f"c{i}", f"{i}/{'x' * LONG}") for i in range(40)]
-    workload = match.MatchWorkload("long", subscriptions, [f for _, f in subscriptions])
+    workload = match_workloads.MatchWorkload("long", subscriptions, [f for _, f in subscriptions])
     report = match.run_workload(workload, rounds=1)
     assert report["router_bytes_per_sub"] > LONG
     assert report["paho_bytes_per_sub"] > LONG
 
 
 def test_every_topic_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    workload = match.make_workload("devices", 300, 2500, seed=3)
+    workload = match_workloads.make_workload("devices", 300, 2500, seed=3)
     odd = "site/0/device/0/odd-one"  # published once, last
     workload = dataclasses.replace(workload, topics=[*workload.topics, odd])
 
@@ -58,7 +58,9 @@ def test_ratios_are_cut_never_rounded(monkeypatch: pytest.MonkeyPatch) -> None:
         return result, 1.0 if is_router else 1.4272
 
     monkeypatch.setattr(match, "_timed", timed)
-    report = match.run_workload(match.make_workload("devices", 200, 100, seed=3), rounds=1)
+    report = match.run_workload(
+        match_workloads.make_workload("devices", 200, 100, seed=3), rounds=1
+    )
     assert report["match_ratio"] == 1.42  # 1.4272 cut; rounded it would read 1.43
 
 

@@ -4,7 +4,10 @@ Rooms by layer: a module imports only what its folder may import (read from its 
 new module is checked the day it lands, with no list to keep). Names explain themselves:
 every exception lives in ``router/errors.py`` and ends in ``Error``; no two modules have
 names one letter apart, none is named after a standard-library module; no two public
-classes share a name; no module is over 600 lines. And importing the pure core loads none
+classes share a name; no module is over 800 lines (600 is the guide: split by concept,
+never pack code to fit). No cycle of imports inside a room, counting the imports under
+``TYPE_CHECKING`` and inside functions (a small Protocol breaks one: what a module needs
+of another, declared where it is needed). And importing the pure core loads none
 of the runtime's dependencies.
 """
 
@@ -270,9 +273,97 @@ def test_no_two_public_classes_share_a_name() -> None:
 
 
 @pytest.mark.parametrize("path", sources(), ids=lambda p: str(p.relative_to(REPOSITORY)))
-def test_modules_stay_under_600_lines(path: Path) -> None:
-    assert len(path.read_text(encoding="utf-8").splitlines()) <= 600
+def test_modules_stay_under_800_lines(path: Path) -> None:
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= 800
 
 
 def test_at_most_eight_modules_sit_directly_in_the_package() -> None:
     assert len(list(ROUTER.glob("*.py"))) <= 8
+
+
+# -- cycles ------------------------------------------------------------------------------
+
+
+def module_name(path: Path) -> str:
+    if path.is_relative_to(CLI):
+        return ".".join(("router", "cli", *path.relative_to(CLI).with_suffix("").parts))
+    return ".".join(("router", *path.relative_to(ROUTER).with_suffix("").parts))
+
+
+def room_graph(paths: list[Path]) -> dict[str, set[str]]:
+    """module -> the modules of its own room it imports (anywhere in its code)."""
+    modules = {module_name(path): path for path in paths}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found = set()
+        for _, imported in imports(path):
+            target = imported
+            while target and target not in modules:  # (``from package.module import name``)
+                target = target.rpartition(".")[0]
+            if target and target != name and room_of(modules[target]) == room_of(path):
+                found.add(target)
+        graph[name] = found
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (iterative Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            step = next(edges, None)
+            if step is not None:
+                if step not in index:
+                    index[step] = low[step] = len(index)
+                    stack.append(step)
+                    on_stack.add(step)
+                    work.append((step, iter(sorted(graph[step]))))
+                elif step in on_stack:
+                    low[node] = min(low[node], index[step])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def test_no_room_has_an_import_cycle() -> None:
+    assert cycles(room_graph(sources())) == []
+
+
+def test_the_cycle_check_sees_type_checking_and_function_imports(tmp_path: Path) -> None:
+    room = tmp_path / "router" / "mqtt"
+    room.mkdir(parents=True)
+    guarded = "if TYPE_CHECKING:\n    from router.mqtt.second import B\n"
+    (room / "first.py").write_text("from typing import TYPE_CHECKING\n" + guarded)
+    (room / "second.py").write_text("def f():\n    from router.mqtt.third import C\n")
+    (room / "third.py").write_text("import router.mqtt.first\n")
+    (room / "fourth.py").write_text("from router.mqtt import third\n")
+    paths = sorted(room.glob("*.py"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys.modules[__name__], "ROUTER", tmp_path / "router")
+        patch.setattr(sys.modules[__name__], "REPOSITORY", tmp_path)
+        assert cycles(room_graph(paths)) == [
+            ["router.mqtt.first", "router.mqtt.second", "router.mqtt.third"]
+        ]
