@@ -320,6 +320,20 @@ class EmbeddedServerError(RouterError):
     """No embedded Redis could be started."""
 
 
+class ProcessStartError(RouterError):
+    """A child process that serves something (a ``redis-server``, a broker, a node) did not
+    become ready (:mod:`router.ops.processes`). ``name`` names it; ``returncode`` is its exit
+    status, or None when it still ran at the deadline; ``log_tail`` is the end of its
+    output ("" without a log)."""
+
+    def __init__(self, name: str, returncode: int | None, log_tail: str = "") -> None:
+        self.name = name
+        self.returncode = returncode
+        self.log_tail = log_tail
+        state = "was not ready in time" if returncode is None else f"exited with {returncode}"
+        super().__init__(f"{name} {state}" + (f":\n{log_tail}" if log_tail else ""))
+
+
 class ClientNotFoundError(RouterError, LookupError):
     """No such client to show or act on: ``client_id`` has no session in Redis (never
     had one, it ended or expired), or, for an action on its connection (a kick), it is

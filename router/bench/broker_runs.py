@@ -138,9 +138,6 @@ class MqttBenchConfig:
         return LoadPlan(count, 1, 1, 1, self.window, self.drain_seconds, self.rate, label)
 
 
-# -- processes -------------------------------------------------------------------------------
-
-
 # -- one run of the load -----------------------------------------------------------------------
 
 

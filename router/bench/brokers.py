@@ -16,11 +16,9 @@ import fcntl
 import importlib.util
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,8 +26,14 @@ from typing import Final
 
 import redis
 
-from router.errors import BenchSetupError
-from router.ops.embedded_redis import free_port
+from router.errors import BenchSetupError, ProcessStartError
+from router.ops.processes import (
+    free_port,
+    listening as port_listening,
+    logged as log_has,
+    running,
+    stop_process,
+)
 from router.state.keys import Keys
 
 AMQTT_VERSION: Final = "0.12.1"
@@ -71,49 +75,33 @@ def broker_process(
     the end of the log) if it exits or is not ready within ``START_TIMEOUT``."""
     with tempfile.TemporaryDirectory(prefix="router-bench-mqtt-") as directory:
         log = Path(directory) / f"{name}.log"
-        with log.open("wb") as output:
-            process = subprocess.Popen(
+        try:
+            with running(
                 args,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
+                lambda: ready(log),
+                name=name,
+                log=log,
                 env=env,
                 cwd=directory,
-            )
-        try:
-            deadline = time.monotonic() + START_TIMEOUT
-            while not ready(log):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    tail = log.read_text(errors="replace")[-2000:]
-                    code = process.returncode
-                    state = "was not ready in time" if code is None else f"exited with {code}"
-                    raise BenchSetupError(f"{name} {state}:\n{tail}")
-                time.sleep(0.05)
-            yield process
-        finally:
-            terminate(process)
+                timeout=START_TIMEOUT,
+                stop_timeout=STOP_TIMEOUT,
+            ) as process:
+                yield process
+        except ProcessStartError as exc:
+            raise BenchSetupError(str(exc)) from None
 
 
 def terminate(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM, then SIGKILL after :data:`STOP_TIMEOUT`; returns once it exited."""
-    process.terminate()
-    try:
-        process.wait(timeout=STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    stop_process(process, STOP_TIMEOUT)
 
 
 def listening(port: int) -> Callable[[Path], bool]:
-    def ready(_: Path) -> bool:
-        with socket.socket() as probe:
-            return probe.connect_ex(("127.0.0.1", port)) == 0
-
-    return ready
+    return lambda _: port_listening(port)
 
 
 def logged(text: str) -> Callable[[Path], bool]:
-    return lambda log: text in log.read_text(errors="replace")
+    return lambda log: log_has(log, text)
 
 
 def node_command(node_id: str) -> tuple[list[str], dict[str, str]]:

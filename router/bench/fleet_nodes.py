@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Final
 
 from router.errors import BenchSetupError
-from router.ops.embedded_redis import free_port
+from router.ops.processes import free_port
 
 from .brokers import ROUTER_OPTIONS, broker_process, logged, node_run
 from .checks import check_positive

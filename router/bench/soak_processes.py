@@ -13,29 +13,31 @@ temporary directory, whose tail is quoted when a process does not come up.
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-import redis
-
-from router.bench.brokers import terminate
-from router.errors import BenchSetupError
-from router.ops.embedded_redis import free_port
+from router.errors import BenchSetupError, ProcessStartError
+from router.ops.processes import (
+    Popen,
+    answers_ping,
+    free_port,
+    kill_process,
+    logged,
+    port_is_free,
+    redis_server_command,
+    spawn,
+    stop_process,
+    wait_ready,
+)
 
 START_TIMEOUT: Final = 30.0
 STOP_TIMEOUT: Final = 10.0
 POLL: Final = 0.05
-
-
-def _log_tail(log: Path) -> str:
-    return log.read_text(errors="replace")[-2000:] if log.exists() else ""
 
 
 class _Process:
@@ -44,29 +46,19 @@ class _Process:
     def __init__(self, name: str, log: Path) -> None:
         self.name = name
         self.log = log
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: Popen | None = None
         self.starts = 0
 
     def _spawn(self, args: list[str]) -> None:
-        with self.log.open("ab") as output:
-            self.process = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                cwd=self.log.parent,
-            )
+        self.process = spawn(args, log=self.log, cwd=self.log.parent)
         self.starts += 1
 
     def _wait(self, ready: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while not ready():
-            assert self.process is not None
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                code = self.process.returncode
-                state = "was not ready in time" if code is None else f"exited with {code}"
-                raise BenchSetupError(f"{self.name} {state}:\n{_log_tail(self.log)}")
-            time.sleep(POLL)
+        assert self.process is not None
+        try:
+            wait_ready(self.process, ready, name=self.name, timeout=START_TIMEOUT, log=self.log)
+        except ProcessStartError as exc:
+            raise BenchSetupError(str(exc)) from None
 
     @property
     def alive(self) -> bool:
@@ -75,16 +67,14 @@ class _Process:
     def kill(self) -> None:
         """``kill -9``: no goodbye, nothing flushed."""
         process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-            process.wait(timeout=STOP_TIMEOUT)
+        if process is not None:
+            kill_process(process)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after ``STOP_TIMEOUT``."""
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        terminate(process)
+        if process is not None:
+            stop_process(process, STOP_TIMEOUT)
 
     def rss_mib(self) -> float | None:
         """Resident set size from ``/proc`` (None if the process is not running)."""
@@ -119,57 +109,20 @@ class RedisProcess(_Process):
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        self._spawn(
-            [
-                self.binary,
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--dir",
-                str(self.directory),
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--protected-mode",
-                "no",
-            ]
-        )
-        self._wait(self._answers)
-
-    def _answers(self) -> bool:
-        client = redis.Redis.from_url(self.url, socket_timeout=1)
-        try:
-            return bool(client.ping())
-        except redis.RedisError:
-            return False
-        finally:
-            client.close()
+        self._spawn(redis_server_command(self.binary, self.port, self.directory, append_only=True))
+        self._wait(lambda: answers_ping(self.url))
 
     def restart(self) -> float:
         """``kill -9`` and start again from the append-only file; the seconds it took."""
         began = time.monotonic()
         self.kill()
-        deadline = time.monotonic() + START_TIMEOUT
-        while not _port_is_free(self.port):
-            if time.monotonic() > deadline:
-                raise BenchSetupError(f"port {self.port} of redis-server did not close")
-            time.sleep(POLL)
+        try:
+            closed = functools.partial(port_is_free, self.port)
+            wait_ready(None, closed, name=f"port {self.port}", timeout=START_TIMEOUT, poll=POLL)
+        except ProcessStartError:
+            raise BenchSetupError(f"port {self.port} of redis-server did not close") from None
         self.start()
         return time.monotonic() - began
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 class NodeProcess(_Process):
@@ -211,7 +164,7 @@ class NodeProcess(_Process):
                 f"127.0.0.1:{self.port}",
             ]
         )
-        self._wait(lambda: self.log.read_text(errors="replace").count(marker) > seen)
+        self._wait(lambda: logged(self.log, marker, seen + 1))
         self.up, self.up_since = True, time.monotonic()
         return time.monotonic() - began
 

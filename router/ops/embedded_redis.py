@@ -10,80 +10,58 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
-import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from typing import Final
 
 import redis
 
-from router.errors import EmbeddedServerError
+from router.errors import EmbeddedServerError, ProcessStartError
+from router.ops.processes import (
+    Popen,
+    answers_ping,
+    free_port,
+    redis_server_command,
+    spawn,
+    stop_process,
+    wait_ready,
+)
 
 START_TIMEOUT: Final = 10.0
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _wait_ready(url: str, process: subprocess.Popen[bytes] | None = None) -> None:
-    client = redis.Redis.from_url(url, socket_connect_timeout=0.2)
-    deadline = time.monotonic() + START_TIMEOUT
-    try:
-        while True:
-            try:
-                if client.ping():
-                    return
-            except redis.RedisError:
-                pass
-            if process is not None and process.poll() is not None:
-                raise EmbeddedServerError(f"redis-server exited with {process.returncode}")
-            if time.monotonic() > deadline:
-                raise EmbeddedServerError(f"the embedded Redis at {url} did not start")
-            time.sleep(0.02)
-    finally:
-        client.close()
+STOP_TIMEOUT: Final = 5.0
+POLL: Final = 0.02
 
 
 @contextlib.contextmanager
 def _real_server(binary: str) -> Iterator[str]:
     port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
     with tempfile.TemporaryDirectory(prefix="router-redis-") as directory:
-        process = subprocess.Popen(
-            [
-                binary,
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                directory,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        process = spawn(redis_server_command(binary, port, directory))
         try:
-            url = f"redis://127.0.0.1:{port}/0"
-            _wait_ready(url, process)
+            _wait_answering(url, process)
             yield url
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process, STOP_TIMEOUT)
+
+
+def _wait_answering(url: str, process: Popen | None = None) -> None:
+    """Until the server at ``url`` answers PING; :class:`EmbeddedServerError` if its
+    ``process`` (None: a thread of this one) exits first or START_TIMEOUT passes."""
+    name = "redis-server" if process is not None else "fakeredis"
+    try:
+        wait_ready(
+            process,
+            lambda: answers_ping(url, timeout=0.2),
+            name=name,
+            timeout=START_TIMEOUT,
+            poll=POLL,
+        )
+    except ProcessStartError as exc:
+        if exc.returncode is None:
+            raise EmbeddedServerError(f"the embedded Redis at {url} did not start") from None
+        raise EmbeddedServerError(f"redis-server exited with {exc.returncode}") from None
 
 
 @contextlib.contextmanager
@@ -101,7 +79,7 @@ def _fake_server() -> Iterator[str]:
     thread.start()
     try:
         url = f"redis://127.0.0.1:{port}/0"
-        _wait_ready(url)
+        _wait_answering(url)
         yield url
     finally:
         server.shutdown()

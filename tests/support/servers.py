@@ -4,7 +4,8 @@
 Each server binds 127.0.0.1 on a free port (its cluster bus port, port + 10000, is free
 too), keeps nothing on disk (``save ""``, ``appendonly no``) and lives in its own temporary
 directory. Readiness is polled against a deadline, never slept for. ``stop()`` always
-kills the process and removes the directory.
+kills the process and removes the directory. Starting, waiting and stopping go through
+:mod:`router.ops.processes`, as the demo's and the benches' servers do.
 
 The test fixtures in ``tests/conftest.py`` build on these classes; a test that needs a
 throwaway server of its own (to restart it, say) uses the ``redis_server_factory`` fixture.
@@ -16,7 +17,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -26,10 +26,21 @@ from typing import Final
 import pytest
 import redis
 
+from router.errors import ProcessStartError
+from router.ops import processes
+from router.ops.processes import (
+    answers_ping,
+    port_is_free,
+    redis_server_command,
+    spawn,
+    stop_process,
+    wait_ready,
+)
 from tests.support.pki import Pki
 from tests.support.waiting import wait_until
 
 START_TIMEOUT: Final = 10.0
+POLL: Final = 0.01
 CLUSTER_TIMEOUT: Final = 30.0
 CLUSTER_SLOTS: Final = 16384
 NODE_TIMEOUT_MS: Final = 5000  # --cluster-node-timeout of a cluster node, unless told
@@ -48,34 +59,9 @@ def require_binary(name: str) -> str:
     return path
 
 
-def _port_is_free(port: int) -> bool:
-    """True if redis-server could listen on ``port`` (it binds with SO_REUSEADDR, so
-    connections in TIME_WAIT from a previous run of a server do not count)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def free_port() -> int:
     """A loopback port that is free, and whose cluster bus port (port + 10000) is free too."""
-    for _ in range(200):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port: int = sock.getsockname()[1]
-        if port + BUS_PORT_OFFSET < 65536 and _port_is_free(port + BUS_PORT_OFFSET):
-            return port
-    raise RuntimeError("no free loopback port pair found")
-
-
-def _die_with_parent() -> list[str]:
-    """A command prefix that makes the server get SIGTERM when the test process dies, even
-    if it is killed (util-linux ``setpriv``; without it a killed run may leave servers)."""
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "TERM"] if setpriv else []
+    return processes.free_port(bus_offset=BUS_PORT_OFFSET)
 
 
 class RedisServer:
@@ -109,19 +95,8 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}"
 
     def _args(self) -> list[str]:
-        args = [
-            self.binary,
-            "--bind", "127.0.0.1",
-            "--port", str(self.port),
-            "--dir", str(self.dir),
-            "--save", "",
-            "--appendonly", "yes" if self.aof else "no",
-            "--daemonize", "no",
-            "--protected-mode", "no",
-            "--logfile", "redis.log",
-        ]  # fmt: skip
-        if self.aof:
-            args += ["--appendfsync", "always"]
+        args = redis_server_command(self.binary, self.port, self.dir, append_only=self.aof)
+        args += ["--daemonize", "no", "--logfile", "redis.log"]
         if self.tls is not None:
             args[args.index("--port") + 1] = "0"
             args += [
@@ -146,52 +121,33 @@ class RedisServer:
         for _attempt in range(5):
             if not self.port:
                 self.port = free_port()
-            self.process = subprocess.Popen(
-                [*_die_with_parent(), *self._args()],
-                cwd=self.dir,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+            self.process = spawn(self._args(), cwd=self.dir, die_with_parent=True)
             try:
-                wait_until(self._ready, START_TIMEOUT, f"redis-server on port {self.port}")
+                name = f"redis-server on port {self.port}"
+                wait_ready(self.process, self._ready, name=name, timeout=START_TIMEOUT, poll=POLL)
                 return
-            except _ServerExited:
+            except ProcessStartError as exc:
+                if exc.returncode is None:
+                    raise
                 # Lost a race for the port (or a restart found it taken): try another one.
                 self.process = None
                 self.port = 0
         raise RuntimeError(f"redis-server did not start; see {self.dir / 'redis.log'}")
 
     def _ready(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise _ServerExited
-        client = redis.Redis.from_url(self.url if not self.cluster else self.node_url,
-                                      socket_timeout=1)  # fmt: skip
-        try:
-            return bool(client.ping())
-        except redis.RedisError:
-            return False
-        finally:
-            client.close()
+        return answers_ping(self.url if not self.cluster else self.node_url)
 
     def kill(self) -> None:
         """Stop the process (SIGTERM, then SIGKILL); keep the directory and the port."""
         process, self.process = self.process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
+        if process is not None:
+            stop_process(process, timeout=5)
 
     def restart(self) -> None:
         """Kill and start again on the same port: every loaded script is gone, and every
         key too unless the server keeps an append-only file (``aof``)."""
         self.kill()
-        wait_until(lambda: _port_is_free(self.port), START_TIMEOUT, f"port {self.port} to close")
+        wait_until(lambda: port_is_free(self.port), START_TIMEOUT, f"port {self.port} to close")
         self.start()
 
     def stop(self) -> None:
@@ -200,10 +156,6 @@ class RedisServer:
             self.kill()
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
-
-
-class _ServerExited(Exception):
-    """The redis-server process exited before it answered PING."""
 
 
 class RedisClusterServers:

@@ -41,7 +41,7 @@ from typing import Final, TypeVar
 import paho.mqtt.client as mqtt
 import pytest
 
-from router.ops.embedded_redis import free_port
+from router.ops.processes import free_port
 from router.state.keys import Keys
 from tests.support.cli import Process
 from tests.support.metrics import scrape

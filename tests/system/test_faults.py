@@ -31,7 +31,7 @@ from click.testing import CliRunner
 from router.cli import app
 from router.mqtt.codec import PacketReader, encode
 from router.mqtt.packets import Connect, Publish, Subscribe, Subscription
-from router.ops.embedded_redis import free_port
+from router.ops.processes import free_port
 from router.state.keys import Keys
 from tests.support.metrics import scrape
 from tests.support.mqtt import (

@@ -46,7 +46,7 @@ from router.mqtt.packets import (
     Subscription,
 )
 from router.mqtt.properties import Properties
-from router.ops.embedded_redis import free_port
+from router.ops.processes import free_port
 from router.state.keys import Keys
 from tests.support.cli import Process
 from tests.support.metrics import scrape
