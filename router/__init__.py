@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # public name -> the module that defines it
 _EXPORTS: dict[str, str] = {
@@ -43,7 +43,10 @@ _EXPORTS: dict[str, str] = {
             "ScriptError",
             "SessionOwnershipError",
             "StaleIncarnationError",
+            "StateAccessError",
             "StateError",
+            "StateFailureError",
+            "StateUnavailableError",
             "SubscriptionNotFoundError",
             "UnknownStrategyError",
         ),
@@ -156,7 +159,10 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on d
         ScriptError as ScriptError,
         SessionOwnershipError as SessionOwnershipError,
         StaleIncarnationError as StaleIncarnationError,
+        StateAccessError as StateAccessError,
         StateError as StateError,
+        StateFailureError as StateFailureError,
+        StateUnavailableError as StateUnavailableError,
         SubscriptionNotFoundError as SubscriptionNotFoundError,
         UnknownStrategyError as UnknownStrategyError,
     )

@@ -10,7 +10,7 @@ Mosquitto's are::
     $SYS/broker/nodes/<node id>/subscriptions/count       its local clients' subscriptions
     $SYS/broker/nodes/<node id>/retained messages/count   the (shared) retained store's size
     $SYS/broker/nodes/<node id>/uptime                    "<n> seconds" since it started
-    $SYS/broker/nodes/<node id>/version                   "router 0.1.0"
+    $SYS/broker/nodes/<node id>/version                   "router 0.2.0"
     $SYS/broker/clients/connected, ...                    the same names for the cluster
 
 Cluster-wide figures add up the live nodes' figures (uptime: the oldest live node's;

@@ -11,7 +11,7 @@ own (a node that stops gracefully deletes its hash at once)::
     messages_sent          PUBLISH packets the node sent to clients
     subscriptions          subscriptions of the node's local clients
     uptime                 seconds since the node's MQTT front end started
-    version                "router 0.1.0"
+    version                "router 0.2.0"
 
 The hash is written with HSET and PEXPIRE in one MULTI/EXEC (one key, so it runs on Redis
 Cluster too): a node that dies between the two never leaves a hash without an expiry.
@@ -28,6 +28,7 @@ from typing import Any, Final
 from redis.typing import EncodableT, FieldT
 
 from router.errors import CorruptStateError
+from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
 from router.state.reads import read_each
@@ -99,14 +100,17 @@ class NodeFigureStore:
         if not isinstance(ttl, int | float) or ttl < MIN_TTL:
             raise ValueError(f"ttl must be at least {MIN_TTL} seconds, not {ttl!r}")
         key = self.keys.node_figures(node_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping=figures.as_hash())
-            pipe.pexpire(key, max(1, round(ttl * 1000)))
-            await pipe.execute()
+        with translating:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.hset(key, mapping=figures.as_hash())
+                pipe.pexpire(key, max(1, round(ttl * 1000)))
+                await pipe.execute()
 
     async def delete(self, node_id: str) -> bool:
         """Remove the node's figures (a node leaving); True if there were any."""
-        return int(await self.redis.delete(self.keys.node_figures(node_id))) == 1
+        key = self.keys.node_figures(node_id)
+        with translating:
+            return int(await self.redis.delete(key)) == 1
 
     async def read(self, node_ids: Iterable[str]) -> dict[str, NodeFigures]:
         """node id -> figures, for each of ``node_ids`` that has figures stored (see

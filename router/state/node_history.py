@@ -47,6 +47,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.typing import EncodableT, FieldT
 
 from router.errors import CorruptStateError
+from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
 from router.state.scripts import RedisClient
@@ -94,7 +95,7 @@ class NodeTelemetry:
 
     listeners: tuple[str, ...] = ()  # "scheme://host:port" of each MQTT and HTTP listener
     started_at: float = 0.0  # unix seconds
-    version: str = ""  # "router 0.1.0"
+    version: str = ""  # "router 0.2.0"
     interval_s: float = DEFAULT_INTERVAL  # seconds between the node's samples
     heartbeat_ttl_ms: int = 0  # the node's heartbeat TTL (0: not known)
     connections: int = 0  # open MQTT connections
@@ -372,29 +373,35 @@ class NodeHistoryStore:
         if not _is_count(keep) or keep < 1:
             raise ValueError(f"keep must be an int >= 1, not {keep!r}")
         hash_key, list_key = self._keys(node_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(hash_key, mapping=telemetry.as_hash())
-            pipe.pexpire(hash_key, max(1, round(ttl_s * 1000)))
-            pipe.lpush(list_key, sample.pack())
-            pipe.ltrim(list_key, 0, keep - 1)
-            pipe.pexpire(list_key, max(1, round(history_ttl_s * 1000)))
-            await pipe.execute()
+        with translating:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.hset(hash_key, mapping=telemetry.as_hash())
+                pipe.pexpire(hash_key, max(1, round(ttl_s * 1000)))
+                pipe.lpush(list_key, sample.pack())
+                pipe.ltrim(list_key, 0, keep - 1)
+                pipe.pexpire(list_key, max(1, round(history_ttl_s * 1000)))
+                await pipe.execute()
 
     async def delete(self, node_id: str) -> bool:
         """Remove the node's telemetry and history and forget it was seen (a node
         leaving); True if there were any."""
-        await self.redis.zrem(self._seen, check_id(node_id, "node id"))
-        return int(await self.redis.delete(*self._keys(node_id))) > 0
+        check_id(node_id, "node id")
+        with translating:
+            await self.redis.zrem(self._seen, node_id)
+            return int(await self.redis.delete(*self._keys(node_id))) > 0
 
     async def mark_seen(self, node_id: str, when: float, forget_before: float) -> None:
         """Record that ``node_id`` wrote its telemetry at ``when`` (Unix seconds), and
         forget every node not seen since ``forget_before``."""
-        await self.redis.zadd(self._seen, {check_id(node_id, "node id"): when})
-        await self.redis.zremrangebyscore(self._seen, "-inf", f"({forget_before}")
+        check_id(node_id, "node id")
+        with translating:
+            await self.redis.zadd(self._seen, {node_id: when})
+            await self.redis.zremrangebyscore(self._seen, "-inf", f"({forget_before}")
 
     async def seen_since(self, since: float) -> dict[str, float]:
         """The nodes that wrote telemetry since ``since``: node id -> when, last."""
-        found: Any = await self.redis.zrangebyscore(self._seen, since, "+inf", withscores=True)
+        with translating:
+            found: Any = await self.redis.zrangebyscore(self._seen, since, "+inf", withscores=True)
         return {_text(node_id): float(when) for node_id, when in found}
 
     async def read(self, node_ids: Iterable[str]) -> dict[str, NodeRecord]:
@@ -403,20 +410,22 @@ class NodeHistoryStore:
         transaction per node (its keys share a slot), :data:`CONCURRENCY` at a time.
 
         Raises :class:`CorruptStateError` for a bad hash or sample, :class:`InvalidIdError`
-        for a bad id, and the first ``RedisError`` met (after every read ended)."""
+        for a bad id, and the first failure of Redis met (after every read ended), as
+        :mod:`router.state.failures` tells it."""
         wanted = sorted({check_id(node_id, "node id") for node_id in node_ids})
         if not wanted:
             return {}
-        if isinstance(self.redis, RedisCluster):
-            replies = await self._read_cluster(wanted)
-        else:
-            pipe = self.redis.pipeline(transaction=False)
-            for node_id in wanted:
-                hash_key, list_key = self._keys(node_id)
-                pipe.hgetall(hash_key)
-                pipe.lrange(list_key, 0, -1)
-            flat = await pipe.execute()
-            replies = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+        with translating:
+            if isinstance(self.redis, RedisCluster):
+                replies = await self._read_cluster(wanted)
+            else:
+                pipe = self.redis.pipeline(transaction=False)
+                for node_id in wanted:
+                    hash_key, list_key = self._keys(node_id)
+                    pipe.hgetall(hash_key)
+                    pipe.lrange(list_key, 0, -1)
+                flat = await pipe.execute()
+                replies = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
         return {
             node_id: NodeRecord(
                 NodeTelemetry.from_hash(stored) if stored else None,

@@ -147,7 +147,7 @@ document.addEventListener("alpine:init", () => {
       nodes: [],
       counts: [
         ["connections", "Connections"], ["sessions", "Sessions"], ["subscriptions", "Subscriptions"],
-        ["routes", "Routes"], ["retained", "Retained"],
+        ["routes", "Routes"], ["topics", "Topics"], ["retained", "Retained"],
       ],
       init() {
         this.refresh();
