@@ -1,9 +1,10 @@
-"""What the operator commands share: connection options, running, printing, signals.
+"""What the operator commands share: connection options, running, printing.
 
 Every command that talks to Redis takes ``--redis URL`` (or ``$ROUTER_REDIS_URL``) and
 ``--prefix`` (or ``$ROUTER_PREFIX``, default ``rt``), prints a table for people and JSON
-with ``--json``. Failures are library errors (:class:`RouterError`) or redis-py errors;
-the root group (``cli/application.py``) prints them as one line and exits non-zero.
+with ``--json``. Failures are library errors (:class:`RouterError`: the state layer tells
+Redis's failures as its own); the root group (``cli/application.py``) prints them as one
+line and exits non-zero.
 """
 
 from __future__ import annotations
@@ -12,16 +13,12 @@ import asyncio
 import contextlib
 import functools
 import json
-import logging
-import signal
 import sys
-import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import click
-from redis.exceptions import RedisClusterException
 from rich.console import Console
 from rich.table import Table
 
@@ -86,10 +83,7 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
 async def redis_client(target: Target) -> AsyncIterator[RedisClient]:
     """A client for the target's Redis (standalone or cluster), closed on exit."""
     Keys(target.prefix)  # an unusable prefix fails before connecting
-    try:
-        redis = await open_redis(target.url, socket_connect_timeout=CONNECT_TIMEOUT)
-    except RedisClusterException as exc:  # not a RedisError: translate it here
-        raise click.ClickException(f"cannot use Redis Cluster at {target.url}: {exc}") from None
+    redis = await open_redis(target.url, socket_connect_timeout=CONNECT_TIMEOUT)
     try:
         yield redis
     finally:
@@ -118,38 +112,21 @@ def note(message: str) -> None:
     click.echo(message, err=True)
 
 
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[asyncio.Event]:
-    """An event set by SIGINT or SIGTERM while the block runs (call inside a running loop).
-
-    Outside the main thread (no signal handlers there) the event is only set by hand.
-    """
-    loop = asyncio.get_running_loop()
-    event = asyncio.Event()
-    installed = []
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(signum, event.set)
-                installed.append(signum)
-    try:
-        yield event
-    finally:
-        for signum in installed:
-            loop.remove_signal_handler(signum)
+def read_password(from_stdin: bool = False) -> str:
+    """A password from the terminal (asked twice), or one line of standard input when it
+    is not a terminal or ``from_stdin``: never from the command line, where other users
+    of the machine and the shell's history would see it."""
+    if sys.stdin.isatty() and not from_stdin:
+        return str(click.prompt("Password", hide_input=True, confirmation_prompt=True))
+    return sys.stdin.readline().rstrip("\r\n")
 
 
-@contextlib.contextmanager
-def log_to_stderr(level: str) -> Iterator[logging.Logger]:
-    """Send the ``router`` loggers to stderr at ``level`` for the block; yield the CLI's."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("router")
-    previous = root.level
-    root.addHandler(handler)
-    root.setLevel(level)
-    try:
-        yield logging.getLogger("router.cli")
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(previous)
+def report_change(as_json: bool, changed: bool, done: str, not_done: str) -> None:
+    """Say whether a change was made (``{"changed": ...}`` with ``as_json``); exit 1 if
+    it was not."""
+    if as_json:
+        echo_json({"changed": changed})
+    else:
+        click.echo(done if changed else not_done)
+    if not changed:
+        raise SystemExit(1)

@@ -12,13 +12,20 @@ changes ``{"changed": true|false}``.
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from router.state.console_store import ROLES, ConsoleStore, Role
 
-from .common import Target, echo_json, json_option, redis_client, run, target_options as target
+from .common import (
+    Target,
+    echo_json,
+    json_option,
+    read_password,
+    redis_client,
+    report_change,
+    run,
+    target_options as target,
+)
 
 _name = click.argument("name")
 _role = click.option(
@@ -28,21 +35,6 @@ _role = click.option(
     show_default=True,
     help="admin: may change anything; viewer: may only read.",
 )
-
-
-def _password(from_stdin: bool) -> str:
-    if sys.stdin.isatty() and not from_stdin:
-        return str(click.prompt("Password", hide_input=True, confirmation_prompt=True))
-    return sys.stdin.readline().rstrip("\r\n")
-
-
-def _changed(as_json: bool, changed: bool, done: str, not_done: str) -> None:
-    if as_json:
-        echo_json({"changed": changed})
-    else:
-        click.echo(done if changed else not_done)
-    if not changed:
-        raise SystemExit(1)
 
 
 @click.group()
@@ -66,7 +58,7 @@ def users_add(
     target: Target, name: str, role: Role, replace: bool, password_stdin: bool, as_json: bool
 ) -> None:
     """Add user NAME (exit 1 if it exists, unless --replace)."""
-    password = _password(password_stdin)
+    password = read_password(password_stdin)
 
     async def main() -> bool:
         async with redis_client(target) as redis:
@@ -74,7 +66,9 @@ def users_add(
                 name, password, role, replace=replace
             )
 
-    _changed(as_json, run(main()), f"added {role} {name}", f"user {name} exists (see --replace)")
+    report_change(
+        as_json, run(main()), f"added {role} {name}", f"user {name} exists (see --replace)"
+    )
 
 
 @users.command("remove")
@@ -88,7 +82,7 @@ def users_remove(target: Target, name: str, as_json: bool) -> None:
         async with redis_client(target) as redis:
             return await ConsoleStore(redis, target.keys).remove_user(name)
 
-    _changed(as_json, run(main()), f"removed user {name}", f"no user {name}")
+    report_change(as_json, run(main()), f"removed user {name}", f"no user {name}")
 
 
 @users.command("list")
@@ -168,4 +162,4 @@ def keys_remove(target: Target, key_id: str, as_json: bool) -> None:
         async with redis_client(target) as redis:
             return await ConsoleStore(redis, target.keys).remove_api_key(key_id)
 
-    _changed(as_json, run(main()), f"removed key {key_id}", f"no key {key_id}")
+    report_change(as_json, run(main()), f"removed key {key_id}", f"no key {key_id}")

@@ -13,30 +13,22 @@ add``: ``{"position": N}``).
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from router.state.auth_store import AuthStore
 
-from .common import Target, echo_json, json_option, redis_client, run, target_options as target
+from .common import (
+    Target,
+    echo_json,
+    json_option,
+    read_password,
+    redis_client,
+    report_change,
+    run,
+    target_options as target,
+)
 
 _name = click.argument("name")
-
-
-def _password() -> str:
-    if sys.stdin.isatty():
-        return str(click.prompt("Password", hide_input=True, confirmation_prompt=True))
-    return sys.stdin.readline().rstrip("\r\n")
-
-
-def _changed(as_json: bool, changed: bool, done: str, not_done: str) -> None:
-    if as_json:
-        echo_json({"changed": changed})
-    else:
-        click.echo(done if changed else not_done)
-    if not changed:
-        raise SystemExit(1)
 
 
 @click.group()
@@ -52,14 +44,14 @@ def users() -> None:
 @json_option
 def users_add(target: Target, name: str, superuser: bool, replace: bool, as_json: bool) -> None:
     """Add user NAME (exit 1 if it exists, unless --replace)."""
-    password = _password()
+    password = read_password()
 
     async def main() -> bool:
         async with redis_client(target) as redis:
             store = AuthStore(redis, target.keys)
             return await store.add_user(name, password, superuser=superuser, replace=replace)
 
-    _changed(as_json, run(main()), f"added user {name}", f"user {name} exists (see --replace)")
+    report_change(as_json, run(main()), f"added user {name}", f"user {name} exists (see --replace)")
 
 
 @users.command("passwd")
@@ -68,13 +60,13 @@ def users_add(target: Target, name: str, superuser: bool, replace: bool, as_json
 @json_option
 def users_passwd(target: Target, name: str, as_json: bool) -> None:
     """Give user NAME a new password (exit 1 if there is no such user)."""
-    password = _password()
+    password = read_password()
 
     async def main() -> bool:
         async with redis_client(target) as redis:
             return await AuthStore(redis, target.keys).set_password(name, password)
 
-    _changed(as_json, run(main()), f"changed the password of {name}", f"no user {name}")
+    report_change(as_json, run(main()), f"changed the password of {name}", f"no user {name}")
 
 
 @users.command("remove")
@@ -89,7 +81,7 @@ def users_remove(target: Target, name: str, as_json: bool) -> None:
         async with redis_client(target) as redis:
             return await AuthStore(redis, target.keys).remove_user(name)
 
-    _changed(as_json, run(main()), f"removed user {name}", f"no user {name}")
+    report_change(as_json, run(main()), f"removed user {name}", f"no user {name}")
 
 
 @users.command("list")
@@ -159,7 +151,7 @@ def acl_remove(target: Target, rule: tuple[str, ...], as_json: bool) -> None:
 
     position = run(main())
     text = " ".join(rule)
-    _changed(as_json, bool(position), f"removed rule {position}: {text}", f"no rule {text}")
+    report_change(as_json, bool(position), f"removed rule {position}: {text}", f"no rule {text}")
 
 
 @acl.command("list")
