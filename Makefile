@@ -45,7 +45,8 @@ web-assets: $(ASSETS)
 # mosquitto (mosquitto_passwd writes the password files the tests read), openssl (test certificates),
 # a Java 17+ runtime for the Spark pipeline when `java` is missing or older,
 # a C compiler and the Python headers for the compiled filter index,
-# chromium (the dashboard's browser tests drive it through Playwright, which downloads no browser).
+# chromium (the dashboard's browser tests drive it through Playwright, which downloads no browser),
+# curl (the docs' examples of /healthz and /metrics run in tests/system/test_doc_blocks.py).
 system-deps:
 	@missing=""; \
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
@@ -57,6 +58,7 @@ system-deps:
 	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
 	command -v mosquitto_passwd >/dev/null 2>&1 || missing="$$missing mosquitto"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v curl >/dev/null 2>&1 || missing="$$missing curl"; \
 	java=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1); \
 	[ "$${java:-0}" -ge 17 ] 2>/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	if [ -n "$$missing" ]; then \
