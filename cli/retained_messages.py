@@ -1,9 +1,8 @@
 """``router retained list|get|delete|count``: the cluster's retained messages.
 
-A message is shown as ``{"topic", "payload", "encoding", "qos", "expiry_interval",
-"message_id", "publisher"}``: ``payload`` is the text when the payload is UTF-8
-(``"encoding": "utf-8"``), else its base64 (``"encoding": "base64"``);
-``expiry_interval`` is the seconds left (null: never expires); ``message_id`` is hex.
+A message is shown as :func:`router.ops.retained_view.retained_record` writes it:
+``{"topic", "payload", "encoding", "bytes", "qos", "expiry_interval", "message_id",
+"publisher"}``.
 
 JSON shapes (``--json``):
 
@@ -17,7 +16,6 @@ JSON shapes (``--json``):
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -26,6 +24,7 @@ from typing import Any
 import click
 
 from router.core.topics import validate_filter, validate_topic
+from router.ops.retained_view import retained_record
 from router.state.retained_store import RetainedMessage, RetainedStore
 
 from .common import (
@@ -37,23 +36,6 @@ from .common import (
     run,
     target_options as target,
 )
-
-
-def message_record(message: RetainedMessage) -> dict[str, Any]:
-    """A retained message as plain data (see the module docstring)."""
-    try:
-        payload, encoding = message.payload.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        payload, encoding = base64.b64encode(message.payload).decode("ascii"), "base64"
-    return {
-        "topic": message.topic,
-        "payload": payload,
-        "encoding": encoding,
-        "qos": message.qos,
-        "expiry_interval": message.expiry_interval,
-        "message_id": message.message_id.hex(),
-        "publisher": message.publisher,
-    }
 
 
 def _line(record: dict[str, Any]) -> str:
@@ -117,7 +99,7 @@ def retained_list(
             if as_json:
                 click.echo("[", nl=False)
             async for message in messages(store):
-                record = message_record(message)
+                record = retained_record(message)
                 if as_json:
                     text = json.dumps(record, ensure_ascii=False)
                     click.echo(("," if count else "") + text, nl=False)
@@ -147,7 +129,7 @@ def retained_get(target: Target, topic: str, as_json: bool) -> None:
     message = run(main())
     if message is None:
         raise click.ClickException(f"no retained message on {topic!r}")
-    record = message_record(message)
+    record = retained_record(message)
     if as_json:
         echo_json(record)
     else:

@@ -21,8 +21,9 @@ from router.core.hooks import ClientInfo
 from router.core.topics import validate_filter, validate_topic
 from router.errors import NotAuthorizedError, RequestError
 from router.mqtt.settings import DEFAULT_SETTINGS, MqttSettings
+from router.ops.retained_view import retained_record
 from router.ops.route_view import explain_match, route_rows
-from router.state.retained_store import RetainedCursor, RetainedMessage
+from router.state.retained_store import RetainedCursor
 from router.web.access import principal_of
 from router.web.context import WebContext, context_of
 from router.web.replies import body_of, cursor_of, field, limit_of, page, query, reply
@@ -64,24 +65,6 @@ async def match(request: web.Request) -> web.Response:
 
 
 # -- retained ----------------------------------------------------------------------------
-
-
-def retained_record(message: RetainedMessage) -> dict[str, Any]:
-    """A retained message as plain data: its payload as text when it is UTF-8, else in
-    base64 (``encoding`` says which)."""
-    try:
-        payload, encoding = message.payload.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        payload, encoding = base64.b64encode(message.payload).decode("ascii"), "base64"
-    return {
-        "topic": message.topic,
-        "payload": payload,
-        "encoding": encoding,
-        "bytes": len(message.payload),
-        "qos": message.qos,
-        "expiry_interval": message.expiry_interval,
-        "publisher": message.publisher,
-    }
 
 
 @routes.get("/api/v1/retained")

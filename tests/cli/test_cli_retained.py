@@ -41,6 +41,7 @@ def test_count_list_and_get(stored: Cluster) -> None:
         "topic": "home/raw",
         "payload": base64.b64encode(b"\xff\x00").decode(),
         "encoding": "base64",
+        "bytes": 2,
         "qos": 0,
         "expiry_interval": None,
         "message_id": "",
