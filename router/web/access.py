@@ -21,6 +21,7 @@ per source address (:class:`LoginThrottle`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import ipaddress
 import secrets
@@ -46,8 +47,13 @@ LOGIN_FAILURES: Final = 10
 LOGIN_WINDOW: Final = 60.0
 PRINCIPAL: Final = web.RequestKey("principal", Principal)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-# (checked when the user does not exist, so both answers take as long)
-_DECOY: Final = PasswordHash.create(secrets.token_urlsafe(16), iterations=ITERATIONS)
+
+
+@functools.cache
+def decoy() -> PasswordHash:
+    """A hash checked when the user does not exist, so both answers take as long (made
+    at the first login, not when the module is imported: a hash costs ~0.1 s)."""
+    return PasswordHash.create(secrets.token_urlsafe(16), iterations=ITERATIONS)
 
 
 def is_loopback(host: str) -> bool:
@@ -147,7 +153,7 @@ class Access:
         body = await body_of(request)
         user, password = body_field(body, "user", str), body_field(body, "password", str)
         found = await self.console.user_hash(user)
-        hashed = _DECOY if found is None else found[1]
+        hashed = decoy() if found is None else found[1]
         matched = await asyncio.to_thread(hashed.verify, password)
         if found is None or not matched:
             self.throttle.failed(source)
