@@ -1,5 +1,5 @@
 """``router redis-acl``: print the ``ACL SETUSER`` line of the Redis user the router needs
-(the commands it runs, keys and pub/sub channels under the prefix); see README."""
+(the commands it runs, keys and pub/sub channels under the prefix); see docs/operations.md."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """router: a Redis-backed, distributed, MQTT-style publish/subscribe router.
 
-The names below are the public API; see README.md for how they fit together. They are
+The names below are the public API; see docs/embedding.md for how they fit together. They are
 imported lazily (PEP 562): ``import router.core.trie`` (or ``router.SubscriptionTrie``)
 loads the pure core only, never Redis, msgpack or the asyncio runtime.
 

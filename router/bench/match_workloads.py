@@ -8,8 +8,8 @@ Workloads:
 * ``dashboards``: the same plus dashboards with broad wildcards, so a publish goes to
   more than 20 clients on average.
 
-Shapes written to check that the core is not tuned to those two (not in the default run's
-table of the README before issue 15; each also beside paho):
+Shapes written to check that the core is not tuned to those two (each also beside
+paho):
 
 * ``fanout``: 4-level topics over 96 values a level; 40% exact filters, 30% one ``+``,
   15% two ``+``, 15% ``#`` after 1-3 levels: about 55 clients a topic at 100k

@@ -37,7 +37,6 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from redis.exceptions import RedisError
 
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
@@ -139,7 +138,7 @@ class SessionModel(RuleBasedStateMachine):
                 if client not in self.subscribed:
                     await node.subscribe(client, "model/#", qos=1)
                     self.subscribed.add(client)
-            except (RouterError, RedisError):
+            except RouterError:
                 return  # (refused, as CONNACK 0x88: the MQTT front end does nothing more)
             self.where[client] = node.node_id
             self._read(client, node)
@@ -156,7 +155,7 @@ class SessionModel(RuleBasedStateMachine):
         async def leave() -> None:
             await self._stop_reading(client)
             self.where[client] = None
-            with contextlib.suppress(RouterError, RedisError):  # (as the MQTT front end)
+            with contextlib.suppress(RouterError):  # (as the MQTT front end)
                 await node.put_away(client)
 
         self.run(leave())
@@ -171,7 +170,7 @@ class SessionModel(RuleBasedStateMachine):
                 self.seq += 1
                 try:
                     await node.publish(TOPIC, b"%d" % self.seq, qos=1, publisher="publisher")
-                except (RouterError, RedisError):
+                except RouterError:
                     continue  # (not acknowledged: nothing is promised)
                 for client in self.subscribed:
                     self.expected[client].add(self.seq)
@@ -193,7 +192,7 @@ class SessionModel(RuleBasedStateMachine):
                     if session is not None and session.holding:
                         # A session that just moved here holds its new copies in memory
                         # until its previous node's tail has come: those die with this
-                        # node (docs/RELIABILITY.md, "Not saved").
+                        # node (docs/reliability.md, "Not saved").
                         self.at_risk[client] |= self._missing(client)
             await die(node)
             self.dead.append(node)
@@ -253,7 +252,7 @@ class SessionModel(RuleBasedStateMachine):
             await waiting.retried(  # (Redis may be back from a restart just now)
                 functools.partial(node.connect, client, clean_start=False, expiry=EXPIRY),
                 5,
-                (RouterError, RedisError),
+                (RouterError,),
                 poll=0.25,
             )
             self.where[client] = node.node_id
@@ -274,7 +273,7 @@ class SessionModel(RuleBasedStateMachine):
         for node in [*self.live.values(), *self.dead]:
             try:
                 await node.stop()
-            except (RouterError, RedisError):  # (just after a restart of Redis)
+            except RouterError:  # (just after a restart of Redis)
                 continue
         leftovers = [k async for k in self.redis[0].scan_iter(self.keys.pattern())]
         if leftovers:

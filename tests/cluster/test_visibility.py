@@ -18,7 +18,7 @@ from tests.support.waiting import eventually
 
 async def knows(node: RouterNode, *others: str) -> None:
     """Wait until ``node``'s mirror holds ``others``: a SUBACK waits only for the nodes its
-    node knows (one that joined a moment ago is not waited for, as docs/RELIABILITY.md
+    node knows (one that joined a moment ago is not waited for, as docs/reliability.md
     says; it loaded the routes when it started and catches up by the hint)."""
     await eventually(lambda: set(others) <= set(node.mirror.nodes()), 10, f"{others} known")
 

@@ -4,7 +4,7 @@ QoS 1 message and reports every figure; bad options are one ``Error:`` line.
 The short run (21 s of load, a fault 5 s after the last one is over: kill -9 of node 2
 and its restart, about 2.7 s, a Redis restart, kill -9 of node 3) is the bench's own
 proof; its long form is `router bench soak` with
-its defaults, whose figures are in docs/RELIABILITY.md.
+its defaults, whose figures are in docs/reliability.md.
 """
 
 from __future__ import annotations

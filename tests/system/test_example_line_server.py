@@ -1,4 +1,4 @@
-"""The README's example server: two line servers (two nodes) on one Redis."""
+"""The example server of docs/embedding.md: two line servers (two nodes) on one Redis."""
 
 from __future__ import annotations
 
