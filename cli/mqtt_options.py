@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from router.mqtt.settings import DEFAULT_SETTINGS, MqttSettings
 from router.mqtt.websocket import DEFAULT_PATH
-
-if TYPE_CHECKING:
-    from router.cluster.jwt_auth import JwtVerifier
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
@@ -143,7 +140,8 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
 }
 
 
-# JWT authentication (router.cluster.jwt_auth): option, destination, click.option arguments.
+# JWT authentication (router.cluster.jwt_auth): option, destination (the field of
+# NodeProcessSettings), click.option arguments.
 _JWT: tuple[tuple[str, str, dict[str, Any]], ...] = (
     (
         "--jwt-secret",
@@ -209,26 +207,6 @@ _JWT: tuple[tuple[str, str, dict[str, Any]], ...] = (
         },
     ),
 )
-
-
-def jwt_verifier(options: dict[str, Any]) -> JwtVerifier | None:
-    """The JWT verifier of the ``--jwt-*`` options (removed from ``options``); None without
-    ``--jwt-secret`` or ``--jwt-public-key``. Raises :class:`JwtSettingError`."""
-    given = {dest: options.pop(dest) for _, dest, _ in _JWT}
-    secret, key = given.pop("jwt_secret"), given.pop("jwt_public_key")
-    if secret is None and key is None:
-        return None
-    from router.cluster.jwt_auth import jwt_verifier as make  # (PyJWT loads only when used)
-
-    return make(
-        secret,
-        key,
-        given["jwt_algorithms"],
-        audience=given["jwt_audience"],
-        issuer=given["jwt_issuer"],
-        username_claim=given["jwt_username_claim"],
-        leeway=given["jwt_leeway"],
-    )
 
 
 _TLS_FILES = (

@@ -24,17 +24,10 @@ import click
 from router.cluster.node import RouterNode
 from router.core.messages import Delivery
 from router.core.topics import TopicName, validate_filter, validate_topic
+from router.ops.node_process import stop_on_signals
 from router.ops.tool_node import ephemeral_node, tool_node_id
 
-from .common import (
-    Target,
-    echo_json,
-    json_option,
-    note,
-    run,
-    stop_on_signals,
-    target_options as target,
-)
+from .common import Target, echo_json, json_option, note, run, target_options as target
 
 node_id_option = click.option(
     "--node-id", default=None, help="Node id to join as [default: cli-<host>-<pid>]."

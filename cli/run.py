@@ -13,36 +13,34 @@ the node connects; a bad one is one error line naming the file and line. The nod
 ``node ID ready`` once it has joined, serves its inbox until SIGINT or SIGTERM, then
 leaves gracefully (routes removed, deregistered) and logs ``node ID stopped`` with its
 counters.
+
+The command only parses: its options become :class:`NodeProcessSettings` (one field per
+option, ``--heartbeat-ttl`` for ``heartbeat_ttl``) and :func:`serve_forever` runs the node
+(:mod:`router.ops.node_process`). Settings that do not go together are a usage error
+naming the options; a file that cannot be used is one ``Error:`` line.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import ipaddress
-import ssl
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
-from router.api import REDIS_TIMEOUT, connect, default_node_id
+from router.api import REDIS_TIMEOUT
 from router.cluster.config import NodeConfig
-from router.core.sharing import STRATEGY_NAMES
-from router.errors import StaleIncarnationError
-from router.mqtt.server import parse_address, serve, tls_context
-from router.ops.node_process import settle_collector
+from router.errors import NodeSettingError
+from router.ops.node_process import serve_forever
+from router.ops.node_settings import LOG_LEVELS, SHARE_STRATEGIES, NodeProcessSettings
 from router.state.connection import DEFAULT_POOL_SIZE
 from router.state.retained_store import RetainedConfig
 from router.web.listener import serve_http
 
-from .auth_sources import auth_sources, install
-from .common import Target, log_to_stderr, run, stop_on_signals, target_options as target
-from .mqtt_options import jwt_verifier, mqtt_options, mqtt_settings
+from .common import Target, target_options as target
+from .mqtt_options import mqtt_options, mqtt_settings
 
 _DEFAULTS = NodeConfig("defaults")
 Command = TypeVar("Command", bound=Callable[..., Any])
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 @click.group()
@@ -63,7 +61,7 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
 @setting("--node-id", default=None, help="Node id (env ROUTER_NODE_ID) [default: hostname-pid].")
 @setting(
     "--share-strategy",
-    type=click.Choice([*STRATEGY_NAMES, "local"]),
+    type=click.Choice(SHARE_STRATEGIES),
     default=_DEFAULTS.share_strategy,
     help="How a share group's member is chosen.",
 )
@@ -124,7 +122,7 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
 )
 @setting(
     "--http",
-    "http_address",
+    "http",
     default=None,
     metavar="HOST:PORT",
     help="Serve the dashboard, the JSON API (/api/v1), /metrics and /healthz here.",
@@ -202,7 +200,7 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
 )
 @setting(
     "--emqx-password-hash",
-    "emqx_hash",
+    "emqx_password_hash",
     default=None,
     metavar="SPEC",
     help="How EMQX hashed the passwords: plain, bcrypt, md5|sha|sha256|sha512"
@@ -250,196 +248,46 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
 def node_run(
     target: Target,
     node_id: str | None,
-    share_strategy: str,
-    heartbeat_interval: float,
-    heartbeat_ttl: float,
-    redis_timeout: float,
-    redis_pool_size: int,
-    publish_timeout: float,
-    allow_eviction: bool,
-    shared_sessions: bool,
-    metrics: str | None,
-    http_address: str | None,
-    http_tls_cert: str | None,
-    http_tls_key: str | None,
-    queue_limit: int,
-    queue_bytes: int,
-    max_queued: int,
-    max_queued_bytes: int,
-    acl_file: str | None,
-    acl_default: str | None,
-    auth_redis: bool,
-    emqx_url: str | None,
-    emqx_hash: str | None,
-    traffic_dir: str | None,
-    traffic_sample: float,
     retained_max_payload: int,
     retained_max_count: int,
     retained_max_bytes: int,
     retained_clear_interval: float,
-    log_level: str,
-    mqtt_listeners: tuple[str, ...],
-    tls_listeners: tuple[str, ...],
-    websocket_listeners: tuple[str, ...],
-    websocket_path: str,
-    tls_cert: str | None,
-    tls_key: str | None,
-    tls_ca: str | None,
-    tls_require_client_cert: bool,
-    password_file: str | None,
-    **mqtt: Any,
+    **options: Any,
 ) -> None:
     """Join the cluster as a node and serve until SIGINT or SIGTERM."""
-    if heartbeat_ttl <= heartbeat_interval:
-        raise click.BadParameter(
-            "must be longer than --heartbeat-interval", param_hint="--heartbeat-ttl"
-        )
-    node_id = node_id or default_node_id()
-    settings = mqtt_settings(mqtt)
-    verifier = jwt_verifier(mqtt)  # (a bad key file or option: one error line)
-    for address in (
-        *mqtt_listeners,
-        *tls_listeners,
-        *websocket_listeners,
-        *filter(None, [metrics, http_address]),
-    ):
-        parse_address(address)  # a bad address is one error line, before connecting
-    sources = auth_sources(password_file, acl_file, acl_default, auth_redis, emqx_url, emqx_hash)
-    if not settings.allow_anonymous and not sources.authenticates and verifier is None:
-        raise click.BadParameter(
-            "needs an authentication source (--password-file, --auth-redis, "
-            "--auth-emqx-redis, --jwt-secret, --jwt-public-key): without one any user name "
-            "and password would be accepted",
-            param_hint="--no-allow-anonymous",
-        )
-    tls = None
-    if tls_listeners:
-        if tls_cert is None or tls_key is None:
-            raise click.BadParameter("needs --tls-cert and --tls-key", param_hint="--mqtt-tls")
-        tls = tls_context(tls_cert, tls_key, tls_ca, require_client_cert=tls_require_client_cert)
-    http_tls = http_tls_context(http_address, http_tls_cert, http_tls_key)
     retained = RetainedConfig(
         max_payload=retained_max_payload,
         max_count=retained_max_count,
         max_bytes=retained_max_bytes,
         clear_interval=retained_clear_interval,
     )
-
-    async def main() -> None:
-        with log_to_stderr(log_level.upper()) as log, stop_on_signals() as stop:
-            async with (
-                connect(
-                    target.url,
-                    node_id=node_id,
-                    prefix=target.prefix,
-                    share_strategy=share_strategy,
-                    heartbeat_interval=heartbeat_interval,
-                    heartbeat_ttl=heartbeat_ttl,
-                    redis_timeout=redis_timeout,
-                    redis_pool_size=redis_pool_size,
-                    publish_timeout=publish_timeout,
-                    allow_eviction=allow_eviction,
-                    shared_sessions=shared_sessions,
-                    queue_limit=queue_limit,
-                    queue_bytes=queue_bytes,
-                    max_queued=max_queued,
-                    max_queued_bytes=max_queued_bytes,
-                    acl=sources.acl,
-                    traffic_dir=traffic_dir,
-                    traffic_sample=traffic_sample,
-                    retained=retained,
-                ) as running,
-                contextlib.AsyncExitStack() as stack,
-            ):
-                await install(sources, running, settings.allow_anonymous, stack, log)
-                if verifier is not None:  # (before the password file: router.cluster.jwt_auth)
-                    from router.cluster.jwt_auth import install_jwt
-
-                    anonymous = settings.allow_anonymous
-                    install_jwt(
-                        running, verifier, passwords=sources.passwords, allow_anonymous=anonymous
-                    )
-                    log.info("JWT authentication: %s", verifier.describe())
-                async with (
-                    serve(
-                        running,
-                        mqtt_listeners,
-                        settings,
-                        tls=tls_listeners,
-                        tls_context=tls,
-                        websocket=websocket_listeners,
-                        websocket_path=websocket_path,
-                    ) as front,
-                    contextlib.AsyncExitStack() as extras,
-                ):
-                    for scheme, host, port in front.listeners:
-                        kind = {"mqtt": "MQTT", "mqtts": "MQTT TLS", "ws": "MQTT WS"}[scheme]
-                        log.info("%s on %s:%d", kind, host, port)
-                        if settings.allow_anonymous and not is_loopback(host):
-                            log.warning(
-                                "%s on %s:%d accepts anonymous clients from the network "
-                                "(--no-allow-anonymous with --password-file refuses them)",
-                                kind,
-                                host,
-                                port,
-                            )
-                    if metrics is not None:
-                        bound = await extras.enter_async_context(
-                            serve_http(running, metrics, front, api=False)
-                        )
-                        log.info("metrics on http://%s:%d/metrics", *bound)
-                    if http_address is not None:
-                        bound = await extras.enter_async_context(
-                            serve_http(running, http_address, front, tls=http_tls)
-                        )
-                        scheme = "https" if http_tls else "http"
-                        log.info("HTTP on %s://%s:%d", scheme, *bound)
-                        warn_open_http(log, bound[0])
-                    settle_collector()
-                    log.info("node %s ready", running.node_id)
-                    signalled = asyncio.create_task(stop.wait())
-                    taken_over = asyncio.create_task(running.wait_taken_over())
-                    await asyncio.wait({signalled, taken_over}, return_when=asyncio.FIRST_COMPLETED)
-                    for task in (signalled, taken_over):
-                        task.cancel()
-                if taken_over.done() and not taken_over.cancelled():
-                    raise StaleIncarnationError(
-                        f"node {running.node_id} was taken over by another process"
-                    )
-                log.info("node %s stopping", running.node_id)
-            log.info("node %s stopped: %s", running.node_id, running.stats())
-
-    run(main())
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a listener bound to ``host`` is reachable from this machine only."""
-    if host == "localhost":
-        return True
+    mqtt = mqtt_settings(options)  # (the MqttSettings fields, taken out of options)
     try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def warn_open_http(log: Any, host: str) -> None:
-    """Say how a dashboard on a network address is opened: only with an account."""
-    if not is_loopback(host):
-        log.warning(
-            "HTTP on %s is reachable from the network: its API and dashboard refuse "
-            "everyone until a dashboard account exists (router dashboard users add)",
-            host,
+        settings = NodeProcessSettings(
+            redis_url=target.url,
+            prefix=target.prefix,
+            node_id=node_id or None,
+            retained=retained,
+            mqtt=mqtt,
+            **options,
         )
+    except NodeSettingError as exc:
+        raise bad_option(exc) from None
+    serve_forever(settings, http=serve_http)
 
 
-def http_tls_context(
-    address: str | None, cert: str | None, key: str | None
-) -> ssl.SSLContext | None:
-    """The TLS context of ``--http`` (None: plain HTTP)."""
-    if cert is None and key is None:
-        return None
-    if cert is None or key is None or address is None:
-        raise click.BadParameter(
-            "needs --http, --http-tls-cert and --http-tls-key", param_hint="--http-tls-cert"
-        )
-    return tls_context(cert, key)
+def bad_option(error: NodeSettingError) -> click.BadParameter:
+    """The usage error of settings that do not go together, named by the options that
+    set them (``mqtt.allow_anonymous`` False: ``--no-allow-anonymous``)."""
+    ctx = click.get_current_context()
+    options = {param.name: param for param in ctx.command.params if param.name}
+
+    def flag(setting: str) -> str:
+        param = options.get(setting.rpartition(".")[2])
+        if not isinstance(param, click.Option):
+            return setting
+        if param.secondary_opts and ctx.params.get(param.name) is False:
+            return param.secondary_opts[0]
+        return param.opts[0]
+
+    return click.BadParameter(error.explain(flag), ctx=ctx, param_hint=flag(error.setting))

@@ -7,6 +7,8 @@ keep working. Data about the failure lives on attributes, not only in the messag
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class RouterError(Exception):
     """Base class of every error raised by the router."""
@@ -332,6 +334,28 @@ class ProcessStartError(RouterError):
         self.log_tail = log_tail
         state = "was not ready in time" if returncode is None else f"exited with {returncode}"
         super().__init__(f"{name} {state}" + (f":\n{log_tail}" if log_tail else ""))
+
+
+class NodeSettingError(InvalidSettingError):
+    """Settings of a node process that do not go together, or one out of its range
+    (:mod:`router.ops.node_settings`), found before anything connects.
+
+    ``setting`` names the field at fault (``heartbeat_ttl``, ``mqtt.allow_anonymous``);
+    ``reason`` says what is wrong, a :meth:`str.format` template whose ``{}`` stand for
+    the settings named in ``others``, in order (literal braces doubled). The message
+    names them by their fields; :meth:`explain` lets a front end name them its own way
+    (the CLI by its options).
+    """
+
+    def __init__(self, setting: str, reason: str, others: tuple[str, ...] = ()) -> None:
+        self.setting = setting
+        self.reason = reason
+        self.others = others
+        super().__init__(f"{setting}: {self.explain()}")
+
+    def explain(self, name: Callable[[str], str] = str) -> str:
+        """The reason, each of ``others`` shown as ``name(field)``."""
+        return self.reason.format(*(name(other) for other in self.others))
 
 
 class ClientNotFoundError(RouterError, LookupError):

@@ -1,15 +1,299 @@
-"""Settings of a process whose whole life is one router node (``router node run``).
+"""A process whose work is one router node: :func:`run_node` and :func:`serve_forever`.
 
-An application that embeds a node keeps its own garbage-collector policy: nothing here
-runs unless such a process calls it.
+``router node run`` parses its options into :class:`NodeProcessSettings`
+(:mod:`router.ops.node_settings`) and calls :func:`serve_forever`; an application that
+embeds a node awaits :func:`run_node` in its own event loop::
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_node(settings, stop, http=serve_http))
+    ...                    # the node serves MQTT (and HTTP) until
+    stop.set()             # it leaves the cluster gracefully
+    await task
+
+A run goes: read what the settings name in files (JWT key, password and ACL files,
+TLS certificates: a bad one is a typed error before anything connects), join the
+cluster (:func:`router.connect`), put the users and rules on the node, open the MQTT
+listeners, then the HTTP ones, log ``node ID ready``; serve until ``stop`` is set or
+another process takes the node id over (:class:`StaleIncarnationError`); close the
+listeners, leave (routes removed, deregistered) and log ``node ID stopped`` with its
+counters.
+
+The HTTP listeners live in the web room (:func:`router.web.listener.serve_http`), which
+this room may not import (tests/system/test_layering.py): the caller hands it in as
+``http``. :func:`serve_forever` adds what only a process of its own may do: log to
+stderr, stop on SIGINT or SIGTERM, and :func:`settle_collector` once the node is ready.
+An application that embeds a node keeps its own garbage-collector policy, logging and
+signals: :func:`run_node` touches none of them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
+import ipaddress
+import logging
+import signal
+import ssl
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from router.api import connect
+from router.cluster.node import RouterNode
+from router.errors import InvalidSettingError, StaleIncarnationError
+from router.mqtt.server import MqttServer, serve, tls_context
+from router.ops.auth_sources import AuthSources, auth_sources, install
+from router.ops.node_settings import NodeProcessSettings
+
+if TYPE_CHECKING:
+    from router.cluster.jwt_auth import JwtVerifier
+
+log = logging.getLogger(__name__)
 
 # Allocations (less deallocations) of tracked objects between two young collections.
 YOUNG_THRESHOLD = 10_000
+LISTENER_KINDS = {"mqtt": "MQTT", "mqtts": "MQTT TLS", "ws": "MQTT WS"}
+
+
+class HttpServing(Protocol):
+    """Serves a node's HTTP listener on ``address`` for the block, yielding the bound
+    (host, port): :func:`router.web.listener.serve_http`. ``api=False``: ``/metrics``
+    and ``/healthz`` only."""
+
+    def __call__(
+        self,
+        node: RouterNode,
+        address: str,
+        mqtt: MqttServer | None = None,
+        *,
+        api: bool = True,
+        tls: ssl.SSLContext | None = None,
+    ) -> AbstractAsyncContextManager[tuple[str, int]]: ...
+
+
+@dataclass(frozen=True)
+class ReadyNode:
+    """A node that has joined and listens: what :func:`run_node` hands ``on_ready``.
+    ``metrics`` and ``http`` are the bound addresses of the HTTP listeners (None: not
+    served); ``mqtt.listeners`` names the MQTT ones."""
+
+    node: RouterNode
+    mqtt: MqttServer
+    metrics: tuple[str, int] | None = None
+    http: tuple[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """What the settings name in files, read before the node connects."""
+
+    sources: AuthSources
+    verifier: JwtVerifier | None
+    tls: ssl.SSLContext | None
+    http_tls: ssl.SSLContext | None
+
+
+def _load(settings: NodeProcessSettings, http: HttpServing | None) -> _Loaded:
+    if http is None and (settings.metrics or settings.http):
+        raise InvalidSettingError(
+            "serving metrics or http needs run_node's http argument "
+            "(router.web.listener.serve_http)"
+        )
+    verifier = settings.jwt_verifier()
+    sources = auth_sources(
+        settings.password_file,
+        settings.acl_file,
+        settings.acl_default,
+        settings.auth_redis,
+        settings.emqx_url,
+        settings.emqx_password_hash,
+    )
+    tls = None
+    if settings.tls_listeners:
+        assert settings.tls_cert is not None and settings.tls_key is not None  # (checked)
+        tls = tls_context(
+            settings.tls_cert,
+            settings.tls_key,
+            settings.tls_ca,
+            require_client_cert=settings.tls_require_client_cert,
+        )
+    http_tls = None
+    if settings.http_tls_cert is not None and settings.http_tls_key is not None:
+        http_tls = tls_context(settings.http_tls_cert, settings.http_tls_key)
+    return _Loaded(sources, verifier, tls, http_tls)
+
+
+async def run_node(
+    settings: NodeProcessSettings,
+    stop: asyncio.Event | None = None,
+    *,
+    http: HttpServing | None = None,
+    on_ready: Callable[[ReadyNode], None] | None = None,
+) -> None:
+    """Run one node as ``settings`` say until ``stop`` is set (None: until cancelled),
+    then leave the cluster gracefully; see the module docstring.
+
+    ``http`` serves the ``metrics`` and ``http`` listeners (pass
+    :func:`router.web.listener.serve_http`; needed only when the settings name one).
+    ``on_ready`` is called once the node listens, before ``node ID ready`` is logged.
+
+    Before anything connects, raises the typed error of a file that cannot be used
+    (:class:`PasswordFileError`, :class:`AclRuleError`, :class:`JwtSettingError`,
+    :class:`InvalidSettingError` for a certificate or an EMQX hash spec); then
+    :class:`ListenerError` for an address it cannot listen on, the errors of
+    :func:`router.connect`, and :class:`StaleIncarnationError` when another process took
+    the node id over (this one stopped serving and left).
+    """
+    loaded = _load(settings, http)
+    stop = stop if stop is not None else asyncio.Event()
+    anonymous = settings.mqtt.allow_anonymous
+    async with (
+        connect(settings.redis_url, acl=loaded.sources.acl, **settings.connect_options()) as node,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        await install(loaded.sources, node, anonymous, stack)
+        if loaded.verifier is not None:  # (before the password file: router.cluster.jwt_auth)
+            from router.cluster.jwt_auth import install_jwt
+
+            passwords = loaded.sources.passwords
+            install_jwt(node, loaded.verifier, passwords=passwords, allow_anonymous=anonymous)
+            log.info("JWT authentication: %s", loaded.verifier.describe())
+        async with (
+            serve(
+                node,
+                settings.mqtt_listeners,
+                settings.mqtt,
+                tls=settings.tls_listeners,
+                tls_context=loaded.tls,
+                websocket=settings.websocket_listeners,
+                websocket_path=settings.websocket_path,
+            ) as front,
+            contextlib.AsyncExitStack() as extras,
+        ):
+            _log_listeners(front, anonymous)
+            metrics = served = None
+            if settings.metrics is not None and http is not None:
+                listener = http(node, settings.metrics, front, api=False)
+                metrics = await extras.enter_async_context(listener)
+                log.info("metrics on http://%s:%d/metrics", *metrics)
+            if settings.http is not None and http is not None:
+                listener = http(node, settings.http, front, tls=loaded.http_tls)
+                served = await extras.enter_async_context(listener)
+                log.info("HTTP on %s://%s:%d", "https" if loaded.http_tls else "http", *served)
+                warn_open_http(served[0])
+            if on_ready is not None:
+                on_ready(ReadyNode(node, front, metrics, served))
+            log.info("node %s ready", node.node_id)
+            taken_over = await _serve_until(stop, node)
+        if taken_over:
+            raise StaleIncarnationError(f"node {node.node_id} was taken over by another process")
+        log.info("node %s stopping", node.node_id)
+    log.info("node %s stopped: %s", node.node_id, node.stats())
+
+
+async def _serve_until(stop: asyncio.Event, node: RouterNode) -> bool:
+    """Wait for ``stop`` or a takeover of the node id; True for a takeover."""
+    signalled = asyncio.create_task(stop.wait())
+    taken_over = asyncio.create_task(node.wait_taken_over())
+    try:
+        await asyncio.wait({signalled, taken_over}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (signalled, taken_over):
+            task.cancel()
+    return taken_over.done() and not taken_over.cancelled()
+
+
+def _log_listeners(front: MqttServer, allow_anonymous: bool) -> None:
+    for scheme, host, port in front.listeners:
+        kind = LISTENER_KINDS[scheme]
+        log.info("%s on %s:%d", kind, host, port)
+        if allow_anonymous and not is_loopback(host):
+            log.warning(
+                "%s on %s:%d accepts anonymous clients from the network "
+                "(--no-allow-anonymous with --password-file refuses them)",
+                kind,
+                host,
+                port,
+            )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listener bound to ``host`` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def warn_open_http(host: str) -> None:
+    """Say how a dashboard on a network address is opened: only with an account."""
+    if not is_loopback(host):
+        log.warning(
+            "HTTP on %s is reachable from the network: its API and dashboard refuse "
+            "everyone until a dashboard account exists (router dashboard users add)",
+            host,
+        )
+
+
+# -- a process of its own ------------------------------------------------------------------
+
+
+def serve_forever(settings: NodeProcessSettings, *, http: HttpServing | None = None) -> None:
+    """Run the node as this process's whole work, on a new event loop, until SIGINT or
+    SIGTERM: the ``router`` loggers write to stderr at ``settings.log_level``, and the
+    collector is settled once the node is ready (:func:`settle_collector`). Raises what
+    :func:`run_node` raises."""
+
+    async def until_signalled() -> None:
+        with stop_on_signals() as stop:
+            await run_node(settings, stop, http=http, on_ready=lambda _: settle_collector())
+
+    with log_to_stderr(settings.log_level.upper()):
+        asyncio.run(until_signalled())
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[asyncio.Event]:
+    """An event set by SIGINT or SIGTERM while the block runs (call inside a running loop).
+
+    Outside the main thread (no signal handlers there) the event is only set by hand.
+    """
+    loop = asyncio.get_running_loop()
+    event = asyncio.Event()
+    installed = []
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signum, event.set)
+                installed.append(signum)
+    try:
+        yield event
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+
+@contextlib.contextmanager
+def log_to_stderr(level: str) -> Iterator[logging.Logger]:
+    """Send the ``router`` loggers to stderr at ``level`` for the block; yield this
+    module's logger."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("router")
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+    try:
+        yield log
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous)
 
 
 def settle_collector() -> None:

@@ -1,14 +1,16 @@
-"""Where ``router node run`` takes its users and ACL rules from: one source of each.
+"""Where a node process takes its users and ACL rules from: one source of each.
 
-* ``--password-file FILE`` (users, mosquitto_passwd's format) and ``--acl FILE`` (rules);
-* ``--auth-redis``: users and rules in Redis, shared by the cluster
-  (:mod:`router.cluster.shared_auth`, changed by ``router users`` and ``router acl``);
-* ``--auth-emqx-redis URL --emqx-password-hash SPEC``: users and ACL entries where EMQX
-  keeps them (:mod:`router.cluster.emqx_auth`).
+* a password file (users, mosquitto_passwd's format) and an ACL file (rules);
+* Redis, shared by the cluster (:mod:`router.cluster.shared_auth`, changed by
+  ``router users`` and ``router acl``);
+* the Redis where EMQX keeps its users and ACL entries, with the way EMQX hashed the
+  passwords (:mod:`router.cluster.emqx_auth`).
 
-:func:`auth_sources` checks the options before the node starts (a conflict or a bad
-file is one error line); :func:`install` puts the chosen sources on the running node,
-before its listeners open.
+:func:`check_auth_sources` refuses a combination that names more than one source
+(:class:`NodeSettingError`, without reading anything); :func:`auth_sources` reads the
+files and parses the hash spec before the node starts (a bad one: the library's typed
+error naming the file and line); :func:`install` puts the chosen sources on the running
+node, before its listeners open.
 """
 
 from __future__ import annotations
@@ -17,8 +19,6 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-import click
-
 from router.cluster.emqx_auth import EmqxAuth, EmqxPasswordHash
 from router.cluster.node import RouterNode
 from router.cluster.policy import load_acl, password_authenticator
@@ -26,8 +26,11 @@ from router.cluster.shared_auth import SharedAuth
 from router.core.acl import Acl, Permission
 from router.core.hooks import HookPoint
 from router.core.passwords import PasswordFile
+from router.errors import NodeSettingError
 from router.state.auth_store import AuthStore
 from router.state.connection import open_redis
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,30 +52,45 @@ class AuthSources:
         return self.passwords is not None or self.shared or self.emqx_url is not None
 
 
+def check_auth_sources(
+    password_file: str | None,
+    acl_file: str | None,
+    shared: bool,
+    emqx_url: str | None,
+    emqx_password_hash: str | None,
+) -> None:
+    """Raise :class:`NodeSettingError` if the settings name more than one source of users
+    and rules (``auth_redis`` or ``emqx_url`` beside the files or each other), or an EMQX
+    hash without its Redis (or the other way round). Reads nothing."""
+    for setting, given in (("auth_redis", shared), ("emqx_url", emqx_url)):
+        if given and any([password_file, acl_file, shared and emqx_url]):
+            raise NodeSettingError(
+                setting,
+                "is the one source of users and rules: drop {}, {} and the other Redis source",
+                ("password_file", "acl_file"),
+            )
+    if (emqx_url is None) != (emqx_password_hash is None):
+        raise NodeSettingError("emqx_password_hash", "goes with {}", ("emqx_url",))
+
+
 def auth_sources(
     password_file: str | None,
     acl_file: str | None,
     acl_default: str | None,
     shared: bool,
     emqx_url: str | None,
-    emqx_hash: str | None,
+    emqx_password_hash: str | None,
 ) -> AuthSources:
-    """The sources the options name, checked; raises ``click.BadParameter`` for a
-    conflict, and the library's typed errors for a bad file or hash spec."""
-    for flag, given in (("--auth-redis", shared), ("--auth-emqx-redis", emqx_url)):
-        if given and any([password_file, acl_file, shared and emqx_url]):
-            raise click.BadParameter(
-                "is the one source of users and rules: drop --password-file, --acl and "
-                "the other Redis source",
-                param_hint=flag,
-            )
-    if (emqx_url is None) != (emqx_hash is None):
-        raise click.BadParameter("goes with --auth-emqx-redis", param_hint="--emqx-password-hash")
+    """The sources the settings name, checked (:func:`check_auth_sources`) and read: the
+    password file (:class:`PasswordFileError`), the ACL file and its default
+    (:class:`AclRuleError`), the EMQX hash spec (:class:`InvalidSettingError`)."""
+    check_auth_sources(password_file, acl_file, shared, emqx_url, emqx_password_hash)
     default = Permission(acl_default or "deny")
     if shared:  # (no rule until the first read from Redis: everything denied)
         return AuthSources(default, acl=Acl((), Permission.DENY), shared=True)
-    if emqx_url is not None and emqx_hash is not None:
-        return AuthSources(default, emqx_url=emqx_url, emqx_hash=EmqxPasswordHash.parse(emqx_hash))
+    if emqx_url is not None and emqx_password_hash is not None:
+        emqx_hash = EmqxPasswordHash.parse(emqx_password_hash)
+        return AuthSources(default, emqx_url=emqx_url, emqx_hash=emqx_hash)
     passwords = None if password_file is None else PasswordFile.from_file(password_file)
     acl = load_acl(acl_file, acl_default)
     return AuthSources(default, passwords, password_file, acl, acl_file)
@@ -83,7 +101,6 @@ async def install(
     node: RouterNode,
     allow_anonymous: bool,
     stack: contextlib.AsyncExitStack,
-    log: logging.Logger,
 ) -> None:
     """Authenticate and authorize ``node``'s clients with ``sources`` (what must be
     stopped goes on ``stack``)."""
