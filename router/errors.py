@@ -52,6 +52,45 @@ class StateError(RouterError):
     """Shared state in Redis failed an operation or holds something it should not."""
 
 
+class StateFailureError(StateError):
+    """A call to Redis failed on the way or in Redis itself, not because the router's
+    rules refused it (those raise their own errors: :class:`ScriptError`,
+    :class:`SessionOwnershipError`...). Raised as is for a command Redis refused (OOM
+    under ``noeviction``, READONLY from a replica, WRONGTYPE) or a reply that could not
+    be read; the subclasses say more. ``cause`` is redis-py's exception (also the
+    ``__cause__``): the state layer lets no redis-py error out (router.state.failures)."""
+
+    def __init__(self, cause: BaseException, what: str = "Redis error") -> None:
+        self.cause = cause
+        super().__init__(f"{what}: {str(cause) or type(cause).__name__}")
+
+
+class StateUnavailableError(StateFailureError):
+    """Redis could not be reached or did not answer in time: no connection, a timeout, a
+    full connection pool, a server still loading its data; on a Redis Cluster, a slot
+    that cannot be served now (CLUSTERDOWN during a failover, TRYAGAIN during a
+    migration, no node answering). The same call may well succeed a moment later; a
+    timeout does not say whether a write happened (what is retried must be idempotent
+    or deduplicated)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(cause, "cannot reach Redis")
+
+
+class StateAccessError(StateFailureError):
+    """Redis refused the router's credentials (``credentials`` True), or its ACL denies a
+    command the router needs: a problem of configuration, which waiting does not mend."""
+
+    def __init__(self, cause: BaseException, *, credentials: bool) -> None:
+        self.credentials = credentials
+        what = (
+            "Redis refused the credentials"
+            if credentials
+            else "Redis denies a command the router needs (see README, Redis ACL)"
+        )
+        super().__init__(cause, what)
+
+
 class CorruptStateError(StateError):
     """A value read from Redis is not what the router wrote there (a non-integer clock...)."""
 
