@@ -39,7 +39,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 import bcrypt
 
@@ -47,6 +47,7 @@ from router.core.acl import AclAction, AclRule, Permission
 from router.core.hooks import ClientInfo, Decision, HookResult, Stop
 from router.core.topics import parse_shared
 from router.errors import AclRuleError, InvalidSettingError
+from router.state.emqx_records import EmqxRecords
 from router.state.scripts import RedisClient
 
 SALTED: Final = ("md5", "sha", "sha256", "sha512")
@@ -142,10 +143,6 @@ def entry_rules(name: str, entries: dict[str, str]) -> list[AclRule]:
     return rules
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value or "")
-
-
 class EmqxAuth:
     """The ``client.authenticate`` and ``client.check_acl`` callbacks over EMQX's layout."""
 
@@ -166,6 +163,7 @@ class EmqxAuth:
         self.allow_anonymous = allow_anonymous
         self.default = Decision(default is Permission.ALLOW, f"{default.value}: no entry matched")
         self.user_prefix, self.acl_prefix = user_prefix, acl_prefix
+        self.records = EmqxRecords(redis, user_prefix, acl_prefix)
         self.refresh, self.clock = refresh, clock
         self._entries: dict[str, _Entries] = {}
 
@@ -178,9 +176,9 @@ class EmqxAuth:
             if self.allow_anonymous:
                 return Stop(Decision.allow("anonymous"))
             return Stop(Decision.deny("a user name is required"))
-        fields = "password_hash", "password", "salt", "is_superuser"
-        found = [_text(v) for v in await self.redis.hmget(f"{self.user_prefix}{name}", fields)]
-        stored, salt, superuser = found[0] or found[1], found[2], found[3].lower() in TRUE
+        found = await self.records.user(name)
+        stored, salt = found.password_hash or found.password, found.salt
+        superuser = found.is_superuser.lower() in TRUE
         secret = password.encode() if isinstance(password, str) else password
         if not stored or not secret or not self.password_hash.verify(secret, stored, salt):
             return Stop(Decision.deny("bad user name or password"))
@@ -188,8 +186,7 @@ class EmqxAuth:
         return Stop(Decision.allow("EMQX users in Redis"))
 
     async def _read_entries(self, name: str, superuser: bool) -> _Entries:
-        raw = await self.redis.hgetall(f"{self.acl_prefix}{name}")
-        entries = {_text(topic): _text(action) for topic, action in raw.items()}
+        entries = await self.records.acl(name)
         read = self._entries[name] = _Entries(superuser, entry_rules(name, entries), self.clock())
         return read
 

@@ -26,9 +26,7 @@ import contextlib
 import logging
 from typing import Final
 
-from redis.exceptions import RedisError
-
-from router.errors import RouterError
+from router.errors import RouterError, StateUnavailableError
 from router.state.channels import (
     CLOCK_LIMIT,
     Channel,
@@ -36,7 +34,6 @@ from router.state.channels import (
     next_clock,
     parse_announcement,
 )
-from router.state.connection import TRANSIENT_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -169,13 +166,8 @@ class ChannelFollower:
             while self._handled is not None and self._handled != self._acked:
                 await self._ack_once()
                 await asyncio.sleep(self._ack_interval)
-        except TRANSIENT_ERRORS as exc:
-            log.warning(
-                "ack on channel %s failed (%s: %s); retried after the next batch",
-                self.channel.name,
-                type(exc).__name__,
-                exc,
-            )
+        except StateUnavailableError as exc:
+            log.warning("ack on channel %s failed (%s); retried later", self.channel.name, exc)
         except RouterError as exc:  # the channel vanished or is corrupt: the next read says
             log.error("ack on channel %s refused: %s", self.channel.name, exc)
             self._behind = True
@@ -200,5 +192,5 @@ class ChannelFollower:
         if self._handled is not None and self._handled != self._acked:
             try:
                 await self._ack_once()
-            except (RedisError, RouterError) as exc:  # (the next reader reads them again)
+            except RouterError as exc:  # (the next reader reads them again)
                 log.warning("last ack on channel %s not written: %r", self.channel.name, exc)

@@ -33,13 +33,15 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 
-from redis.exceptions import RedisError
-
 from router.cluster.follower import ChannelFollower
 from router.cluster.inbox import Forward, Kick, Notice, pack_batch, pack_notice, unpack_record
-from router.errors import MalformedMessageError, RouterError, SubscriptionNotFoundError
+from router.errors import (
+    MalformedMessageError,
+    RouterError,
+    StateUnavailableError,
+    SubscriptionNotFoundError,
+)
 from router.state.channels import Channel, FetchedMessage
-from router.state.connection import TRANSIENT_ERRORS
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
 
@@ -125,7 +127,7 @@ class Forwarder:
                 batch, waiters = self._take(outbox)
                 try:
                     await self._write(outbox.channel, batch)
-                except (RouterError, RedisError) as exc:
+                except RouterError as exc:
                     for waiter in waiters:
                         if not waiter.done():
                             waiter.set_exception(exc)
@@ -159,7 +161,7 @@ class Forwarder:
             try:
                 await channel.publish([record], push=True)
                 return
-            except TRANSIENT_ERRORS:
+            except StateUnavailableError:
                 if delay is None:
                     raise
                 self.retries += 1
@@ -280,14 +282,9 @@ class InboxReader:
         while True:
             try:
                 await self.read_once()
-            except TRANSIENT_ERRORS as exc:
+            except StateUnavailableError as exc:
                 self.waits += 1
-                log.warning(
-                    "inbox of node %s unavailable (%s: %s); retrying",
-                    self._node_id,
-                    type(exc).__name__,
-                    exc,
-                )
+                log.warning("inbox of node %s unavailable (%s); retrying", self._node_id, exc)
                 await asyncio.sleep(WAIT)
             except SubscriptionNotFoundError:
                 log.error(

@@ -31,18 +31,14 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Final
 
-from redis.asyncio import Redis
-from redis.asyncio.client import PubSub
-from redis.exceptions import RedisError
-
 from router.cluster.supervisor import Supervisor
 from router.cluster.tasks import stop_task
 from router.core.route_mirror import RouteMirror
-from router.errors import ResyncRequiredError, RouterError
-from router.state.connection import pubsub_client, refresh_slot_map, subscriber
+from router.errors import ResyncRequiredError, RouterError, StateFailureError
 from router.state.keys import Keys
 from router.state.node_registry import NodeRegistry
 from router.state.route_acks import RouteAck, RouteAcks, parse_ack
+from router.state.route_hints import RouteHints
 from router.state.routes import PurgeResult, RouteStore
 from router.state.scripts import RedisClient
 
@@ -69,8 +65,6 @@ class MirrorSync:
         adopt_sessions: Callable[[str], Awaitable[None]] | None = None,
         on_ack: Callable[[RouteAck], None] | None = None,
     ) -> None:
-        self._redis = redis
-        self._keys = keys
         self._routes = routes
         self._registry = registry
         self._mirror = mirror
@@ -82,15 +76,12 @@ class MirrorSync:
         self._on_ack = on_ack
         self._acks = RouteAcks(redis, keys)
         self._acked: dict[str, tuple[str, int]] = {}  # node -> the position last acked
-        self._hints_channel_text = keys.route_hints()
-        self._hints_channel = self._hints_channel_text.encode()
+        self._hints = RouteHints(redis, keys, also=(self._acks.channel(node_id),))
         self._adopting: dict[str, asyncio.Task[None]] = {}  # dead node -> its adoption
         self._lease = LEASE_INTERVALS * interval
         self.dead: frozenset[str] = frozenset()
         self._next_hint: asyncio.Future[None] | None = None  # (its callers share it)
         self._hinting: asyncio.Task[None] | None = None  # registered nodes whose heartbeat expired
-        self._hint_client: Redis | None = None
-        self._pubsub: PubSub | None = None
         self._running: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
         self.resyncs = 0
@@ -99,7 +90,7 @@ class MirrorSync:
     async def start(self, supervisor: Supervisor) -> None:
         """Listen for hints first (no hint is lost), then load every live node; the
         listener and the periodic refresh run under ``supervisor``."""
-        await self._subscribe_hints()
+        await self._hints.subscribe()
         supervisor.start("route-hints", self._listen)
         await self.refresh()
         # Start returns with every live node loaded: a publish right after start is routed.
@@ -111,24 +102,7 @@ class MirrorSync:
         for task in [*self._running.values(), *self._adopting.values(), self._hinting]:
             await stop_task(task)
         self._running.clear()
-        await self._close_hints()
-
-    async def _subscribe_hints(self) -> None:
-        """Subscribe to the hints on a connection of its own (on a cluster: to the node
-        redis-py names as its default one now; any node hears every PUBLISH)."""
-        self._hint_client = pubsub_client(self._redis)
-        self._pubsub = subscriber(self._hint_client, ignore_subscribe_messages=True)
-        await self._pubsub.subscribe(self._keys.route_hints(), self._acks.channel(self._node_id))
-
-    async def _close_hints(self) -> None:
-        pubsub, self._pubsub = self._pubsub, None
-        client, self._hint_client = self._hint_client, None
-        if pubsub is not None:
-            with contextlib.suppress(RedisError):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
-        if client is not None:
-            with contextlib.suppress(RedisError):
-                await client.aclose()
+        await self._hints.close()
 
     async def announce(self) -> None:
         """Tell every node that this node's route set changed; returns once a hint sent
@@ -146,7 +120,7 @@ class MirrorSync:
         while (waiter := self._next_hint) is not None:
             self._next_hint = None
             try:
-                await self._redis.publish(self._keys.route_hints(), self._node_id)
+                await self._hints.announce(self._node_id)
             except Exception as error:
                 waiter.set_exception(error)
                 waiter.exception()  # (retrieved: its callers may be gone)
@@ -173,7 +147,7 @@ class MirrorSync:
                 self._again.discard(node_id)
                 try:
                     await self.catch_up(node_id)
-                except (RedisError, RouterError):
+                except RouterError:
                     log.warning("reading routes of node %s failed", node_id, exc_info=True)
                 if node_id not in self._again:
                     return
@@ -197,7 +171,7 @@ class MirrorSync:
             return
         try:
             await self._acks.ack(node_id, self._node_id, generation, version)
-        except (RedisError, RouterError) as exc:  # (the writer's wait re-reads, then times out)
+        except RouterError as exc:  # (the writer's wait re-reads, then times out)
             log.warning("route ack to node %s failed: %r", node_id, exc)
             return
         self._acked[node_id] = (generation, version)
@@ -293,7 +267,7 @@ class MirrorSync:
                 self.purged += 1
                 log.warning("purged dead node %s (%d routes)", result.node_id, result.routes)
         if results:
-            await self._redis.publish(self._keys.route_hints(), self._node_id)
+            await self._hints.announce(self._node_id)
 
     async def _adopt_then_purge(self, dead: str, incarnation: str) -> None:
         """Adopt ``dead``'s sessions under the lease (renewed each interval), then purge
@@ -317,7 +291,7 @@ class MirrorSync:
     async def _renew_lease(self, dead: str) -> None:
         while True:
             await asyncio.sleep(self._interval)
-            with contextlib.suppress(RedisError):
+            with contextlib.suppress(StateFailureError):
                 if not await self._registry.lease_adoption(dead, self._node_id, self._lease):
                     log.error("lost the lease on adopting the sessions of node %s", dead)
 
@@ -327,32 +301,24 @@ class MirrorSync:
             try:
                 await self.purge_dead()
                 await self.refresh()
-            except RedisError:  # (unreachable: the next round tries again; others raise)
+            except StateFailureError:  # (unreachable: the next round tries again; others raise)
                 log.warning("route refresh failed", exc_info=True)
 
     async def _listen(self) -> None:
         while True:
             try:
-                if self._pubsub is None:
-                    await self._subscribe_hints()
-                assert self._pubsub is not None
-                message = await self._pubsub.get_message(timeout=self._interval)
-            except RedisError as exc:
-                # Subscribe again on a new connection, where the slot map says now: the
-                # node this one reached may be gone for good (a cluster failed it over).
-                log.warning("route hints connection failed (%r); subscribing again", exc)
-                await self._close_hints()
+                heard = await self._hints.message(self._interval)
+            except StateFailureError as exc:
+                # The next call subscribes again on a new connection, where the slot map
+                # says then (see router.state.route_hints).
+                log.warning("route hints connection failed (%s); subscribing again", exc)
                 await asyncio.sleep(self._interval)
-                with contextlib.suppress(RedisError):
-                    await refresh_slot_map(self._redis)
                 continue
-            if message is None or message.get("type") != "message":
+            if heard is None:
                 continue
-            data = message["data"]
-            if message.get("channel") not in (self._hints_channel, self._hints_channel_text):
-                ack = parse_ack(data)
+            if heard.channel != self._hints.channel:
+                ack = parse_ack(heard.data)
                 if ack is not None and self._on_ack is not None:
                     self._on_ack(ack)
                 continue
-            node_id = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
-            self.request(node_id)
+            self.request(heard.data.decode("utf-8", "replace"))

@@ -28,8 +28,7 @@ from dataclasses import dataclass
 
 from router.cluster.tasks import stop_task
 from router.core.topics import TopicFilter
-from router.errors import RouteSetMissingError, RouteWriteError
-from router.state.connection import TRANSIENT_ERRORS
+from router.errors import RouteSetMissingError, RouteWriteError, StateUnavailableError
 from router.state.routes import RouteChange, RouteStore
 
 log = logging.getLogger(__name__)
@@ -160,7 +159,7 @@ class RouteWriter:
             except RouteSetMissingError:
                 await self.republish()
                 return
-            except TRANSIENT_ERRORS:
+            except StateUnavailableError:
                 if delay is None:
                     raise
                 await asyncio.sleep(delay)

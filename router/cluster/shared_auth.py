@@ -26,8 +26,6 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Final
 
-from redis.exceptions import RedisError
-
 from router.cluster.policy import password_authenticator
 from router.cluster.tasks import stop_task
 from router.core.acl import Acl, AclAction, AclRule, Permission
@@ -133,7 +131,7 @@ class SharedAuth:
             try:
                 await self.refresh()
                 self._failing = False
-            except (RouterError, RedisError) as error:
+            except RouterError as error:
                 if not self._failing:
                     log.warning("users and ACL in Redis not read (the copy stays): %r", error)
                 self._failing = True

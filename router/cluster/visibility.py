@@ -37,8 +37,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
 
-from redis.exceptions import RedisError
-
+from router.errors import StateFailureError
 from router.state.route_acks import RouteAck, RouteAcks
 
 log = logging.getLogger(__name__)
@@ -185,7 +184,7 @@ class RouteVisibility:
         """Read the acks hash: an ack on the channel may have been lost."""
         try:
             stored = await self._acks.read(self._node_id)
-        except RedisError as exc:
+        except StateFailureError as exc:
             log.debug("reading route acks of %s failed: %r", self._node_id, exc)
             return
         for reader, seen in stored.items():

@@ -24,8 +24,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
-from redis.exceptions import RedisError
-
 from router.errors import RouterError
 from router.state.ban_store import Ban, BanStore
 
@@ -77,7 +75,7 @@ class BanList:
         while True:
             try:
                 await self.refresh()
-            except (RouterError, RedisError) as error:
+            except RouterError as error:
                 log.warning("could not read the bans (keeping the last ones): %s", error)
             self._forget_quiet(time.monotonic())
             await asyncio.sleep(REFRESH)
@@ -137,7 +135,7 @@ class BanList:
             await self._store.add(
                 "client", client_id, seconds=seconds, reason=reason, replace=False
             )
-        except (RouterError, RedisError) as error:
+        except RouterError as error:
             log.warning("the flapping ban of %s is this node's only: %s", client_id, error)
 
     def _forget_quiet(self, now: float) -> None:

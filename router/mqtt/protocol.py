@@ -66,8 +66,6 @@ import time
 import uuid
 from dataclasses import replace
 
-from redis.exceptions import RedisError
-
 from router.cluster.local_sessions import ClientSession
 from router.cluster.node import RouterNode
 from router.core.messages import Outgoing, PublishResult
@@ -203,7 +201,7 @@ class MqttConnection(Intake):
         elif isinstance(reason, MqttError):
             self.server.count_close(reason.reason_code)
             self._send_disconnect(reason.reason_code)
-        elif isinstance(reason, StateError | RedisError):  # (Redis refused or is gone: no ack)
+        elif isinstance(reason, StateError):  # (Redis refused or is gone: no ack)
             log.warning("closing MQTT client %s: %s", self.client_id, reason)
             self._send_disconnect(RC.SERVER_BUSY)
         elif isinstance(reason, Exception) and not isinstance(reason, ConnectionError):
@@ -230,7 +228,7 @@ class MqttConnection(Intake):
                         expiry_interval=will.expiry_interval,
                         properties=will.properties,
                     )
-        except (RouterError, RedisError, ConnectionError) as error:  # (the session stays)
+        except (RouterError, ConnectionError) as error:  # (the session stays)
             log.warning("closing MQTT client %s: %s", client_id, error)
         finally:
             self.server.forget(self)
@@ -380,7 +378,7 @@ class MqttConnection(Intake):
         except (InvalidIdError, NotAuthorizedError) as error:
             self._refuse(refusal(connect, error))
             return None
-        except (StateError, RedisError) as error:  # (Redis refused or is gone)
+        except StateError as error:  # (Redis refused or is gone)
             log.warning("refusing MQTT client %s: %s", client_id, error)
             self._refuse(refusal(connect, error))
             return None

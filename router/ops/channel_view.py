@@ -16,6 +16,7 @@ from typing import Any, Final
 from router.errors import CorruptStateError, SubscriptionNotFoundError
 from router.state.channels import CLOCK_LIMIT
 from router.state.keys import Keys, check_id
+from router.state.reads import read_with_ttl
 from router.state.scan import scan_keys
 from router.state.scripts import RedisClient
 
@@ -78,13 +79,11 @@ def _clock(value: Any, what: str) -> int:
 
 async def _read(redis: RedisClient, key: str, what: str) -> tuple[int, float | None] | None:
     """(clock value, TTL seconds or None) of a clock or cursor key; None if it is gone."""
-    value = await redis.get(key)
-    if value is None:
+    read = await read_with_ttl(redis, key)
+    if read is None:
         return None
-    pttl = int(await redis.pttl(key))
-    if pttl == -2:
-        return None
-    return _clock(value, what), (None if pttl < 0 else pttl / 1000)
+    value, ttl = read
+    return _clock(value, what), ttl
 
 
 async def list_channels(

@@ -40,6 +40,7 @@ from router.core.options import SubscriptionOptions
 from router.errors import ClientNotFoundError, SessionInUseError
 from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
+from router.state.reads import server_ms
 from router.state.scripts import RedisClient
 from router.state.session_store import NEVER, SessionInfo, SessionQueue, SessionStore
 from router.state.subscriptions import SubscriptionStore
@@ -165,28 +166,8 @@ async def _clock(redis: RedisClient, keys: Keys) -> tuple[int, set[str]]:
     """The registry's server time (ms) and the ids of the live nodes."""
     found = await NodeRegistry(redis, keys).nodes()
     if not found:
-        return await _server_ms(redis), set()
+        return await server_ms(redis), set()
     return found[0].now_ms, {info.node_id for info in found if info.alive}
-
-
-async def _server_ms(redis: RedisClient) -> int:
-    """Redis server time in ms (a cluster answers from one of its nodes)."""
-    reply: Any = await redis.time()
-    if isinstance(reply, dict):  # a cluster may answer per node
-        reply = next(iter(reply.values()))
-    seconds, micros = reply
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
-async def _subscription_counts(
-    redis: RedisClient, keys: Keys, client_ids: Sequence[str]
-) -> list[int]:
-    if not client_ids:
-        return []
-    pipe = redis.pipeline(transaction=False)
-    for client_id in client_ids:
-        pipe.hlen(keys.client_subscriptions(client_id))
-    return [int(count) for count in await pipe.execute()]
 
 
 async def _backlog(redis: RedisClient, keys: Keys, info: SessionInfo) -> int:
@@ -210,7 +191,8 @@ async def _backlogs(redis: RedisClient, keys: Keys, infos: Sequence[SessionInfo]
 async def _rows(
     redis: RedisClient, keys: Keys, infos: Sequence[SessionInfo], now_ms: int, alive: set[str]
 ) -> list[ClientRow]:
-    counts = await _subscription_counts(redis, keys, [info.client_id for info in infos])
+    store = SubscriptionStore(redis, keys)
+    counts = await store.subscription_counts([info.client_id for info in infos])
     queued = await _backlogs(redis, keys, infos)
     return [
         ClientRow(

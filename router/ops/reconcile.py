@@ -45,6 +45,7 @@ from typing import Any, Final
 from router.core.topics import TopicFilter, parse_shared
 from router.state.keys import Keys
 from router.state.node_registry import NodeInfo, NodeRegistry
+from router.state.route_hints import RouteHints
 from router.state.routes import RouteSnapshot, RouteStore
 from router.state.scan import scan_keys
 from router.state.scripts import RedisClient
@@ -266,5 +267,5 @@ async def _repair(
     else:
         result = await registry.routes.purge(problem.node_id, problem.incarnation)
     if result.status == "purged":
-        await redis.publish(keys.route_hints(), problem.node_id)
+        await RouteHints(redis, keys).announce(problem.node_id)
     return replace(problem, repaired=result.status)

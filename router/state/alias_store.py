@@ -22,6 +22,7 @@ from typing import Any
 from router.core.aliases import MAX_ALIAS, NAMESPACES, Namespace, check_alias, check_namespace
 from router.core.topics import validate_topic
 from router.errors import CorruptStateError, InvalidAliasError
+from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.scripts import RedisClient, Scripts
 
@@ -88,7 +89,10 @@ class RedisAliasTable:
         check_namespace(namespace)
         if type(alias) is not int:
             return None
-        value = await self.redis.hget(self.keys.client_aliases(client_id, namespace), str(alias))
+        with translating:
+            value = await self.redis.hget(
+                self.keys.client_aliases(client_id, namespace), str(alias)
+            )
         return None if value is None else _text(value, "topic")
 
     async def alias(self, client_id: str, namespace: Namespace, topic: str) -> int | None:
@@ -96,13 +100,17 @@ class RedisAliasTable:
         check_namespace(namespace)
         if type(topic) is not str or not topic:
             return None
-        value = await self.redis.hget(self.keys.client_alias_topics(client_id, namespace), topic)
+        with translating:
+            value = await self.redis.hget(
+                self.keys.client_alias_topics(client_id, namespace), topic
+            )
         return None if value is None else _alias(value)
 
     async def aliases(self, client_id: str, namespace: Namespace) -> dict[int, str]:
         """The namespace's alias -> topic map."""
         check_namespace(namespace)
-        stored = await self.redis.hgetall(self.keys.client_aliases(client_id, namespace))
+        with translating:
+            stored = await self.redis.hgetall(self.keys.client_aliases(client_id, namespace))
         return {_alias(alias): _text(topic, "topic") for alias, topic in stored.items()}
 
     async def remove_client(self, client_id: str) -> int:

@@ -33,6 +33,7 @@ from typing import Final
 from router.core.acl import AclRule, parse_rule
 from router.core.passwords import PasswordFile, PasswordHash
 from router.errors import AclRuleError, InvalidSettingError, PasswordFileError
+from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.scripts import RedisClient, Scripts
 
@@ -168,14 +169,16 @@ class AuthStore:
 
     async def count(self) -> int:
         """The change count (0 before the first change)."""
-        return int(await self.redis.get(self.count_key) or 0)
+        with translating:
+            return int(await self.redis.get(self.count_key) or 0)
 
     async def snapshot(self) -> AuthSnapshot:
         """Users and rules as they were at one change count (see the module docstring)."""
         for _ in range(READS):
             count = await self.count()
-            stored_users = await self.redis.hgetall(self.users_key)
-            stored_rules = await self.redis.lrange(self.rules_key, 0, -1)
+            with translating:
+                stored_users = await self.redis.hgetall(self.users_key)
+                stored_rules = await self.redis.lrange(self.rules_key, 0, -1)
             if await self.count() == count:
                 break
         # (unsettled: the data is at least as new as ``count``; the next read catches up)

@@ -24,6 +24,7 @@ from typing import Final, Literal
 import msgpack  # type: ignore[import-untyped,unused-ignore]
 
 from router.errors import InvalidSettingError
+from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.scripts import RedisClient
 
@@ -79,7 +80,8 @@ class BanStore:
         self.key = f"{keys.prefix}:{{bans}}:list"
 
     async def _now(self) -> float:
-        seconds, micros = await self.redis.time()
+        with translating:
+            seconds, micros = await self.redis.time()
         return float(seconds) + micros / 1e6
 
     async def add(
@@ -110,22 +112,28 @@ class BanStore:
         now = await self._now()
         until = 0.0 if seconds is None else now + seconds
         entry = msgpack.packb([until, reason])
-        if replace:
-            await self.redis.hset(self.key, field, entry)
-        elif not await self.redis.hsetnx(self.key, field, entry):  # (one came meanwhile)
+        with translating:
+            if replace:
+                await self.redis.hset(self.key, field, entry)
+            written = replace or bool(await self.redis.hsetnx(self.key, field, entry))
+        if not written:  # (one came meanwhile)
             return next(b for b in await self.bans() if (b.kind, b.value) == (kind_of, value_of))
         return Ban(kind_of, value_of, until, reason)  # type: ignore[arg-type]
 
     async def remove(self, kind: str, value: str) -> bool:
         """Lift the ban of ``value`` of ``kind``; False when there was none."""
-        return bool(await self.redis.hdel(self.key, ban_field(kind, value)))
+        field = ban_field(kind, value)
+        with translating:
+            return bool(await self.redis.hdel(self.key, field))
 
     async def bans(self) -> list[Ban]:
         """Every ban in force, sorted by kind and value (ended ones are removed)."""
         now = await self._now()
-        stored = await self.redis.hgetall(self.key)
+        with translating:
+            stored = await self.redis.hgetall(self.key)
         found = [ban for f, packed in stored.items() if (ban := parse_ban(f, packed)) is not None]
         ended = [f"{ban.kind}:{ban.value}" for ban in found if not ban.live(now)]
         if ended:
-            await self.redis.hdel(self.key, *ended)
+            with translating:
+                await self.redis.hdel(self.key, *ended)
         return sorted((ban for ban in found if ban.live(now)), key=lambda b: (b.kind, b.value))

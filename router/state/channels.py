@@ -51,6 +51,7 @@ from typing import Any, Final, NamedTuple
 from redis.asyncio.cluster import RedisCluster
 
 from router.errors import ChannelArgumentError, MalformedAckHandleError, RouterError
+from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.scripts import RedisClient, Scripts
 from router.state.wakeups import WakeUps
@@ -219,7 +220,8 @@ class Channel:
         """(the channel's clock, ``subscriber``'s cursor), read together; None when
         either is missing."""
         cursor_key = self.keys.channel_cursor(self.name, subscriber)
-        clock, cursor = await self._redis.mget([self._clock_key, cursor_key])
+        with translating:
+            clock, cursor = await self._redis.mget([self._clock_key, cursor_key])
         if clock is None or cursor is None:
             return None
         return int(clock), int(cursor)
@@ -229,14 +231,16 @@ class Channel:
         it reads what ``subscriber`` has not acknowledged yet, whatever ``subscriber``
         does next. Returns False (nothing made) when ``subscriber`` has no cursor."""
         cursor = self.keys.channel_cursor(self.name, subscriber)
-        copied = await self._redis.copy(
-            cursor, self.keys.channel_cursor(self.name, copy), replace=True
-        )
+        with translating:
+            copied = await self._redis.copy(
+                cursor, self.keys.channel_cursor(self.name, copy), replace=True
+            )
         return bool(copied)
 
     async def remove_subscriber(self, subscriber: str) -> bool:
         """Delete ``subscriber``'s cursor. Returns whether it existed (a missing one is fine)."""
-        removed = await self._redis.delete(self.keys.channel_cursor(self.name, subscriber))
+        with translating:
+            removed = await self._redis.delete(self.keys.channel_cursor(self.name, subscriber))
         return bool(removed)
 
     # -- publish ---------------------------------------------------------------------
@@ -317,7 +321,8 @@ class Channel:
     async def add_subscribers(channels: Sequence[Channel], subscriber: str) -> None:
         """:meth:`add_subscriber` on each of ``channels`` (of one Redis client), in one
         pipelined step on a standalone server. Raises the first refusal (as
-        :meth:`add_subscriber` would), or the Redis error that stopped the step."""
+        :meth:`add_subscriber` would), or the :class:`StateFailureError` that stopped the
+        step."""
         if not channels:
             return
         calls = [
@@ -342,11 +347,12 @@ class Channel:
         (not atomic: each cursor is read before its clock, so the clock is never older)."""
         if not channels:
             return []
-        async with channels[0]._redis.pipeline(transaction=False) as pipe:
-            for c in channels:
-                pipe.get(c.keys.channel_cursor(c.name, subscriber))
-                pipe.get(c._clock_key)
-            replies = await pipe.execute()
+        with translating:
+            async with channels[0]._redis.pipeline(transaction=False) as pipe:
+                for c in channels:
+                    pipe.get(c.keys.channel_cursor(c.name, subscriber))
+                    pipe.get(c._clock_key)
+                replies = await pipe.execute()
         return [
             None if clock is None or cursor is None else (int(clock), int(cursor))
             for cursor, clock in zip(replies[::2], replies[1::2], strict=True)
@@ -358,8 +364,8 @@ class Channel:
     ) -> list[list[Published] | RouterError]:
         """:meth:`publish` of each (channel, messages) of ``batches`` (channels of one
         Redis client), in one pipelined step on a standalone server. Returns what each
-        publish returns, or the refusal it met (the others still ran); raises the Redis
-        error that stopped the step (some may have run)."""
+        publish returns, or the refusal it met (the others still ran); raises the
+        :class:`StateFailureError` that stopped the step (some may have run)."""
         calls = [(channel, channel._publish_call(messages)) for channel, messages in batches]
         sent = [(channel, call) for channel, call in calls if call is not None]
         replies: list[Any] = []

@@ -20,16 +20,7 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import (
-    ClusterError,
-    ConnectionError as RedisConnectionError,
-    RedisClusterException,
-    RedisError,
-    ResponseError,
-    SlotNotCoveredError,
-    TimeoutError as RedisTimeoutError,
-    TryAgainError,
-)
+from redis.exceptions import ResponseError
 
 from router.errors import (
     BadRedisURLError,
@@ -37,31 +28,13 @@ from router.errors import (
     UnsafeRedisError,
     UnsupportedServerError,
 )
+from router.state.failures import translating
 from router.state.scripts import RedisClient
 
 log = logging.getLogger(__name__)
 
 #: The oldest Redis a cluster may run: shard channels came with 7.0.
 MIN_CLUSTER_VERSION: Final = (7, 0)
-
-#: Redis errors after which the same call may well succeed a moment later, so a caller
-#: waits and tries again (bounded) instead of failing for good: no connection, no
-#: answer in time; on a Redis Cluster, a slot that cannot be served right now: a
-#: failover in progress (CLUSTERDOWN, a ``ClusterError``), a slot split by a live
-#: migration (TRYAGAIN, until its last keys have moved), the ``ClusterError`` redis-py
-#: raises once it ran out of redirections and retries ("TTL exhausted"), a slot its map
-#: lacks. A timeout does not say whether a write happened: what is retried must be
-#: idempotent or deduplicated. No script stops halfway on a split slot: the two that
-#: touch keys they do not declare (a channel's publish and fetch: its body keys) also
-#: declare one that never exists (the body-key base), so Redis refuses them there
-#: (ASK, then TRYAGAIN) before they start.
-TRANSIENT_ERRORS: Final = (
-    RedisConnectionError,
-    RedisTimeoutError,
-    ClusterError,
-    TryAgainError,
-    SlotNotCoveredError,
-)
 
 
 def check_cluster_version(version: str) -> None:
@@ -82,6 +55,11 @@ def check_cluster_version(version: str) -> None:
 async def eviction_policies(redis: RedisClient) -> dict[str, str]:
     """The ``maxmemory-policy`` of every master (``INFO memory``; one entry, ``""``, on a
     standalone server), so that a node can refuse a Redis that may evict its keys."""
+    with translating:
+        return await _eviction_policies(redis)
+
+
+async def _eviction_policies(redis: RedisClient) -> dict[str, str]:
     if isinstance(redis, RedisCluster):
         replies = await redis.info("memory", target_nodes=RedisCluster.PRIMARIES)
         return {str(node): str(info.get("maxmemory_policy", "")) for node, info in replies.items()}
@@ -94,11 +72,12 @@ async def check_eviction(redis: RedisClient, allow: bool) -> None:
     eviction silently drops routes, sessions and queued messages. Raises
     :class:`UnsafeRedisError`; with ``allow``, logs an error and goes on. A server that
     will not say (INFO refused) gets a warning."""
-    try:
-        policies = await eviction_policies(redis)
-    except ResponseError as exc:
-        log.warning("cannot read Redis's maxmemory-policy (%s): it must be noeviction", exc)
-        return
+    with translating:
+        try:
+            policies = await _eviction_policies(redis)
+        except ResponseError as exc:
+            log.warning("cannot read Redis's maxmemory-policy (%s): it must be noeviction", exc)
+            return
     evicting = sorted(
         f"{node or 'the server'}: {p}" for node, p in policies.items() if p and p != "noeviction"
     )
@@ -131,8 +110,9 @@ def _plain(url: str, pool_size: int | None = None, **options: Any) -> Redis:
 def pooled(url: str, size: int, **options: Any) -> BlockingConnectionPool:
     """A pool of at most ``size`` connections to the standalone server at ``url``: a
     command that finds every connection busy waits for one (up to the socket timeout,
-    else :data:`CONNECT_TIMEOUT` seconds; then redis-py's ConnectionError, a transient
-    error) instead of failing at once as redis-py's default pool does past 100."""
+    else :data:`CONNECT_TIMEOUT` seconds; then redis-py's ConnectionError, which the
+    state layer raises as :class:`StateUnavailableError`) instead of failing at once as
+    redis-py's default pool does past 100."""
     check_pool_size(size)
     wait = options.get("socket_timeout") or CONNECT_TIMEOUT
     return BlockingConnectionPool.from_url(url, max_connections=size, timeout=wait, **options)
@@ -199,11 +179,17 @@ async def open_redis(url: str, pool_size: int = DEFAULT_POOL_SIZE, **options: An
     with at most ``pool_size`` connections (to each cluster node) where commands wait
     their turn when all are busy.
 
-    Raises redis-py's ConnectionError when the server cannot be reached,
-    :class:`BadRedisURLError` for a malformed URL and :class:`InvalidSettingError` for a
-    bad pool size.
+    Raises :class:`StateUnavailableError` when the server cannot be reached,
+    :class:`StateAccessError` when it refuses the credentials, :class:`BadRedisURLError`
+    for a malformed URL, :class:`InvalidSettingError` for a bad pool size and
+    :class:`UnsupportedServerError` for a cluster older than Redis 7.0.
     """
     check_pool_size(pool_size)
+    with translating:
+        return await _open(url, pool_size, **options)
+
+
+async def _open(url: str, pool_size: int, **options: Any) -> RedisClient:
     probe = _plain(url, pool_size, **options)
     try:
         info = await probe.info("cluster")
@@ -212,7 +198,7 @@ async def open_redis(url: str, pool_size: int = DEFAULT_POOL_SIZE, **options: An
         # That server closes a connection after an error reply: reconnect and retry.
         await probe.aclose()
         return _plain(url, pool_size, retry=Retry(NoBackoff(), 3), **options)
-    except RedisError:
+    except Exception:
         await probe.aclose()
         raise
     if int(info.get("cluster_enabled", 0)) != 1:
@@ -233,14 +219,12 @@ async def refresh_slot_map(redis: RedisClient) -> None:
     redis-py refreshes its map by itself only when one of its own commands fails; a
     plain connection made from the map (a pub/sub listener, see :func:`pubsub_client`)
     must ask, or it tries the dead node until something else happens to refresh it.
-    Raises redis-py's ConnectionError when no node answers.
+    Raises :class:`StateUnavailableError` when no node answers.
     """
     if not isinstance(redis, RedisCluster):
         return
-    try:
+    with translating:  # (no node answered, a RedisClusterException: unavailable)
         await redis.nodes_manager.initialize()
-    except RedisClusterException as exc:  # (no node answered: as unreachable as it gets)
-        raise RedisConnectionError(str(exc)) from exc
 
 
 # Connection keyword arguments that a pool adds for itself and a new pool must not get.

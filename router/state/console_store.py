@@ -32,6 +32,7 @@ from typing import Final, Literal
 
 from router.core.passwords import PasswordHash
 from router.errors import CorruptStateError, InvalidSettingError
+from router.state.failures import translating
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
 
@@ -108,26 +109,31 @@ class ConsoleStore:
         check_name(name)
         check_role(role)
         entry = f"{role} {PasswordHash.create(password, iterations=ITERATIONS).encode()}"
-        if replace:
-            await self.redis.hset(self.keys.console_users(), name, entry)
-            return True
-        return bool(await self.redis.hsetnx(self.keys.console_users(), name, entry))
+        with translating:
+            if replace:
+                await self.redis.hset(self.keys.console_users(), name, entry)
+                return True
+            return bool(await self.redis.hsetnx(self.keys.console_users(), name, entry))
 
     async def remove_user(self, name: str) -> bool:
         """Remove a user (their logins end with it); False if there was none."""
-        return bool(await self.redis.hdel(self.keys.console_users(), check_name(name)))
+        check_name(name)
+        with translating:
+            return bool(await self.redis.hdel(self.keys.console_users(), name))
 
     async def users(self) -> list[tuple[str, Role]]:
         """Every user and their role, sorted by name."""
-        found = await self.redis.hgetall(self.keys.console_users())
+        with translating:
+            found = await self.redis.hgetall(self.keys.console_users())
         return sorted((_text(name) or "", self._entry(value)[0]) for name, value in found.items())
 
     async def has_accounts(self) -> bool:
         """True if any user or API key exists."""
-        counts = [
-            await self.redis.hlen(self.keys.console_users()),
-            await self.redis.hlen(self.keys.console_api_keys()),
-        ]
+        with translating:
+            counts = [
+                await self.redis.hlen(self.keys.console_users()),
+                await self.redis.hlen(self.keys.console_api_keys()),
+            ]
         return any(counts)
 
     async def user_hash(self, name: str) -> tuple[Role, PasswordHash] | None:
@@ -135,7 +141,8 @@ class ConsoleStore:
         password is the caller's: it is slow on purpose)."""
         if not isinstance(name, str) or not _NAME.fullmatch(name) or len(name) > MAX_NAME:
             return None
-        value = await self.redis.hget(self.keys.console_users(), name)
+        with translating:
+            value = await self.redis.hget(self.keys.console_users(), name)
         return None if value is None else self._entry(value)
 
     def _entry(self, value: bytes | str) -> tuple[Role, PasswordHash]:
@@ -154,7 +161,8 @@ class ConsoleStore:
         """A new login for ``user``: (the cookie's token, its CSRF token)."""
         token, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(24)
         key = self.keys.console_login(_digest(token))
-        await self.redis.set(key, f"{role} {csrf} {user}", ex=LOGIN_SECONDS)
+        with translating:
+            await self.redis.set(key, f"{role} {csrf} {user}", ex=LOGIN_SECONDS)
         return token, csrf
 
     async def login(self, token: str) -> Principal | None:
@@ -162,7 +170,8 @@ class ConsoleStore:
         or None."""
         if not token or len(token) > 128:
             return None
-        value = _text(await self.redis.get(self.keys.console_login(_digest(token))))
+        with translating:
+            value = _text(await self.redis.get(self.keys.console_login(_digest(token))))
         if value is None:
             return None
         parts = value.split(" ", 2)
@@ -175,7 +184,8 @@ class ConsoleStore:
         return Principal(user, current[0], csrf)
 
     async def close_login(self, token: str) -> None:
-        await self.redis.delete(self.keys.console_login(_digest(token)))
+        with translating:
+            await self.redis.delete(self.keys.console_login(_digest(token)))
 
     # -- API keys --------------------------------------------------------------------
 
@@ -185,11 +195,13 @@ class ConsoleStore:
         check_role(role)
         key_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
         entry = f"{role} {_digest(secret)} {name}"
-        await self.redis.hset(self.keys.console_api_keys(), key_id, entry)
+        with translating:
+            await self.redis.hset(self.keys.console_api_keys(), key_id, entry)
         return f"rk_{key_id}_{secret}"
 
     async def api_keys(self) -> list[ApiKey]:
-        found = await self.redis.hgetall(self.keys.console_api_keys())
+        with translating:
+            found = await self.redis.hgetall(self.keys.console_api_keys())
         keys = []
         for key_id, value in found.items():
             role, _, name = self._key_entry(value)
@@ -197,14 +209,16 @@ class ConsoleStore:
         return sorted(keys, key=lambda k: (k.name, k.key_id))
 
     async def remove_api_key(self, key_id: str) -> bool:
-        return bool(await self.redis.hdel(self.keys.console_api_keys(), key_id))
+        with translating:
+            return bool(await self.redis.hdel(self.keys.console_api_keys(), key_id))
 
     async def api_key(self, presented: str) -> Principal | None:
         """The principal of a presented key, or None if it is not a live key."""
         found = _KEY.fullmatch(presented)
         if found is None:
             return None
-        value = await self.redis.hget(self.keys.console_api_keys(), found[1])
+        with translating:
+            value = await self.redis.hget(self.keys.console_api_keys(), found[1])
         if value is None:
             return None
         role, digest, name = self._key_entry(value)

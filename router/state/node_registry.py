@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Final, NamedTuple
 
 from router.errors import CorruptStateError
+from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.routes import PurgeResult, RouteStore
 from router.state.scripts import RedisClient, Scripts
@@ -162,16 +163,19 @@ class NodeRegistry:
         check_id(dead, "node id")
         check_id(holder, "node id")
         key, ms = self.keys.node_adoption(dead), max(1, int(seconds * 1000))
-        if await self.redis.set(key, holder, nx=True, px=ms):
-            return True
-        current = await self.redis.get(key)
-        if current is None or _text(current, "adoption lease holder") != holder:
-            return False
-        return bool(await self.redis.pexpire(key, ms))
+        with translating:
+            if await self.redis.set(key, holder, nx=True, px=ms):
+                return True
+            current = await self.redis.get(key)
+            if current is None or _text(current, "adoption lease holder") != holder:
+                return False
+            return bool(await self.redis.pexpire(key, ms))
 
     async def end_adoption(self, dead: str) -> None:
         """Drop the lease on adopting ``dead``'s sessions (the node was purged)."""
-        await self.redis.delete(self.keys.node_adoption(check_id(dead, "node id")))
+        key = self.keys.node_adoption(check_id(dead, "node id"))
+        with translating:
+            await self.redis.delete(key)
 
     async def purge(self, node_id: str, incarnation: str | None = None) -> PurgeResult:
         """Delete the node's route set, stream and meta, then unregister it (idempotent).

@@ -1,5 +1,6 @@
 """Reading one key each of many entities (session owners, session descriptions, node
-figures): one pipeline on a standalone Redis, one command per key on a Redis Cluster.
+figures): one pipeline on a standalone Redis, one command per key on a Redis Cluster; and
+the few plain reads the operator views make (a key with its TTL, the server's clock).
 
 Why not a cluster pipeline: redis-py's (8.x) non-transactional ``ClusterPipeline``
 answers a connection error by closing the whole client, and the slot map it then reads
@@ -11,8 +12,9 @@ masters included (redis/redis-py#3130). A plain command that meets a dead master
 it to the end of the client's node list instead, so the rest of the cluster stays
 usable. Reads go out :data:`CONCURRENCY` at a time.
 
-What each reply is, and the errors: as the command's (``RedisError`` for a key on a
-master that cannot be reached; the reads of the other keys still complete).
+What each reply is: as the command's. The errors: as :mod:`router.state.failures` tells
+redis-py's (:class:`~router.errors.StateUnavailableError` for a key on a master that
+cannot be reached; the reads of the other keys still complete).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Final
 from redis.asyncio.cluster import RedisCluster
 from redis.typing import EncodableT
 
+from router.state.failures import REDIS_ERRORS, state_error, translating
 from router.state.scripts import RedisClient
 
 CONCURRENCY: Final = 16
@@ -43,7 +46,10 @@ async def read_each(
         pipe = redis.pipeline(transaction=False)
         for key in keys:
             pipe.execute_command(command, key, *args)
-        return list(await pipe.execute())
+        try:
+            return list(await pipe.execute())
+        except REDIS_ERRORS as exc:
+            raise state_error(exc) from exc
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(key: str) -> Any:
@@ -51,10 +57,40 @@ async def read_each(
             return await redis.execute_command(command, key, *args)
 
     results = await asyncio.gather(*(one(key) for key in keys), return_exceptions=True)
+    _raise_first(results)
+    return results
+
+
+async def read_with_ttl(redis: RedisClient, key: str) -> tuple[Any, float | None] | None:
+    """The value of the string ``key`` and its TTL in seconds (None: no expiry); None when
+    there is no such key (or it expired between the two reads)."""
+    with translating:
+        value = await redis.get(key)
+        if value is None:
+            return None
+        pttl = int(await redis.pttl(key))
+    if pttl == -2:
+        return None
+    return value, (None if pttl < 0 else pttl / 1000)
+
+
+async def server_ms(redis: RedisClient) -> int:
+    """The Redis server's clock in milliseconds (a cluster answers from one of its nodes)."""
+    with translating:
+        reply: Any = await redis.time()
+    if isinstance(reply, dict):  # a cluster may answer per node
+        reply = next(iter(reply.values()))
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _raise_first(results: list[Any]) -> None:
+    """Raise the first error among ``results`` (redis-py's as the router's), if any."""
     for result in results:
+        if isinstance(result, REDIS_ERRORS):
+            raise state_error(result) from result
         if isinstance(result, BaseException):
             raise result
-    return results
 
 
 async def commands_each(
@@ -71,7 +107,10 @@ async def commands_each(
         for group in groups:
             for call in group:
                 pipe.execute_command(*call)
-        replies = iter(await pipe.execute())
+        try:
+            replies = iter(await pipe.execute())
+        except REDIS_ERRORS as exc:
+            raise state_error(exc) from exc
         return [[next(replies) for _ in group] for group in groups]
     gate = asyncio.Semaphore(CONCURRENCY)
 
@@ -80,7 +119,5 @@ async def commands_each(
             return [await redis.execute_command(*call) for call in group]
 
     results = await asyncio.gather(*(one(group) for group in groups), return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
+    _raise_first(results)
     return [result for result in results if not isinstance(result, BaseException)]

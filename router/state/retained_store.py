@@ -68,6 +68,7 @@ from router.errors import (
     RetainedPayloadTooLargeError,
     RetainedStoreFullError,
 )
+from router.state.failures import translating
 from router.state.keys import Keys
 from router.state.retained_values import (
     DEFAULT_RETAINED,
@@ -212,7 +213,8 @@ class RetainedStore:
     async def _grew(self, growth: int) -> None:
         """Add ``growth`` bytes (negative: freed) to the store's byte count."""
         if growth:
-            await self.redis.incrby(self._bytes, growth)
+            with translating:
+                await self.redis.incrby(self._bytes, growth)
 
     async def stored_bytes(self) -> int:
         """The bytes the stored messages hold in Redis (packed, with their metadata).
@@ -221,7 +223,8 @@ class RetainedStore:
         the count (and deleting them never takes it below 0). Like the topic counts, a
         process that dies between a shard's script and the count leaves it off by that
         one message's bytes."""
-        value = await self.redis.get(self._bytes)
+        with translating:
+            value = await self.redis.get(self._bytes)
         return max(int(value or 0), 0)
 
     async def delete(self, topic_or_filter: str) -> int:
@@ -367,7 +370,8 @@ class RetainedStore:
 
     async def size(self) -> int:
         """How many messages are stored (expired ones too, until they are cleared)."""
-        total = await self.redis.get(self._registry[2])
+        with translating:
+            total = await self.redis.get(self._registry[2])
         return int(total or 0)
 
     # -- shards ----------------------------------------------------------------------
@@ -393,9 +397,10 @@ class RetainedStore:
         """Registered shards in byte order, from ``start`` (None: the first) on."""
         low = b"-" if start is None else (b"[" if inclusive else b"(") + start.encode()
         while True:
-            batch = await self.redis.zrangebylex(
-                self._registry[0], low, b"+", start=0, num=SHARD_BATCH
-            )
+            with translating:
+                batch = await self.redis.zrangebylex(
+                    self._registry[0], low, b"+", start=0, num=SHARD_BATCH
+                )
             if not batch:
                 return
             for raw in batch:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Final, NamedTuple
 
 from router.errors import InvalidIdError
+from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.scripts import RedisClient, Scripts
 
@@ -56,7 +57,7 @@ class RouteAcks:
     async def ack(self, writer: str, reader: str, generation: str, version: int) -> None:
         """Record and announce that ``reader`` holds ``writer``'s routes of ``generation``
         up to ``version`` (one script). Raises :class:`InvalidIdError` for a bad id or
-        version, a Redis error if Redis cannot take it."""
+        version, :class:`StateFailureError` if Redis cannot take it."""
         check_id(reader, "node id")
         check_id(generation, "generation")
         if " " in generation:
@@ -72,7 +73,8 @@ class RouteAcks:
     async def read(self, writer: str) -> dict[str, tuple[str, int]]:
         """Every reader's last ack of ``writer``'s routes: reader -> (generation, version)
         (unreadable entries are left out)."""
-        raw = await self.redis.hgetall(self.keys.node_route_acks(writer))
+        with translating:
+            raw = await self.redis.hgetall(self.keys.node_route_acks(writer))
         found: dict[str, tuple[str, int]] = {}
         for reader, value in raw.items():
             name = reader.decode("utf-8", "replace") if isinstance(reader, bytes) else reader

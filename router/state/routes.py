@@ -39,6 +39,7 @@ from typing import Any, Final, NamedTuple
 
 from router.core.topics import TopicFilter, parse_shared, validate_filter
 from router.errors import CorruptStateError, InvalidIdError, InvalidTopicError, ResyncRequiredError
+from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.scripts import RedisClient, Scripts
 
@@ -274,8 +275,11 @@ class RouteStore:
         """The routes read by HSCAN after ``version``, caught up with the stream; the
         version they then correspond to (raises ResyncRequiredError like :meth:`changes`)."""
         routes: dict[TopicFilter, int] = {}
-        async for route, count in self.redis.hscan_iter(self.keys.node_routes(node_id), count=page):
-            routes[_route(route)] = _count(count)
+        with translating:
+            async for route, count in self.redis.hscan_iter(
+                self.keys.node_routes(node_id), count=page
+            ):
+                routes[_route(route)] = _count(count)
         while True:
             caught = await self.changes(node_id, generation, version, limit=page)
             if not caught.changes:

@@ -4,7 +4,7 @@ Operator tools find entities that no index lists (route sets of unregistered nod
 channels, clients) by scanning key names. :func:`scan_keys` walks the keyspace in batches
 of ``count`` keys a call (SCAN never blocks the server for long), stops after ``limit``
 matches and says whether it saw everything. Keys that are not UTF-8 text cannot be
-router keys and are skipped.
+router keys and are skipped. Redis failing raises as :mod:`router.state.failures` says.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any, Final, NamedTuple
 
 from redis.asyncio.cluster import RedisCluster
 
+from router.state.failures import translating
 from router.state.scripts import RedisClient
 
 SCAN_COUNT: Final = 500
@@ -52,19 +53,20 @@ async def scan_keys(
         options["target_nodes"] = target if target is not None else RedisCluster.PRIMARIES
     found: dict[str, None] = {}
     iterator = redis.scan_iter(**options)
-    try:
-        async for raw in iterator:
-            key = _text(raw)
-            if key is None:
-                continue
-            found[key] = None
-            if len(found) >= limit:
-                # Full: complete only if nothing follows.
-                async for _ in iterator:
-                    return ScanResult(list(found), False)
-                return ScanResult(list(found), True)
-    finally:
-        await iterator.aclose()  # type: ignore[attr-defined]
+    with translating:
+        try:
+            async for raw in iterator:
+                key = _text(raw)
+                if key is None:
+                    continue
+                found[key] = None
+                if len(found) >= limit:
+                    # Full: complete only if nothing follows.
+                    async for _ in iterator:
+                        return ScanResult(list(found), False)
+                    return ScanResult(list(found), True)
+        finally:
+            await iterator.aclose()  # type: ignore[attr-defined]
     return ScanResult(list(found), True)
 
 
@@ -86,18 +88,19 @@ async def scan_pages(
     seen: set[str] = set()
     batch: list[str] = []
     iterator = redis.scan_iter(**options)
-    try:
-        async for raw in iterator:
-            key = _text(raw)
-            if key is None or key in seen:
-                continue
-            seen.add(key)
-            batch.append(key)
-            if len(batch) >= page:
-                yield batch
-                batch = []
-    finally:
-        await iterator.aclose()  # type: ignore[attr-defined]
+    with translating:
+        try:
+            async for raw in iterator:
+                key = _text(raw)
+                if key is None or key in seen:
+                    continue
+                seen.add(key)
+                batch.append(key)
+                if len(batch) >= page:
+                    yield batch
+                    batch = []
+        finally:
+            await iterator.aclose()  # type: ignore[attr-defined]
     if batch:
         yield batch
 

@@ -13,7 +13,9 @@ use of every script, on every master, until its failover ended.
 
 Scripts report refusals as error replies whose first word is a code
 (``redis.error_reply("ROUTER_INVALID <message>")``); :meth:`Scripts.run` turns each code
-into the matching :class:`RouterError` subclass, so callers catch domain errors only.
+into the matching :class:`RouterError` subclass, and any other Redis error into a
+:class:`~router.errors.StateFailureError` (:mod:`router.state.failures`), so callers catch
+the router's errors only.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from weakref import WeakKeyDictionary
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.typing import ScriptTextT
 
 from router.errors import (
@@ -43,8 +45,10 @@ from router.errors import (
     SessionOwnershipError,
     SessionUserError,
     StaleIncarnationError,
+    StateFailureError,
     SubscriptionNotFoundError,
 )
+from router.state.failures import REDIS_ERRORS, state_error
 from router.state.turn_batch import TurnBatch
 
 RedisClient = Redis | RedisCluster
@@ -216,7 +220,8 @@ class Scripts:
             return await redis.evalsha(script.sha, len(keys), *keys, *args)
 
     async def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        """Run script ``name`` with KEYS and ARGV; coded error replies raise domain errors."""
+        """Run script ``name`` with KEYS and ARGV; coded error replies raise domain errors,
+        any other Redis error a :class:`StateFailureError` (see router.state.failures)."""
         try:
             script = self._scripts.get(name) or await self._script(name)
             return await self._call(script, keys, args)
@@ -224,11 +229,11 @@ class Scripts:
             domain = translate_error(exc)
             if domain is None:
                 _errors[self._redis] = _errors.get(self._redis, 0) + 1
-                raise
+                raise state_error(exc) from exc
             raise domain from None
-        except RedisError:
+        except REDIS_ERRORS as exc:
             _errors[self._redis] = _errors.get(self._redis, 0) + 1
-            raise
+            raise state_error(exc) from exc
 
     async def run_many(
         self, name: str, calls: Sequence[tuple[list[str], list[Any]]]
@@ -236,15 +241,15 @@ class Scripts:
         """Run script ``name`` once per (KEYS, ARGV) of ``calls``: on a standalone server
         in one pipeline (one round trip for all), on a cluster concurrently (a cluster
         pipelines no EVALSHA). Returns each call's reply, or the domain error its coded
-        refusal stands for (the others still ran); raises a Redis error (no connection,
-        say) as :meth:`run` does, after which some calls may have run."""
+        refusal stands for (the others still ran); raises a :class:`StateFailureError`
+        (no connection, say) as :meth:`run` does, after which some calls may have run."""
         if not calls:
             return []
         redis = self._redis
         if self._cluster:
             return list(await asyncio.gather(*(self._run_one(name, k, a) for k, a in calls)))
-        script = self._scripts.get(name) or await self._script(name)
         try:
+            script = self._scripts.get(name) or await self._script(name)
             if self._batch is not None:
                 replies = await self._batch.evalsha_now(script.sha, list(calls))
             else:
@@ -252,9 +257,9 @@ class Scripts:
                     for keys, args in calls:
                         pipe.evalsha(script.sha, len(keys), *keys, *args)
                     replies = await pipe.execute(raise_on_error=False)
-        except RedisError:
+        except REDIS_ERRORS as exc:
             _errors[redis] = _errors.get(redis, 0) + 1
-            raise
+            raise state_error(exc) from exc
         results: list[Any | RouterError] = []
         for (keys, args), reply in zip(calls, replies, strict=True):
             if isinstance(reply, NoScriptError):  # (flushed meanwhile: loaded again)
@@ -263,14 +268,18 @@ class Scripts:
                 domain = translate_error(reply)
                 if domain is None:
                     _errors[redis] = _errors.get(redis, 0) + 1
-                    raise reply
+                    raise state_error(reply) from reply
                 results.append(domain)
             else:
                 results.append(reply)
         return results
 
     async def _run_one(self, name: str, keys: list[str], args: list[Any]) -> Any | RouterError:
+        """:meth:`run`, returning a refusal instead of raising it (a failure of Redis is
+        raised)."""
         try:
             return await self.run(name, keys, args)
+        except StateFailureError:
+            raise
         except RouterError as error:
             return error

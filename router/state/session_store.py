@@ -39,6 +39,7 @@ import msgpack  # type: ignore[import-untyped,unused-ignore]
 from router.core.messages import Delivery, MessageProperties
 from router.errors import CorruptStateError, InvalidIdError, MalformedMessageError, RouterError
 from router.state.channels import Channel, ChannelMessage, FetchedMessage, Published
+from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.reads import commands_each, read_each
 from router.state.scan import SCAN_COUNT, scan_keys, scan_pages
@@ -195,7 +196,8 @@ class SessionStore:
 
     async def describe(self, client_id: str) -> SessionInfo | None:
         """The client's session, None when it has none (never had, ended, or expired)."""
-        fields = await self.redis.hgetall(self.keys.client_session(client_id))
+        with translating:
+            fields = await self.redis.hgetall(self.keys.client_session(client_id))
         return parse_session(client_id, fields)
 
     async def describe_many(self, client_ids: Sequence[str]) -> list[SessionInfo | None]:
@@ -342,12 +344,14 @@ class SessionQueue:
         """Forget every queued message (a clean start, or a new session)."""
         self._cursor = None
         await self.channel.remove_subscriber(READER)
-        await self._redis.delete(self._bytes_key)
+        with translating:
+            await self._redis.delete(self._bytes_key)
         await self.channel.add_subscriber(READER)
 
     async def queued_bytes(self) -> int:
         """The bytes the queued messages hold (packed, markers included)."""
-        return max(int(await self._redis.get(self._bytes_key) or 0), 0)
+        with translating:
+            return max(int(await self._redis.get(self._bytes_key) or 0), 0)
 
     def _counting(self, change: int) -> list[tuple[Any, ...]]:
         """The commands that add ``change`` bytes to the count, which lives as long as
@@ -417,7 +421,7 @@ class SessionQueue:
     async def ensure_each(queues: Sequence[SessionQueue]) -> None:
         """:meth:`ensure` each of ``queues`` (of one Redis client) and learn where its
         reader stands: two pipelined steps on a standalone server, whatever their number.
-        Raises the first refusal, or the Redis error that stopped a step."""
+        Raises the first refusal, or the :class:`StateFailureError` that stopped a step."""
         channels = [queue.channel for queue in queues]
         await Channel.add_subscribers(channels, READER)
         for queue, position in zip(queues, await Channel.positions(channels, READER), strict=True):
@@ -433,8 +437,8 @@ class SessionQueue:
         """:meth:`append` each (queue, deliveries) of ``batches``: with ``drop_oldest`` in
         one pipelined step (and one for their byte counts), then a trim where a queue may
         have passed ``limit`` or ``max_bytes``. Returns (stored, dropped) of each, or the
-        refusal it met; raises the Redis error that stopped a step (some may have stored
-        theirs)."""
+        refusal it met; raises the :class:`StateFailureError` that stopped a step (some
+        may have stored theirs)."""
         if overflow == "drop_newest":  # (each reads its room first)
             return [
                 await queue.append(deliveries, limit, overflow, max_bytes)
@@ -536,7 +540,8 @@ class SessionQueue:
         """Whether the handoff marker of ``epoch`` was appended (read or not): one key
         read, the marker's dedup entry, which lives as long as the queue's messages."""
         [key] = self._keys.channel_dedup(self.channel.name, [f"{HANDOFF}{epoch}"])
-        return bool(await self._redis.exists(key))
+        with translating:
+            return bool(await self._redis.exists(key))
 
     async def drain(self, max: int = 1000) -> Drained:
         """Take up to ``max`` queued messages: they are acknowledged and deleted here, so
@@ -570,13 +575,15 @@ class SessionQueue:
     async def _discard(self, clocks: list[int]) -> None:
         if clocks:
             name = self.channel.name
-            await self._redis.delete(*(self._keys.channel_body(name, c) for c in clocks))
+            with translating:
+                await self._redis.delete(*(self._keys.channel_body(name, c) for c in clocks))
 
     async def delete(self) -> None:
         """Remove the queue's reader and its byte count (its messages expire with their
         TTL)."""
         await self.channel.remove_subscriber(READER)
-        await self._redis.delete(self._bytes_key)
+        with translating:
+            await self._redis.delete(self._bytes_key)
 
     async def aclose(self) -> None:
         await self.channel.aclose()

@@ -29,6 +29,7 @@ import msgpack  # type: ignore[import-untyped,unused-ignore]
 from router.core.options import DEFAULT_OPTIONS, SubscriptionOptions, make_options
 from router.core.topics import TopicFilter, validate_filter
 from router.errors import CorruptStateError, InvalidIdError, InvalidOptionsError, RouterError
+from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.reads import read_each
 from router.state.scripts import RedisClient, Scripts
@@ -223,7 +224,10 @@ class SubscriptionStore:
 
     async def owner(self, client_id: str) -> Owner | None:
         """The client's session owner, or None if no node owns it."""
-        node, epoch = await self.redis.hmget(self.keys.client_owner(client_id), ["node", "epoch"])
+        with translating:
+            node, epoch = await self.redis.hmget(
+                self.keys.client_owner(client_id), ["node", "epoch"]
+            )
         return _owner_of(node, epoch)
 
     async def owners(self, client_ids: Sequence[str]) -> list[Owner | None]:
@@ -324,11 +328,19 @@ class SubscriptionStore:
 
         Raises :class:`CorruptStateError` if a stored value is not what the router wrote.
         """
-        stored: dict[Any, Any] = await self.redis.hgetall(self.keys.client_subscriptions(client_id))
+        with translating:
+            stored: dict[Any, Any] = await self.redis.hgetall(
+                self.keys.client_subscriptions(client_id)
+            )
         return {
             _decode(topic_filter, "filter"): unpack_options(bytes(packed))
             for topic_filter, packed in stored.items()
         }
+
+    async def subscription_counts(self, client_ids: Sequence[str]) -> list[int]:
+        """How many filters each client holds, in order (see :func:`read_each`)."""
+        subscription_keys = [self.keys.client_subscriptions(client_id) for client_id in client_ids]
+        return [int(count) for count in await read_each(self.redis, "HLEN", subscription_keys)]
 
     # -- everything ------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from redis.exceptions import (
 )
 
 from router.state.connection import pubsub_client, refresh_slot_map, subscriber
+from router.state.failures import translating
 from router.state.scripts import RedisClient
 
 ANNOUNCEMENT_BACKLOG: Final = 10_000
@@ -76,14 +77,17 @@ class WakeUps:
         self._pubsub: PubSub | None = None
 
     async def arm(self) -> int:
-        """Subscribe (once) and return the generation to pass to :meth:`wait`."""
+        """Subscribe (once) and return the generation to pass to :meth:`wait`. Raises
+        :class:`~router.errors.StateUnavailableError` (or another failure, as
+        :mod:`router.state.failures` says) when the subscription cannot be made."""
         starting = self._starting
         if starting is None or (
             starting.done() and (starting.cancelled() or starting.exception() is not None)
         ):
             starting = self._starting = asyncio.ensure_future(self._start())
         # Shielded: a cancelled long poll must not cancel the subscription others wait for.
-        await asyncio.shield(starting)
+        with translating:
+            await asyncio.shield(starting)
         return self._generation
 
     async def wait(self, generation: int, timeout: float) -> bool:
@@ -202,9 +206,10 @@ class WakeUps:
             elif task is not None and not task.cancelled():
                 task.exception()  # retrieved: a failed start was already reported to a caller
         self._starting = self._reader = None
-        if self._pubsub is not None:
-            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
-            self._pubsub = None
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        with translating:
+            if self._pubsub is not None:
+                await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+                self._pubsub = None
+            if self._client is not None:
+                await self._client.aclose()
+                self._client = None

@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from aiohttp import web
-from redis.exceptions import RedisError
 
 from router.errors import (
     AccessDeniedError,
@@ -26,9 +25,9 @@ from router.errors import (
     PublishTimeoutError,
     RequestError,
     RetainedStoreFullError,
-    RouterError,
     SessionInUseError,
     StateError,
+    StateUnavailableError,
 )
 
 log = logging.getLogger(__name__)
@@ -60,7 +59,7 @@ def status_of(error: BaseException) -> int:
         return 409
     if isinstance(error, ValueError):
         return 400
-    if isinstance(error, PublishTimeoutError | StateError | RedisError | OSError | TimeoutError):
+    if isinstance(error, PublishTimeoutError | StateError | OSError | TimeoutError):
         return 503
     return 500
 
@@ -69,8 +68,8 @@ def error_reply(error: BaseException) -> web.Response:
     """The JSON reply of an error: its type and message; an unexpected one is logged
     and told only by its type (never a traceback)."""
     status = status_of(error)
-    if isinstance(error, RedisError | TimeoutError) and not isinstance(error, RouterError):
-        kind, message = "StateUnavailableError", f"Redis did not answer: {error}"
+    if isinstance(error, TimeoutError):  # (a wait for Redis ran out: asyncio.timeout)
+        kind, message = StateUnavailableError.__name__, f"Redis did not answer: {error}"
     elif status == 500:
         log.exception("HTTP API request failed", exc_info=error)
         kind, message = "InternalError", "the request failed inside the node (logged)"

@@ -261,8 +261,9 @@ async def cluster_nodes(
     the node's TTL from its telemetry, else the default's) come from the registry;
     ``routes`` from ``route_counts`` (the asking node's mirror: no route set is read),
     else from the node's telemetry; the other figures from the node's telemetry, None for
-    a node that is not alive or wrote none (no HTTP listener). Raises ``RedisError`` when
-    Redis does not answer, :class:`CorruptStateError` for bad state."""
+    a node that is not alive or wrote none (no HTTP listener). Raises
+    :class:`StateUnavailableError` when Redis does not answer, :class:`CorruptStateError`
+    for bad state."""
     registered = await NodeRegistry(redis, keys).nodes()
     now = time.time()
     store = NodeHistoryStore(redis, keys)
@@ -316,7 +317,7 @@ async def cluster_overview(redis: RedisClient, keys: Keys, retained_count: int) 
     ``connections``, ``sessions``, ``subscriptions`` and ``routes`` summed (a filter on
     two nodes is two routes), ``retained`` (``retained_count``, as given), ``rates`` per
     second (each live node's last two samples, summed) and their ``history`` merged
-    (oldest first). Raises ``RedisError`` when Redis does not answer,
+    (oldest first). Raises :class:`StateUnavailableError` when Redis does not answer,
     :class:`CorruptStateError` for bad state."""
     registry = NodeRegistry(redis, keys)
     nodes = await registry.nodes()

@@ -14,6 +14,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
+from router.errors import StateUnavailableError
 from router.state.keys import Keys
 from router.state.session_store import SessionQueue
 from tests.support import waiting
@@ -68,7 +69,7 @@ async def test_adopted_sessions_go_away_one_by_one_when_redis_refuses_them_toget
         nonlocal refused
         if refused < 4:
             refused += 1
-            raise RedisConnectionError("refused by the test")
+            raise StateUnavailableError(RedisConnectionError("refused by the test"))
         await ensure_each(queues)
 
     monkeypatch.setattr(SessionQueue, "ensure_each", staticmethod(refuse_four_times))

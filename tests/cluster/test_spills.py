@@ -12,7 +12,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from router.cluster.node import RouterNode
 from router.core.messages import Delivery
-from router.errors import RouterError
+from router.errors import RouterError, StateUnavailableError
 from router.state.session_store import SessionQueue
 from tests.support import waiting
 from tests.support.nodes import StartNode, take
@@ -72,7 +72,7 @@ async def test_a_group_redis_refuses_is_written_again_in_order(
         nonlocal refused
         if refused < 2:
             refused += 1
-            raise RedisConnectionError("refused by the test")
+            raise StateUnavailableError(RedisConnectionError("refused by the test"))
         return await append_each(*args)
 
     a = await away_sessions(start_node, 20)

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from router.errors import SubscriptionNotFoundError
+from router.errors import StateUnavailableError, SubscriptionNotFoundError
 from router.state.channels import Channel, FetchResult, WakeUps
 from router.state.connection import pubsub_client
 from router.state.keys import Keys
@@ -283,8 +283,9 @@ async def test_long_poll_fails_loudly_when_redis_goes_away_and_recovers(
             await armed(redis, channel)
             server.kill()
             killed_at = now()
-            with pytest.raises(RedisConnectionError):
+            with pytest.raises(StateUnavailableError) as raised:
                 await asyncio.wait_for(poll, 2)
+            assert isinstance(raised.value.__cause__, RedisConnectionError)
             assert now() - killed_at < PROMPT
             server.start()  # same port, empty: no keys, no scripts
 

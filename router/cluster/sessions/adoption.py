@@ -84,8 +84,9 @@ class Adoption:
 
     async def adopt(self, dead: str) -> None:
         """Adopt ``dead``'s persistent sessions: those it still owns (a client that came
-        back elsewhere since owns its session there). Raises the first Redis error that
-        stopped a batch, after the others went on: the caller tries again."""
+        back elsewhere since owns its session there). Raises the first error of Redis
+        (:class:`StateFailureError`) that stopped a batch, after the others went on: the
+        caller tries again."""
         loop = asyncio.get_running_loop()
         began = loop.time()
         orphans = [orphan async for orphan in self._orphans(dead)]

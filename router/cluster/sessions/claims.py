@@ -23,8 +23,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from redis.exceptions import RedisError
-
 from router.cluster.forwarding import Forwarder
 from router.cluster.inbox import Takeover
 from router.errors import RouterError
@@ -152,7 +150,7 @@ class SessionClaims:
             await self._forwarder.notify(
                 previous.node_id, Takeover(client_id, claimed.owner.epoch, resume)
             )
-        except (RouterError, RedisError):
+        except RouterError:
             log.error(
                 "could not tell node %s that client %s was taken over; that node "
                 "closes its copy of the session once a heartbeat finds the new claim",

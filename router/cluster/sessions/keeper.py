@@ -49,8 +49,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from redis.exceptions import RedisError
-
 from router.cluster.local_sessions import ClientSession, Overflow
 from router.cluster.sessions.recovery import InboxRecovery, Recovery
 from router.cluster.sessions.resumes import Read, Resume, drain, tail_follows
@@ -282,7 +280,7 @@ class SessionKeeper:
     async def _publish(self, will: Outgoing) -> None:
         try:
             await self._publish_will(will)
-        except (RouterError, RedisError):
+        except RouterError:
             log.warning("the will of %s was not published", will.publisher, exc_info=True)
 
     async def _expire(self, client_id: str) -> None:
@@ -336,7 +334,7 @@ class SessionKeeper:
             try:
                 await self.settle(client_id, publish_will=False)
                 await self._queue_handoff(session, leaving, epoch, back)
-            except (RouterError, RedisError):
+            except RouterError:
                 log.warning(
                     "handing on the session of %s failed; its new node recovers its copies "
                     "from this node's inbox once its handoff wait ends",
@@ -347,7 +345,7 @@ class SessionKeeper:
                 try:
                     if not back.is_set():
                         await handed()
-                except (RouterError, RedisError):  # (a route writer keeps its changes)
+                except RouterError:  # (a route writer keeps its changes)
                     log.warning("routes of %s not removed yet", client_id, exc_info=True)
 
         task = asyncio.create_task(move(), name=f"handoff:{client_id}")
@@ -524,7 +522,7 @@ class SessionKeeper:
                 tail += await self._recovery.recover_for(
                     previous.node_id, session.client_id, recovery
                 )
-        except (RouterError, RedisError):
+        except RouterError:
             self.tails_lost += 1
             log.warning("the tail of the move of %s was not read", session.client_id, exc_info=True)
         finally:

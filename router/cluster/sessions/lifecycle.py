@@ -21,8 +21,6 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from redis.exceptions import RedisError
-
 from router.cluster.config import NodeConfig
 from router.cluster.forwarding import Forwarder
 from router.cluster.inbox import Takeover
@@ -308,7 +306,7 @@ class SessionLifecycle:
         Redis takes them (the route writer keeps them)."""
         session = self.sessions.find(client_id)
         if session is not None and client_id not in self.claims:
-            with contextlib.suppress(RouterError, RedisError):
+            with contextlib.suppress(RouterError):
                 await self._handed(session)
 
     async def _mark_open(
@@ -462,7 +460,7 @@ class SessionLifecycle:
         the route writer keeps them (written later) and the adoption goes on."""
         try:
             await self._write_routes(changes)
-        except (RouterError, RedisError):
+        except RouterError:
             log.warning("routes of adopted sessions not written yet", exc_info=True)
 
     async def adopt_queues(self, sessions: list[ClientSession]) -> dict[str, SessionQueue]:
@@ -470,7 +468,7 @@ class SessionLifecycle:
         (none when Redis refused: it makes them then)."""
         try:
             return await self._made_queues(sessions)
-        except (RouterError, RedisError) as error:
+        except RouterError as error:
             log.warning("queues of adopted sessions not made yet: %s", error)
             return {}
 
@@ -499,7 +497,7 @@ class SessionLifecycle:
             if self.claims.held(client_id) != owner or self.sessions.find(client_id) is not session:
                 try:
                     await self.keeper.queue_copies(client_id, session.expiry, recovered)
-                except (RouterError, RedisError):
+                except RouterError:
                     failed += 1
                     log.error("copies of taken over %s not queued", client_id, exc_info=True)
                 continue
@@ -509,14 +507,14 @@ class SessionLifecycle:
             missing = [session for session, _ in kept if session.client_id not in ready]
             queues = {**ready, **await self._made_queues(missing)}
             await self.keeper.put_away_adopted([session for session, _ in kept], queues)
-        except (RouterError, RedisError) as error:
+        except RouterError as error:
             log.warning("adopted sessions put away one by one: %s", error)
         else:
             return failed
         for session, owner in kept:
             try:
                 await self.keeper.put_away(session, owner, marked=True)
-            except (RouterError, RedisError):  # (its client's connect goes on with it)
+            except RouterError:  # (its client's connect goes on with it)
                 failed += 1
                 log.error("adopted session %s not put away", session.client_id, exc_info=True)
         return failed

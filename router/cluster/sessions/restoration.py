@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import logging
 
-from redis.exceptions import RedisError
-
 from router.cluster.local_sessions import LocalSessions
 from router.cluster.sessions.claims import SessionClaims
 from router.cluster.sessions.keeper import SessionKeeper
@@ -72,7 +70,7 @@ async def restore_sessions(
                     keepalive=keepalive,
                     username=username,
                 )
-        except (RouterError, RedisError):
+        except RouterError:
             log.warning("the state of session %s was not written back", client_id, exc_info=True)
             continue
         restored += 1

@@ -17,12 +17,10 @@ import logging
 from dataclasses import dataclass
 from typing import Final
 
-from redis.exceptions import RedisError
-
 from router.cluster.local_sessions import ClientSession, Overflow
 from router.cluster.tasks import stop_task
 from router.core.messages import Delivery
-from router.errors import RouterError
+from router.errors import RouterError, StateFailureError
 from router.state.session_store import SessionQueue
 
 log = logging.getLogger(__name__)
@@ -110,7 +108,7 @@ class Spills:
             self._due = []
 
     async def _write_group(self, group: list[_Due]) -> None:
-        outcomes: list[tuple[int, int] | RouterError | RedisError]
+        outcomes: list[tuple[int, int] | RouterError]
         try:
             outcomes = list(
                 await SessionQueue.append_each(
@@ -120,7 +118,7 @@ class Spills:
                     self.max_queued_bytes,
                 )
             )
-        except RedisError as error:
+        except StateFailureError as error:
             outcomes = [error] * len(group)
         except BaseException:
             for due in group:
