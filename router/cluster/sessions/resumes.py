@@ -10,7 +10,6 @@ the wait, so the next attempt on the node goes on from there instead of starting
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from typing import Final
 
 from router.cluster.sessions.recovery import Recovery
 from router.core.messages import Delivery
-from router.errors import RouterError
+from router.errors import RouterError, StateFailureError
 from router.state.session_store import READER, Drained, Handoff, SessionQueue
 from router.state.subscriptions import Owner
 
@@ -115,8 +114,12 @@ async def drain(
         remaining = deadline - loop.time()
         if found or remaining <= 0 or gone():
             break
-        with contextlib.suppress(RouterError):
+        try:
             await queue.channel.fetch(READER, max=1, wait=min(remaining, LOOK))
+        except StateFailureError:
+            raise  # (Redis failed: the resume fails, as its drain would)
+        except RouterError:
+            pass  # (refused: the next drain says why)
     return found, expired
 
 
