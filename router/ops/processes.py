@@ -117,15 +117,15 @@ def redis_server_command(
     """``redis-server`` on ``127.0.0.1:port`` with its files in ``directory``: no RDB
     snapshot; with ``append_only`` an append-only file synced on every write (a restart
     keeps every write it acknowledged), else nothing on disk. Append more options to it."""
-    command = [
-        binary,
-        "--bind", LOOPBACK,
-        "--port", str(port),
-        "--dir", str(directory),
-        "--save", "",
-        "--appendonly", "yes" if append_only else "no",
-        "--protected-mode", "no",
-    ]  # fmt: skip
+    options = {
+        "--bind": LOOPBACK,
+        "--port": str(port),
+        "--dir": str(directory),
+        "--save": "",
+        "--appendonly": "yes" if append_only else "no",
+        "--protected-mode": "no",
+    }
+    command = [binary, *(part for pair in options.items() for part in pair)]
     if append_only:
         command += ["--appendfsync", "always"]
     return command
