@@ -69,7 +69,7 @@ system-deps:
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,bench,spark]'
+	$(BIN)/pip install -q -e '.[test,bench,spark,channels,socketio,broadcaster]'
 	touch $(STAMP)
 
 $(EXT): $(STAMP) setup.py router/core/_filter_index.c

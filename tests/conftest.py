@@ -64,7 +64,10 @@ BACKENDS = ("fake", "standalone", "cluster")
 pytest_plugins = ("tests.support.nodes", "tests.support.spark", "tests.support.browser")
 
 TESTS = Path(__file__).resolve().parent
-TIERS = ("core", "state", "cluster", "mqtt", "ops", "web", "cli", "pipeline", "system")
+TIERS = (
+    *("core", "state", "cluster", "mqtt", "ops", "web", "cli", "pipeline", "system"),
+    "integrations",
+)
 # Fixtures that start a redis-server (their users need one), and parameters that pick one.
 SERVER_FIXTURES = frozenset(
     {

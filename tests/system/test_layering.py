@@ -37,7 +37,11 @@ LOWER = {
     "ops": {"errors", "core", "state", "cluster", "mqtt", "top"},
     "web": {"errors", "core", "state", "cluster", "mqtt", "top", "ops"},
     "pipeline": {"errors", "core", "state"},
-    "bench": {"errors", "core", "state", "cluster", "mqtt", "top", "ops", "web", "pipeline"},
+    "integrations": {"errors", "core", "state", "cluster", "top"},
+    "bench": {
+        *("errors", "core", "state", "cluster", "mqtt", "top", "ops", "web", "pipeline"),
+        "integrations",
+    },
     "cli": {"errors", "core", "state", "cluster", "mqtt", "top", "ops", "web", "pipeline", "bench"},
 }
 # Third-party distributions each room may import (the standard library is always allowed,
@@ -55,7 +59,10 @@ THIRD_PARTY = {
     "ops": {"redis", "fakeredis", "prometheus_client"},
     "web": {"aiohttp", "prometheus_client"},
     "pipeline": {"redis", "pyspark", "py4j", "matplotlib"},
-    "bench": {"redis", "paho"},
+    # each module imports its framework, an optional extra (router/integrations/__init__.py)
+    "integrations": {"channels", "django", "socketio", "broadcaster"},
+    # the peers of `router bench backends` are the frameworks' own Redis backends
+    "bench": {"redis", "paho", "channels", "channels_redis", "socketio"},
     "cli": {"click", "rich"},
 }
 # The core is pure: no I/O machinery of the standard library either.
