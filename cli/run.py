@@ -175,7 +175,7 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
     "acl_file",
     default=None,
     metavar="FILE",
-    help="ACL file: allow/deny rules for publish and subscribe (see README).",
+    help="ACL file: allow/deny rules for publish and subscribe (see docs/security.md).",
 )
 @setting(
     "--acl-default",

@@ -86,7 +86,7 @@ class StateAccessError(StateFailureError):
         what = (
             "Redis refused the credentials"
             if credentials
-            else "Redis denies a command the router needs (see README, Redis ACL)"
+            else "Redis denies a command the router needs (see docs/operations.md)"
         )
         super().__init__(cause, what)
 

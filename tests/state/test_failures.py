@@ -127,7 +127,7 @@ def test_the_messages_say_what_the_cli_said() -> None:
     assert str(state_error(RedisConnectionError("x"))) == "cannot reach Redis: x"
     assert str(state_error(AuthenticationError("x"))) == "Redis refused the credentials: x"
     assert str(state_error(NoPermissionError("x"))).startswith(
-        "Redis denies a command the router needs (see README, Redis ACL): "
+        "Redis denies a command the router needs (see docs/operations.md): "
     )
     assert str(state_error(OutOfMemoryError("x"))) == "Redis error: x"
     assert str(state_error(RedisTimeoutError())) == "cannot reach Redis: TimeoutError"
