@@ -88,10 +88,23 @@ def test_node_run_serves_the_api_over_tls(redis_url: str, prefix: str, tmp_path:
     assert add_user(redis_url, prefix, "root", "--role", "admin").exit_code == 0
     key = invoke_json(redis_url, prefix, "dashboard", "keys", "add", "ci")["key"]
     with router_process(
-        "node", "run", "--redis", redis_url, "--prefix", prefix, "--node-id", "web-1",
-        "--mqtt", "127.0.0.1:0", "--http", "127.0.0.1:0",
-        "--http-tls-cert", str(pki.server_cert), "--http-tls-key", str(pki.server_key),
-    ) as process:  # fmt: skip
+        "node",
+        "run",
+        "--redis",
+        redis_url,
+        "--prefix",
+        prefix,
+        "--node-id",
+        "web-1",
+        "--mqtt",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--http-tls-cert",
+        str(pki.server_cert),
+        "--http-tls-key",
+        str(pki.server_key),
+    ) as process:
         base = http_address(process)
         assert base.startswith("https://")
         context = ssl.create_default_context(cafile=str(pki.ca))

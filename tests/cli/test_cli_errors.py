@@ -108,9 +108,18 @@ def test_help_lists_the_operator_commands() -> None:
     result = run("--help")
     assert result.exit_code == 0
     for name in (
-        "nodes", "routes", "match", "subs", "aliases", "publish", "subscribe",
-        "channels", "trie", "reconcile", "node",
-    ):  # fmt: skip
+        "nodes",
+        "routes",
+        "match",
+        "subs",
+        "aliases",
+        "publish",
+        "subscribe",
+        "channels",
+        "trie",
+        "reconcile",
+        "node",
+    ):
         assert f"  {name}" in result.output, name
 
 
@@ -121,16 +130,23 @@ def guarded_redis(redis_server_factory: Callable[[], RedisServer]) -> Iterator[s
     server = redis_server_factory()
     admin = Redis.from_url(server.url)
     try:
-        admin.acl_setuser("narrow", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
-                          commands=["+@all", "-evalsha", "-eval"])  # fmt: skip
+        admin.acl_setuser(
+            "narrow",
+            enabled=True,
+            passwords=["+pw"],
+            keys=["*"],
+            channels=["*"],
+            commands=["+@all", "-evalsha", "-eval"],
+        )
         admin.config_set("requirepass", "s3cret")
     finally:
         admin.close()
     yield f"127.0.0.1:{server.port}"
 
 
-@pytest.mark.parametrize("command", [["nodes"], ["publish", "a/b", "x"], ["node", "run"]],
-                         ids=" ".join)  # fmt: skip
+@pytest.mark.parametrize(
+    "command", [["nodes"], ["publish", "a/b", "x"], ["node", "run"]], ids=" ".join
+)
 def test_wrong_credentials_and_missing_permissions_say_so(
     guarded_redis: str, command: list[str]
 ) -> None:

@@ -245,9 +245,22 @@ def test_publish_and_subscribe_round_trip(cluster: Cluster) -> None:
     url, prefix = cluster.url, cluster.keys.prefix
     cluster.start("bystander")
     with router_process(
-        "subscribe", "sensors/#", "--count", "2", "--json", "--qos", "1",
-        "--node-id", "listener", "--timeout", "60", "--redis", url, "--prefix", prefix,
-    ) as subscriber:  # fmt: skip
+        "subscribe",
+        "sensors/#",
+        "--count",
+        "2",
+        "--json",
+        "--qos",
+        "1",
+        "--node-id",
+        "listener",
+        "--timeout",
+        "60",
+        "--redis",
+        url,
+        "--prefix",
+        prefix,
+    ) as subscriber:
         subscriber.wait_for("subscribed listener to 'sensors/#'")
         assert invoke_json(url, prefix, "match", "sensors/t")["nodes"] == ["listener"]
         sent = invoke_json(url, prefix, "publish", "sensors/t", "21.5", "--qos", "1")

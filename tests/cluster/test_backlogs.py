@@ -37,8 +37,10 @@ async def test_a_backlog_reads_the_inbox_once_and_matches_by_topic(
     await backlog.catch_up(inbox, "dead")
     assert [m.payload for m in backlog.matching(["fleet/1"])] == [b"fleet/1", b"fleet/1"]
     assert [m.payload for m in backlog.matching(["fleet/+"])] == [
-        b"fleet/1", b"fleet/2", b"fleet/1"
-    ]  # fmt: skip
+        b"fleet/1",
+        b"fleet/2",
+        b"fleet/1",
+    ]
     assert backlog.matching(["nothing/#"]) == []
     await inbox.publish([ChannelMessage("r3", record("other/x"))])
     await backlog.catch_up(inbox, "dead")  # (only what came since)

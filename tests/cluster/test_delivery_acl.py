@@ -69,8 +69,10 @@ def test_a_denied_copy_is_neither_queued_nor_returned_but_counted_and_reported()
     assert [d.topic for d in sessions.session("b").take_all()] == ["test/other"]
     assert sessions.acl_denied() == 3
     assert [(c, w.topic) for c, w in told] == [
-        ("a", "test/nosubscribe"), ("b", "test/nosubscribe"), ("b", "bob-secret/x"),
-    ]  # fmt: skip
+        ("a", "test/nosubscribe"),
+        ("b", "test/nosubscribe"),
+        ("b", "bob-secret/x"),
+    ]
 
 
 def test_a_client_chosen_for_a_share_group_and_denied_gets_no_copy() -> None:

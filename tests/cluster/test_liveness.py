@@ -39,9 +39,16 @@ async def test_a_heartbeat_does_not_wait_for_an_audit_that_hangs(keys: Keys) -> 
         raise AssertionError("the node was never purged")
 
     liveness = Liveness(
-        "n1", registry, Supervisor("n1"), INTERVAL, TTL, incarnation=lambda: "i1",
-        rejoin=rejoin, audit=audit, taken_over=asyncio.Event(),
-    )  # fmt: skip
+        "n1",
+        registry,
+        Supervisor("n1"),
+        INTERVAL,
+        TTL,
+        incarnation=lambda: "i1",
+        rejoin=rejoin,
+        audit=audit,
+        taken_over=asyncio.Event(),
+    )
     beating = asyncio.create_task(liveness.run())
     try:
         await eventually(lambda: audits == 1, 5.0, "the first audit")
@@ -84,9 +91,16 @@ async def test_a_node_whose_heartbeats_missed_a_beat_does_not_judge_others_at_on
         return None
 
     liveness = Liveness(
-        "n1", registry, Supervisor("n1"), INTERVAL, TTL, incarnation=lambda: "i1",  # type: ignore[arg-type]
-        rejoin=nothing, audit=nothing, taken_over=asyncio.Event(),
-    )  # fmt: skip
+        "n1",
+        registry,
+        Supervisor("n1"),
+        INTERVAL,
+        TTL,
+        incarnation=lambda: "i1",  # type: ignore[arg-type]
+        rejoin=nothing,
+        audit=nothing,
+        taken_over=asyncio.Event(),
+    )
     beating = asyncio.create_task(liveness.run())
     try:
         await eventually(liveness.steady, 5.0, "steady after a TTL and an interval")

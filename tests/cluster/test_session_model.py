@@ -90,9 +90,14 @@ class SessionModel(RuleBasedStateMachine):
         redis = await open_redis(self.server.url, socket_timeout=2, socket_connect_timeout=2)
         self.redis.append(redis)
         config = NodeConfig(
-            f"n{self.started}", prefix=self.keys.prefix, heartbeat_interval=0.2,
-            heartbeat_ttl=1.0, handoff_timeout=1.0, handoff_grace=0.3, publish_timeout=2.0,
-        )  # fmt: skip
+            f"n{self.started}",
+            prefix=self.keys.prefix,
+            heartbeat_interval=0.2,
+            heartbeat_ttl=1.0,
+            handoff_timeout=1.0,
+            handoff_grace=0.3,
+            publish_timeout=2.0,
+        )
         node = await RouterNode(redis, config).start()
         self.live[node.node_id] = node
         return node

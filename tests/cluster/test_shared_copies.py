@@ -136,8 +136,10 @@ def test_every_client_gets_a_copy_for_its_plain_subscriptions_and_one_per_share_
         assert shapes_of(copies[client_id]) == sorted(wanted[client_id]), client_id
         for copy in copies[client_id]:
             assert (copy.topic, copy.payload, copy.message_id) == (
-                message.topic, message.payload, message.id,
-            )  # fmt: skip
+                message.topic,
+                message.payload,
+                message.id,
+            )
             assert copy.properties == message.properties
         served = only_groups or []  # (copies_for serves no group unless told)
         alone = sessions.copies_for(message, client_id, served)
@@ -197,11 +199,16 @@ def reference(delivery: Delivery, level: int, packet_id: int | None, dup: bool) 
     properties = publish_properties(delivery, 0.0)
     return encode(
         Publish(
-            delivery.topic, delivery.payload, delivery.qos, delivery.retain, dup, packet_id,
+            delivery.topic,
+            delivery.payload,
+            delivery.qos,
+            delivery.retain,
+            dup,
+            packet_id,
             properties,
         ),
         level,
-    )  # fmt: skip
+    )
 
 
 @settings(max_examples=200, deadline=None)

@@ -248,8 +248,13 @@ def test_a_change_during_the_admitting_match_refuses_its_answer(kind: str) -> No
 def test_install_refuses_stale_cheap_and_unwaited_answers() -> None:
     hot, built = counting(min_cost_ns=100)
     assert [hot.miss(topic) for topic in ("t", "t", "u", "u", "v", "v")] == [
-        False, True, False, True, False, True,
-    ]  # fmt: skip
+        False,
+        True,
+        False,
+        True,
+        False,
+        True,
+    ]
     version = hot.version
     hot.install("t", "mine:t", version, 100)
     assert hot.get("t") == "mine:t"  # installed: no build

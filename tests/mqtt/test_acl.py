@@ -98,8 +98,11 @@ def test_mosquitto_sub_on_hash_gets_no_denied_retained_message(
     publisher.publish("test/other", b"retained, allowed", 1, retain=True)
     got = subprocess.run(
         ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(port_b), "-t", "#", "-v", "-W", "2"],
-        capture_output=True, text=True, timeout=TIMEOUT, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
     assert got.stdout.splitlines() == ["test/other retained, allowed"], got.stderr
 
 

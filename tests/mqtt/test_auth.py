@@ -22,8 +22,12 @@ def password_file(tmp_path: Path) -> Path:
     path = tmp_path / "passwords"
     for user, password in (("alice", "wonder land"), ("bob", "b0b")):
         create = ["-c"] if not path.exists() else []
-        subprocess.run(["mosquitto_passwd", *create, "-b", str(path), user, password],
-                       check=True, capture_output=True, timeout=TIMEOUT)  # fmt: skip
+        subprocess.run(
+            ["mosquitto_passwd", *create, "-b", str(path), user, password],
+            check=True,
+            capture_output=True,
+            timeout=TIMEOUT,
+        )
     return path
 
 

@@ -43,19 +43,51 @@ def test_mosquitto_clients_cross_nodes(nodes: Nodes) -> None:
     a, has its three messages (-C 3) and exits; earlier rounds had no subscriber yet."""
     port_a, port_b = nodes
     with subprocess.Popen(
-        ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(port_b), "-t", "m/#", "-q", "1",
-         "-C", "3", "-V", "mqttv5", "-i", "msub", "-W", str(int(TIMEOUT))],
-        stdout=subprocess.PIPE, text=True,
-    ) as sub:  # fmt: skip
+        [
+            "mosquitto_sub",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port_b),
+            "-t",
+            "m/#",
+            "-q",
+            "1",
+            "-C",
+            "3",
+            "-V",
+            "mqttv5",
+            "-i",
+            "msub",
+            "-W",
+            str(int(TIMEOUT)),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as sub:
         deadline = time.monotonic() + TIMEOUT
         out = ""
         while time.monotonic() < deadline:
             for text in ("one", "two", "three"):
                 subprocess.run(
-                    ["mosquitto_pub", "-h", "127.0.0.1", "-p", str(port_a), "-t", "m/t",
-                     "-m", text, "-q", "1", "-V", "mqttv311"],
-                    check=True, timeout=TIMEOUT,
-                )  # fmt: skip
+                    [
+                        "mosquitto_pub",
+                        "-h",
+                        "127.0.0.1",
+                        "-p",
+                        str(port_a),
+                        "-t",
+                        "m/t",
+                        "-m",
+                        text,
+                        "-q",
+                        "1",
+                        "-V",
+                        "mqttv311",
+                    ],
+                    check=True,
+                    timeout=TIMEOUT,
+                )
             try:
                 out, _ = sub.communicate(timeout=0.5)
                 break

@@ -237,10 +237,10 @@ def test_a_reader_learns_the_level_from_connect(connect: Connect) -> None:
 
 def test_every_property_is_written_in_some_packet() -> None:
     """The table covers every property of the specification (2.2.2.2), each once."""
+    identifiers = "01 02 03 08 09 0B 11 12 13 15 16 17 18 19 1A 1C 1F 21 22 23 24 25 26 27 28 29 2A"
     assert sorted(spec.identifier for spec in SPECS) == [
-        0x01, 0x02, 0x03, 0x08, 0x09, 0x0B, 0x11, 0x12, 0x13, 0x15, 0x16, 0x17, 0x18, 0x19,
-        0x1A, 0x1C, 0x1F, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2A,
-    ]  # fmt: skip
+        int(identifier, 16) for identifier in identifiers.split()
+    ]
 
 
 def test_known_bytes() -> None:
@@ -264,20 +264,48 @@ V311_CONNECT = b"\x10\x0d\x00\x04MQTT\x04\x02\x00\x3c\x00\x01c"
 ERRORS: list[tuple[str, bytes, int | None, type[MqttError]]] = [
     # (what, bytes, connection level, error)
     ("first packet is not CONNECT", b"\xc0\x00", None, MqttProtocolError),
-    ("protocol level 6", b"\x10\x0d\x00\x04MQTT\x06\x02\x00\x3c\x00\x01c", None,
-     UnsupportedProtocolVersionError),
-    ("protocol name MQTS", b"\x10\x0d\x00\x04MQTS\x04\x02\x00\x3c\x00\x01c", None,
-     UnsupportedProtocolVersionError),
-    ("reserved CONNECT flag", b"\x10\x0d\x00\x04MQTT\x04\x03\x00\x3c\x00\x01c", None,
-     MalformedPacketError),
-    ("will QoS without will", b"\x10\x0d\x00\x04MQTT\x04\x0a\x00\x3c\x00\x01c", None,
-     MalformedPacketError),
-    ("3.1.1 password without user", b"\x10\x10\x00\x04MQTT\x04\x42\x00\x3c\x00\x01c\x00\x01p",
-     None, MalformedPacketError),
-    ("CONNECT with trailing bytes", b"\x10\x0e\x00\x04MQTT\x04\x02\x00\x3c\x00\x01cX", None,
-     MalformedPacketError),
-    ("CONNECT flags in the header", b"\x11\x0d\x00\x04MQTT\x04\x02\x00\x3c\x00\x01c", None,
-     MalformedPacketError),
+    (
+        "protocol level 6",
+        b"\x10\x0d\x00\x04MQTT\x06\x02\x00\x3c\x00\x01c",
+        None,
+        UnsupportedProtocolVersionError,
+    ),
+    (
+        "protocol name MQTS",
+        b"\x10\x0d\x00\x04MQTS\x04\x02\x00\x3c\x00\x01c",
+        None,
+        UnsupportedProtocolVersionError,
+    ),
+    (
+        "reserved CONNECT flag",
+        b"\x10\x0d\x00\x04MQTT\x04\x03\x00\x3c\x00\x01c",
+        None,
+        MalformedPacketError,
+    ),
+    (
+        "will QoS without will",
+        b"\x10\x0d\x00\x04MQTT\x04\x0a\x00\x3c\x00\x01c",
+        None,
+        MalformedPacketError,
+    ),
+    (
+        "3.1.1 password without user",
+        b"\x10\x10\x00\x04MQTT\x04\x42\x00\x3c\x00\x01c\x00\x01p",
+        None,
+        MalformedPacketError,
+    ),
+    (
+        "CONNECT with trailing bytes",
+        b"\x10\x0e\x00\x04MQTT\x04\x02\x00\x3c\x00\x01cX",
+        None,
+        MalformedPacketError,
+    ),
+    (
+        "CONNECT flags in the header",
+        b"\x11\x0d\x00\x04MQTT\x04\x02\x00\x3c\x00\x01c",
+        None,
+        MalformedPacketError,
+    ),
     ("PUBLISH QoS 3", b"\x36\x05\x00\x01a\x00\x01", MQTT_3_1_1, MalformedPacketError),
     ("packet id 0", b"\x32\x05\x00\x01a\x00\x00", MQTT_3_1_1, MalformedPacketError),
     ("string runs past the end", b"\x30\x03\x00\x05a", MQTT_3_1_1, MalformedPacketError),
@@ -288,8 +316,12 @@ ERRORS: list[tuple[str, bytes, int | None, type[MqttError]]] = [
     ("3.1.1 empty SUBSCRIBE", b"\x82\x02\x00\x01", MQTT_3_1_1, MalformedPacketError),
     ("5.0 empty SUBSCRIBE", b"\x82\x03\x00\x01\x00", MQTT_5, MqttProtocolError),
     ("SUBSCRIBE QoS 3", b"\x82\x06\x00\x01\x00\x01a\x03", MQTT_3_1_1, MalformedPacketError),
-    ("3.1.1 reserved option bits", b"\x82\x06\x00\x01\x00\x01a\x04", MQTT_3_1_1,
-     MalformedPacketError),
+    (
+        "3.1.1 reserved option bits",
+        b"\x82\x06\x00\x01\x00\x01a\x04",
+        MQTT_3_1_1,
+        MalformedPacketError,
+    ),
     ("retain handling 3", b"\x82\x07\x00\x01\x00\x00\x01a\x30", MQTT_5, MqttProtocolError),
     ("PINGREQ with a body", b"\xc0\x01\x00", MQTT_3_1_1, MalformedPacketError),
     ("AUTH below 5.0", b"\xf0\x00", MQTT_3_1_1, MqttProtocolError),
@@ -299,23 +331,40 @@ ERRORS: list[tuple[str, bytes, int | None, type[MqttError]]] = [
     ("DISCONNECT with a CONNACK code", b"\xe0\x01\x84", MQTT_5, MalformedPacketError),
     ("AUTH with a PUBREL code", b"\xf0\x01\x92", MQTT_5, MalformedPacketError),
     ("reserved packet type 0", b"\x00\x00", MQTT_5, MalformedPacketError),
-    ("property not allowed in PUBLISH", b"\x30\x09\x00\x01a\x05\x11\x00\x00\x00\x01", MQTT_5,
-     MalformedPacketError),
-    ("property given twice", b"\x30\x0a\x00\x01a\x06\x01\x00\x01\x01\x01\x00",
-     MQTT_5, MqttProtocolError),
-    ("receive maximum 0", b"\x10\x11\x00\x04MQTT\x05\x02\x00\x3c\x03\x21\x00\x00\x00\x01c",
-     None, MqttProtocolError),
-    ("subscription identifier 0", b"\x82\x08\x00\x01\x02\x0b\x00\x00\x01a\x00", MQTT_5,
-     MqttProtocolError),
+    (
+        "property not allowed in PUBLISH",
+        b"\x30\x09\x00\x01a\x05\x11\x00\x00\x00\x01",
+        MQTT_5,
+        MalformedPacketError,
+    ),
+    (
+        "property given twice",
+        b"\x30\x0a\x00\x01a\x06\x01\x00\x01\x01\x01\x00",
+        MQTT_5,
+        MqttProtocolError,
+    ),
+    (
+        "receive maximum 0",
+        b"\x10\x11\x00\x04MQTT\x05\x02\x00\x3c\x03\x21\x00\x00\x00\x01c",
+        None,
+        MqttProtocolError,
+    ),
+    (
+        "subscription identifier 0",
+        b"\x82\x08\x00\x01\x02\x0b\x00\x00\x01a\x00",
+        MQTT_5,
+        MqttProtocolError,
+    ),
     ("property length past the end", b"\x30\x05\x00\x01a\x09\x01", MQTT_5, MalformedPacketError),
     ("remaining length of 5 bytes", b"\x30\xff\xff\xff\xff\x01", MQTT_5, MalformedPacketError),
     ("overlong remaining length", b"\xc0\x80\x00", MQTT_5, MalformedPacketError),
     ("overlong property length", b"\x30\x05\x00\x01a\x80\x00", MQTT_5, MalformedPacketError),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("bytes_in", "level", "error"), [e[1:] for e in ERRORS],
-                         ids=[e[0] for e in ERRORS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("bytes_in", "level", "error"), [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS]
+)
 def test_decoding_errors_map_to_the_specified_reason_code(
     bytes_in: bytes, level: int | None, error: type[MqttError]
 ) -> None:

@@ -34,7 +34,7 @@ EMQX_U_HASH = "44edc2d57cde8d79c98145003e105b90a14f1460b79186ea9cfe83942fc5abb5"
         ("bcrypt", b"U*U", "$2a$05$CCCCCCCCCCCCCCCCCCCCC.E5YPO9kmyuRGyh0XouQYb4YMJKvyOeW", ""),
         ("plain", b"public", "public", ""),
     ],
-)  # fmt: skip
+)
 def test_emqx_hashes_check_published_vectors(
     spec: str, password: bytes, stored: str, salt: str
 ) -> None:

@@ -13,8 +13,13 @@ from router.mqtt.properties import Properties
 
 
 def publish(topic: str, alias: int | None = None, qos: int = 0, packet_id: int = 1) -> Publish:
-    return Publish(topic, b"", qos, packet_id=packet_id if qos else None,
-                   properties=Properties(topic_alias=alias))  # fmt: skip
+    return Publish(
+        topic,
+        b"",
+        qos,
+        packet_id=packet_id if qos else None,
+        properties=Properties(topic_alias=alias),
+    )
 
 
 # (what came before, the PUBLISH, its topic or the reason code it is refused with)

@@ -267,10 +267,28 @@ def test_a_client_cannot_publish_to_sys_topics(nodes: Nodes, clients: list[Paho]
     """mosquitto_pub cannot forge ``$SYS`` figures (5.0: PUBACK 0x87; nothing stored)."""
     port_a, _ = nodes
     forged = subprocess.run(
-        ["mosquitto_pub", "-h", "127.0.0.1", "-p", str(port_a), "-V", "5", "-q", "1", "-r",
-         "-t", "$SYS/broker/version", "-m", "forged", "-d"],
-        capture_output=True, text=True, timeout=TIMEOUT, check=False,
-    )  # fmt: skip
+        [
+            "mosquitto_pub",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port_a),
+            "-V",
+            "5",
+            "-q",
+            "1",
+            "-r",
+            "-t",
+            "$SYS/broker/version",
+            "-m",
+            "forged",
+            "-d",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
     assert "received PUBACK (Mid: 1, RC:135)" in forged.stdout, forged
     reader = Paho(port_a, "sys-reader", V5)
     clients.append(reader)
@@ -316,8 +334,15 @@ def test_inbound_qos_2_state_survives_a_reconnect_to_another_node(
     probe = Paho(port_a, "q2-probe", V5)
     clients.append(probe)
     routed_to(probe, "q2/probe", watcher)
-    hello = encode(Connect("q2-sender", MQTT_5, clean_start=False, keepalive=60,
-                           properties=MqttProperties(session_expiry_interval=300)))  # fmt: skip
+    hello = encode(
+        Connect(
+            "q2-sender",
+            MQTT_5,
+            clean_start=False,
+            keepalive=60,
+            properties=MqttProperties(session_expiry_interval=300),
+        )
+    )
     message = Publish("q2/t", b"exactly once", 2, packet_id=7)
     first = socket.create_connection(("127.0.0.1", port_a), timeout=TIMEOUT)
     first.sendall(hello + encode(message))

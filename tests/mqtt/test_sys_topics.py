@@ -188,10 +188,22 @@ def test_figures_per_node_and_their_sums(env: dict[str, str], clients: list[Paho
 
         # mosquitto_sub, on the other node, gets a cluster-wide topic (retained)
         out = subprocess.run(
-            ["mosquitto_sub", "-p", str(port_b), "-t", "$SYS/broker/version", "-C", "1",
-             "-W", str(int(TIMEOUT))],
-            capture_output=True, text=True, timeout=TIMEOUT, check=True,
-        ).stdout  # fmt: skip
+            [
+                "mosquitto_sub",
+                "-p",
+                str(port_b),
+                "-t",
+                "$SYS/broker/version",
+                "-C",
+                "1",
+                "-W",
+                str(int(TIMEOUT)),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=True,
+        ).stdout
         assert out == f"router {router.__version__}\n"
 
         # b stops gracefully: its figures and its topics go at once

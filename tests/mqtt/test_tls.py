@@ -35,8 +35,15 @@ def env(redis_standalone_url: str, keys: Keys) -> dict[str, str]:
 
 
 def tls_args(pki: Pki, *extra: str) -> tuple[str, ...]:
-    return ("--mqtt-tls", "127.0.0.1:0", "--tls-cert", str(pki.server_cert),
-            "--tls-key", str(pki.server_key), *extra)  # fmt: skip
+    return (
+        "--mqtt-tls",
+        "127.0.0.1:0",
+        "--tls-cert",
+        str(pki.server_cert),
+        "--tls-key",
+        str(pki.server_key),
+        *extra,
+    )
 
 
 @pytest.fixture
@@ -67,10 +74,26 @@ def test_paho_over_tls_reaches_a_plain_subscriber_on_another_node(
 def test_mosquitto_sub_over_tls(tls_nodes: tuple[int, int], pki: Pki) -> None:
     tls_port, port_b = tls_nodes
     with subprocess.Popen(
-        ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(tls_port), "--cafile", str(pki.ca),
-         "-t", "t/#", "-C", "1", "-q", "1", "-W", str(int(TIMEOUT))],
-        stdout=subprocess.PIPE, text=True,
-    ) as sub:  # fmt: skip
+        [
+            "mosquitto_sub",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(tls_port),
+            "--cafile",
+            str(pki.ca),
+            "-t",
+            "t/#",
+            "-C",
+            "1",
+            "-q",
+            "1",
+            "-W",
+            str(int(TIMEOUT)),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as sub:
         pub = Paho(port_b, "pub", V5)
         try:
             deadline_rounds = int(TIMEOUT / 0.2)

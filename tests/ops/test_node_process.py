@@ -166,7 +166,7 @@ AUTHENTICATORS = ("password_file", "auth_redis", "emqx_url", "jwt_secret", "jwt_
         ({"mqtt_listeners": "127.0.0.1:1883"}, "mqtt_listeners", ()),
         ({"retained": {"max_count": 1}}, "retained", ()),
     ],
-)  # fmt: skip
+)
 def test_settings_that_cannot_work_name_the_setting(
     given: dict[str, Any], setting: str, others: tuple[str, ...]
 ) -> None:

@@ -120,11 +120,21 @@ def test_the_router_user_is_denied_nothing(restricted: tuple[str, list[Redis]], 
         )
         with urllib.request.urlopen(login, timeout=10) as answer:
             assert answer.status == 200
-    for command in (["nodes"], ["routes"], ["match", "news/x"], ["subs", "phone"],
-                    ["clients"], ["channels", "list"], ["reconcile"], ["retained", "list"],
-                    ["publish", "news/z", "x"], ["bans", "add", "client", "x", "--for", "5"],
-                    ["bans", "add", "user", "y"], ["bans", "list"],
-                    ["bans", "remove", "client", "x"]):  # fmt: skip
+    for command in (
+        ["nodes"],
+        ["routes"],
+        ["match", "news/x"],
+        ["subs", "phone"],
+        ["clients"],
+        ["channels", "list"],
+        ["reconcile"],
+        ["retained", "list"],
+        ["publish", "news/z", "x"],
+        ["bans", "add", "client", "x", "--for", "5"],
+        ["bans", "add", "user", "y"],
+        ["bans", "list"],
+        ["bans", "remove", "client", "x"],
+    ):
         result = runner.invoke(app, [*command, "--redis", url, "--prefix", keys.prefix])
         assert result.exit_code == 0, (command, result.output)
     for admin in admins:

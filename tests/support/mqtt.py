@@ -187,9 +187,19 @@ def mqtt_node(node_id: str, env: dict[str, str], *args: str) -> Iterator[tuple[P
     """``router node run --mqtt 127.0.0.1:0`` as a child process; yields it and its port
     (the ports of further listeners in ``args``: :func:`listener_ports`)."""
     with router_process(
-        "node", "run", "--node-id", node_id, "--heartbeat-interval", "0.2",
-        "--heartbeat-ttl", "2", "--mqtt", "127.0.0.1:0", *args, env=env,
-    ) as process:  # fmt: skip
+        "node",
+        "run",
+        "--node-id",
+        node_id,
+        "--heartbeat-interval",
+        "0.2",
+        "--heartbeat-ttl",
+        "2",
+        "--mqtt",
+        "127.0.0.1:0",
+        *args,
+        env=env,
+    ) as process:
         process.wait_for("ready")
         yield process, listener_ports(process)["MQTT"][0]
 

@@ -63,8 +63,9 @@ class RawClient:
         client.packets.level = MQTT_5
         started = time.monotonic()
         properties = Properties(session_expiry_interval=expiry, receive_maximum=receive_maximum)
-        writer.write(encode(Connect(client_id, MQTT_5, clean_start, keepalive=60,
-                                    properties=properties)))  # fmt: skip
+        writer.write(
+            encode(Connect(client_id, MQTT_5, clean_start, keepalive=60, properties=properties))
+        )
         [connack] = await client.next(ConnAck, 1, deadline)
         assert isinstance(connack, ConnAck)
         client.connack = connack

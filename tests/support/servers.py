@@ -100,20 +100,29 @@ class RedisServer:
         if self.tls is not None:
             args[args.index("--port") + 1] = "0"
             args += [
-                "--tls-port", str(self.port),
-                "--tls-cert-file", str(self.tls.server_cert),
-                "--tls-key-file", str(self.tls.server_key),
-                "--tls-ca-cert-file", str(self.tls.ca),
-                "--tls-auth-clients", "no",
-            ]  # fmt: skip
+                "--tls-port",
+                str(self.port),
+                "--tls-cert-file",
+                str(self.tls.server_cert),
+                "--tls-key-file",
+                str(self.tls.server_key),
+                "--tls-ca-cert-file",
+                str(self.tls.ca),
+                "--tls-auth-clients",
+                "no",
+            ]
         if self.cluster:
             args += [
-                "--cluster-enabled", "yes",
-                "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", str(self.node_timeout_ms),
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                str(self.node_timeout_ms),
                 # A replica's first sync starts at once (the default waits 5 s for others).
-                "--repl-diskless-sync-delay", "0",
-            ]  # fmt: skip
+                "--repl-diskless-sync-delay",
+                "0",
+            ]
         return args
 
     def start(self) -> None:
@@ -190,12 +199,19 @@ class RedisClusterServers:
             node.start()
         addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
         result = subprocess.run(
-            [cli, "--cluster", "create", *addresses,
-             "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+            [
+                cli,
+                "--cluster",
+                "create",
+                *addresses,
+                "--cluster-replicas",
+                str(self.replicas),
+                "--cluster-yes",
+            ],
             capture_output=True,
             timeout=CLUSTER_TIMEOUT,
             check=False,
-        )  # fmt: skip
+        )
         if result.returncode != 0:
             raise RuntimeError(
                 f"redis-cli --cluster create failed: {result.stdout!r} {result.stderr!r}"
@@ -204,8 +220,9 @@ class RedisClusterServers:
 
     def running(self) -> list[RedisServer]:
         """The nodes whose process runs (a test may have killed some)."""
-        return [node for node in self.nodes if node.process is not None
-                and node.process.poll() is None]  # fmt: skip
+        return [
+            node for node in self.nodes if node.process is not None and node.process.poll() is None
+        ]
 
     def settled(self) -> bool:
         """Every running node says ``cluster_state:ok`` with all slots served, knows every
@@ -269,8 +286,7 @@ def _view(port: int) -> frozenset[Entry] | None:
         if any(slot.startswith("[") for slot in slots):
             return None  # a slot migrating or importing
         role = "master" if "master" in flag_set else "slave"
-        view.add((address.split("@", 1)[0], role, address_of.get(master, ""),
-                  tuple(sorted(slots))))  # fmt: skip
+        view.add((address.split("@", 1)[0], role, address_of.get(master, ""), tuple(sorted(slots))))
     return frozenset(view)
 
 

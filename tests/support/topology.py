@@ -174,9 +174,15 @@ class Migration:
                 if not keys:
                     break
                 out.execute_command(
-                    "MIGRATE", "127.0.0.1", self.target.port, "", 0, MIGRATE_TIMEOUT_MS,
-                    "KEYS", *keys,
-                )  # fmt: skip
+                    "MIGRATE",
+                    "127.0.0.1",
+                    self.target.port,
+                    "",
+                    0,
+                    MIGRATE_TIMEOUT_MS,
+                    "KEYS",
+                    *keys,
+                )
                 moved += len(keys)
                 delay = start + pace * moved / batch - time.monotonic()
                 if delay > 0:

@@ -47,10 +47,21 @@ def run_cluster(url: str) -> Result:
     return CliRunner().invoke(
         app,
         [
-            "bench", "cluster", "--redis", url, "--messages", "600", "--rate", "500",
-            "--seconds", "0.5", "--convergence-rounds", "5", "--json",
+            "bench",
+            "cluster",
+            "--redis",
+            url,
+            "--messages",
+            "600",
+            "--rate",
+            "500",
+            "--seconds",
+            "0.5",
+            "--convergence-rounds",
+            "5",
+            "--json",
         ],
-    )  # fmt: skip
+    )
 
 
 def test_bench_cluster_reports_every_field(redis_standalone_url: str) -> None:

@@ -53,12 +53,27 @@ def test_bench_mqtt_reports_every_field(redis_standalone_url: str) -> None:
     result = CliRunner().invoke(
         app,
         [
-            "bench", "mqtt", "--redis", redis_standalone_url, "--messages", "300",
-            "--publishers", "3", "--subscribers", "2", "--fanout", "2", "--rate", "400",
-            "--seconds", "0.5",
-            "--drain-seconds", "1", "--json",
+            "bench",
+            "mqtt",
+            "--redis",
+            redis_standalone_url,
+            "--messages",
+            "300",
+            "--publishers",
+            "3",
+            "--subscribers",
+            "2",
+            "--fanout",
+            "2",
+            "--rate",
+            "400",
+            "--seconds",
+            "0.5",
+            "--drain-seconds",
+            "1",
+            "--json",
         ],
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     for field in TOP_FIELDS:
@@ -132,12 +147,29 @@ def test_bench_mqtt_runs_the_nodes_with_an_acl(redis_standalone_url: str, tmp_pa
     result = CliRunner().invoke(
         app,
         [
-            "bench", "mqtt", "--redis", redis_standalone_url, "--messages", "200",
-            "--publishers", "2", "--subscribers", "2", "--rate", "200", "--seconds", "0.5",
-            "--drain-seconds", "0.5", "--skip-mosquitto", "--skip-amqtt", "--acl", str(acl),
+            "bench",
+            "mqtt",
+            "--redis",
+            redis_standalone_url,
+            "--messages",
+            "200",
+            "--publishers",
+            "2",
+            "--subscribers",
+            "2",
+            "--rate",
+            "200",
+            "--seconds",
+            "0.5",
+            "--drain-seconds",
+            "0.5",
+            "--skip-mosquitto",
+            "--skip-amqtt",
+            "--acl",
+            str(acl),
             "--json",
         ],
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["router_options"].endswith(f"--acl {acl}")

@@ -22,9 +22,19 @@ from router.cli import app
 from tests.support.waiting import wait_until
 
 FIELDS = (
-    "lost", "lost_where", "duplicates", "qos1", "qos0", "churn", "reconnects", "faults",
-    "rss_growth_mib_per_min", "target_rss_growth_mib_per_min", "series", "drain_s",
-)  # fmt: skip
+    "lost",
+    "lost_where",
+    "duplicates",
+    "qos1",
+    "qos0",
+    "churn",
+    "reconnects",
+    "faults",
+    "rss_growth_mib_per_min",
+    "target_rss_growth_mib_per_min",
+    "series",
+    "drain_s",
+)
 SAMPLE_FIELDS = ("t_s", "deliveries_per_s", "qos1_p99_ms", "qos0_p99_ms", "rss_mib", "acked")
 
 
@@ -33,11 +43,25 @@ def test_a_short_soak_with_every_fault_loses_nothing_and_reports_every_figure() 
     result = CliRunner().invoke(
         app,
         [
-            "bench", "soak", "--minutes", "0.35", "--fault-every", "5", "--subscriptions", "600",
-            "--qos1-rate", "90", "--qos0-rate", "90", "--churn", "30", "--sample-seconds", "1.5",
+            "bench",
+            "soak",
+            "--minutes",
+            "0.35",
+            "--fault-every",
+            "5",
+            "--subscriptions",
+            "600",
+            "--qos1-rate",
+            "90",
+            "--qos0-rate",
+            "90",
+            "--churn",
+            "30",
+            "--sample-seconds",
+            "1.5",
             "--json",
         ],
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     print(f"\nsoak: { {k: v for k, v in report.items() if k != 'series'} }")

@@ -61,11 +61,14 @@ def http_url(process: Process) -> str:
 def add_account(env: dict[str, str], name: str, role: str) -> None:
     """``router dashboard users add NAME --role ROLE --password-stdin``, as an operator."""
     done = subprocess.run(
-        [str(ROUTER_SCRIPT), "dashboard", "users", "add", name, "--role", role,
-         "--password-stdin"],
-        input=PASSWORD + "\n", env={**os.environ, **env}, capture_output=True, text=True,
-        timeout=TIMEOUT, check=False,
-    )  # fmt: skip
+        [str(ROUTER_SCRIPT), "dashboard", "users", "add", name, "--role", role, "--password-stdin"],
+        input=PASSWORD + "\n",
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
 
 

@@ -31,9 +31,19 @@ pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"],
 INTERVAL = 0.1
 DEADLINE = 10.0
 ROW_FIELDS = {
-    "node_id", "alive", "listeners", "uptime_s", "version", "connections", "rss_kib",
-    "cpu_percent", "loop_lag_ms", "redis_latency_ms", "heartbeat_age_ms", "routes",
-}  # fmt: skip
+    "node_id",
+    "alive",
+    "listeners",
+    "uptime_s",
+    "version",
+    "connections",
+    "rss_kib",
+    "cpu_percent",
+    "loop_lag_ms",
+    "redis_latency_ms",
+    "heartbeat_age_ms",
+    "routes",
+}
 
 
 @pytest.fixture
