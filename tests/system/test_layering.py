@@ -287,6 +287,19 @@ def test_modules_stay_under_800_lines(path: Path) -> None:
     assert len(path.read_text(encoding="utf-8").splitlines()) <= 800
 
 
+def test_no_code_is_laid_out_by_hand() -> None:
+    """The formatter lays out every line: a module is split by concept, never packed to fit."""
+    tests = sorted((REPOSITORY / "tests").rglob("*.py"))
+    markers = ("# fmt: " + "skip", "# fmt: " + "off")  # (in two parts: this line is no hit)
+    packed = [
+        f"{path.relative_to(REPOSITORY)}:{number}"
+        for path in [*sources(), *tests]
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if any(marker in line for marker in markers)
+    ]
+    assert packed == []
+
+
 def test_at_most_eight_modules_sit_directly_in_the_package() -> None:
     assert len(list(ROUTER.glob("*.py"))) <= 8
 
