@@ -350,6 +350,17 @@ class ClientNotConnectedError(RouterError, LookupError):
     """The client has no session on this node."""
 
 
+class BroadcastMessageError(RouterError, TypeError):
+    """A message the broadcaster backend cannot publish: not ``str``, bytes or a number
+    (:mod:`router.integrations.broadcast_backend`). ``message`` is what was given."""
+
+    def __init__(self, message: object) -> None:
+        self.message = message
+        super().__init__(
+            f"a broadcast message is str, bytes or a number, not {type(message).__name__}"
+        )
+
+
 # -- Operator tools ------------------------------------------------------------------------
 
 
