@@ -361,6 +361,30 @@ class BroadcastMessageError(RouterError, TypeError):
         )
 
 
+class ForeignChannelError(RouterError, ValueError):
+    """``receive()`` on a process-specific channel of another process: the Django Channels
+    layer delivers a channel's messages only in the process that made it
+    (:mod:`router.integrations.channels_layer`). ``channel`` is the name; ``process`` this
+    process's part of its own channels' names."""
+
+    def __init__(self, channel: str, process: str) -> None:
+        self.channel = channel
+        self.process = process
+        super().__init__(
+            f"channel {channel!r} belongs to another process (this one's channels are "
+            f"'<prefix>.{process}!...')"
+        )
+
+
+class ChannelMessageError(RouterError, TypeError):
+    """A message the Django Channels layer cannot serialize (msgpack refused it: a value
+    of a type it does not know, an int too large). ``message`` is what was given."""
+
+    def __init__(self, message: object, reason: str) -> None:
+        self.message = message
+        super().__init__(f"a channel message msgpack cannot pack: {reason}")
+
+
 # -- Operator tools ------------------------------------------------------------------------
 
 

@@ -59,8 +59,9 @@ THIRD_PARTY = {
     "ops": {"redis", "fakeredis", "prometheus_client"},
     "web": {"aiohttp", "prometheus_client"},
     "pipeline": {"redis", "pyspark", "py4j", "matplotlib"},
-    # each module imports its framework, an optional extra (router/integrations/__init__.py)
-    "integrations": {"channels", "django", "socketio", "broadcaster"},
+    # each module imports its framework, an optional extra (router/integrations/__init__.py);
+    # msgpack: the Django Channels layer serializes as channels_redis does
+    "integrations": {"channels", "django", "socketio", "broadcaster", "msgpack"},
     # the peers of `router bench backends` are the frameworks' own Redis backends
     "bench": {"redis", "paho", "channels", "channels_redis", "socketio"},
     "cli": {"click", "rich"},
