@@ -25,8 +25,11 @@ Nothing is silently lost: the node queues at most ``queue_limit`` messages for t
 backend (overflow ``drop_oldest`` by default) and counts what it drops (``queue_drops``);
 a delivery for a channel unsubscribed meanwhile is counted as ``unmatched``.
 
-Reconnecting: the node reconnects to Redis by itself and its subscriptions stay (after a
-partition it registers again with its routes), so the subscribers' streams go on. Should
+Reconnecting: the node reconnects to Redis by itself and its subscriptions stay, so the
+subscribers' streams go on. What other workers publish while the node cannot reach Redis
+waits in its inbox, unless the cut outlasts the heartbeat TTL: the others then purge the
+node and stop routing to it until it registers again (with its routes) once Redis is
+back; such a cut is counted (``cut_offs``), as what it may have missed. Should
 the node end the backend's session (an operator's kick, a takeover), the backend attaches
 again and subscribes every channel again (``resubscribes``). A ``subscribe`` or
 ``unsubscribe`` that Redis cannot take now does not fail (broadcaster's ``Broadcast``
@@ -165,7 +168,11 @@ class RouterBackend(BroadcastBackend):
         self._repairer: asyncio.Task[None] | None = None
         self._syncing = asyncio.Lock()  # (a resubscribe and a repair run one at a time)
         self._counts = dict.fromkeys(
-            ("events", "unmatched", "publishes", "publish_failures", "deferred", "resubscribes"), 0
+            (
+                *("events", "unmatched", "publishes", "publish_failures", "deferred"),
+                *("resubscribes", "cut_offs"),
+            ),
+            0,
         )
 
     # -- lifecycle -------------------------------------------------------------------
@@ -179,6 +186,7 @@ class RouterBackend(BroadcastBackend):
                 router.connect(self._redis_url, node_id=self.node_id, **self._options)
             )
             node.hooks.register(HookPoint.CLIENT_DISCONNECTED, self._on_detached)
+            node.liveness.on_cut_off(self._on_cut_off)
             await node.connect(self.client_id)
         except BaseException:
             await stack.aclose()
@@ -310,6 +318,15 @@ class RouterBackend(BroadcastBackend):
             await self.node.unsubscribe(self.client_id, channel)
         else:
             await self._subscribe_node(self.node, channel, ident)
+
+    def _on_cut_off(self) -> None:
+        self._counts["cut_offs"] += 1
+        log.warning(
+            "node %s cut off from Redis for longer than its TTL: the other workers stop "
+            "routing to it until it is back, and what they publish meanwhile may not reach "
+            "this worker",
+            self.node_id,
+        )
 
     def _on_detached(self, client: ClientInfo, reason: str) -> None:
         if client.client_id == self.client_id:

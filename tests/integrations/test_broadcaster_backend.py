@@ -314,6 +314,38 @@ async def test_a_cut_redis_connection_loses_nothing_acknowledged_and_counts_what
             )
 
 
+async def test_a_cut_longer_than_the_ttl_is_counted_and_the_streams_go_on_after_it(
+    redis_standalone_server: RedisServer, namespace: Namespace
+) -> None:
+    """w1's cut outlasts the heartbeat TTL: w2 purges it (and stops routing to it), w1
+    counts the cut off; once healed w1 registers again with its routes and the
+    subscribers' streams on both sides go on."""
+    url = redis_standalone_server.url
+    prefix = namespace(url)
+    fast = {"heartbeat_interval": 0.2, "heartbeat_ttl": 1.0}
+    with proxy_to(redis_standalone_server.port) as proxy:
+        cut_url = f"redis://127.0.0.1:{proxy.port}/0"
+        async with (
+            workers(cut_url, prefix, "w1", redis_timeout=0.5, **fast) as [(one, a)],
+            workers(url, prefix, "w2", **fast) as [(two, b)],
+            one.subscribe("t/#") as on_one,
+            two.subscribe("t/#") as on_two,
+        ):
+            await routed(b, a, "t/x")
+            await eventually(b.node.liveness.steady, DEADLINE, "w2 may purge")
+            proxy.cut()
+            await eventually(lambda: a.stats()["cut_offs"] == 1, DEADLINE, "w1 cut off")
+            await eventually(lambda: "w1" not in b.node.mirror.nodes(), DEADLINE, "w1 purged by w2")
+            proxy.heal()
+            await routed(b, a, "t/x")
+            await routed(a, b, "t/x")
+            await two.publish("t/back", "from w2")
+            await one.publish("t/back", "from w1")
+            assert "from w2" in [e.message async for e in until(on_one, {"from w2", "from w1"})]
+            assert "from w1" in [e.message async for e in until(on_two, {"from w2", "from w1"})]
+            assert b.stats()["cut_offs"] == 0
+
+
 async def until(subscriber: Any, messages: set[str]) -> AsyncIterator[TopicEvent]:
     """The subscriber's events up to the one that brings the last of ``messages``."""
     waiting = set(messages)
