@@ -5,7 +5,7 @@ here is loaded unless asked for by name:
 
 * :mod:`router.integrations.channels`: a Django Channels layer (``router[channels]``);
 * :mod:`router.integrations.socketio`: a python-socketio client manager (``router[socketio]``);
-* :mod:`router.integrations.broadcaster`: a broadcaster backend (``router[broadcaster]``).
+* :mod:`router.integrations.broadcast_backend`: a broadcaster backend (``router[broadcaster]``).
 
 Each routes a message only to the processes with an interested receiver (the node's route
 mirror), runs on standalone Redis and Redis Cluster alike, and counts what it drops.
