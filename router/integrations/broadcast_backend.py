@@ -65,6 +65,7 @@ from router.errors import (
     BroadcastMessageError,
     ClientNotConnectedError,
     InvalidSettingError,
+    RouterError,
     RouteWriteError,
     StateError,
 )
@@ -119,7 +120,7 @@ class RouterBackend(BroadcastBackend):
 
     ``url``: ``router+redis://HOST:PORT/DB?prefix=rt&node_id=web-1`` (or ``router+rediss``,
     or a plain ``redis://`` URL; None: ``$ROUTER_REDIS_URL``), a standalone Redis or any
-    node of a Redis Cluster. Its query may set ``node_id``, ``client_id``, ``qos`` and
+    node of a Redis Cluster. Its query may set ``node_id``, ``qos`` and
     the options of :func:`router.connect` that are text or numbers (``prefix``,
     ``queue_limit``, ``overflow``, ``publish_timeout``, ``heartbeat_ttl``,
     ``redis_timeout``...); other query parameters stay in the Redis URL (redis-py's). The
@@ -136,17 +137,16 @@ class RouterBackend(BroadcastBackend):
         url: str | None = None,
         *,
         node_id: str | None = None,
-        client_id: str | None = None,
         qos: int | None = None,
         **options: Any,
     ) -> None:
         redis_url, taken = (None, {}) if url is None else parse_url(url)
         taken.update(options)
-        for name, value in (("node_id", node_id), ("client_id", client_id), ("qos", qos)):
+        for name, value in (("node_id", node_id), ("qos", qos)):
             if value is not None:
                 taken[name] = value
         self.node_id: str = taken.pop("node_id", None) or f"{default_node_id()}-b{next(_backends)}"
-        self.client_id: str = taken.pop("client_id", None) or f"broadcast-{self.node_id}"
+        self.client_id = f"broadcast-{self.node_id}"  # (unique as the node id: never taken over)
         self.qos: int = taken.pop("qos", 1)
         if self.qos not in (0, 1, 2):
             raise InvalidSettingError(f"qos must be 0, 1 or 2, not {self.qos!r}")
@@ -304,6 +304,8 @@ class RouterBackend(BroadcastBackend):
                     except StateError:
                         self._redo.set()
                         break
+                    except RouterError:  # (refused now: an ACL or a hook changed meanwhile)
+                        log.error("deferred change of %r refused", channel, exc_info=True)
                     self._unsynced.discard(channel)
             if self._redo.is_set():
                 await asyncio.sleep(delay)
@@ -350,7 +352,12 @@ class RouterBackend(BroadcastBackend):
                     await node.connect(self.client_id)
                     self._stream = node.messages(self.client_id)
                     for channel, ident in list(self._ids.items()):
-                        await self._subscribe_node(node, channel, ident, confirm=False)
+                        try:
+                            await self._subscribe_node(node, channel, ident, confirm=False)
+                        except StateError:
+                            raise
+                        except RouterError:  # (refused now: an ACL or a hook changed)
+                            log.error("%r refused on attaching again", channel, exc_info=True)
                     await node.confirm_routes()
                     self._unsynced.clear()
                 self._counts["resubscribes"] += 1
@@ -425,7 +432,7 @@ def encode(message: object) -> bytes:
 def router_options() -> dict[str, type]:
     """The options a URL's query may set -> their type (NodeConfig's text and number
     fields, a few of :func:`router.connect`'s, and the backend's own)."""
-    found: dict[str, type] = {"node_id": str, "client_id": str, "qos": int, **CONNECT_OPTIONS}
+    found: dict[str, type] = {"node_id": str, "qos": int, **CONNECT_OPTIONS}
     for field in fields(NodeConfig):
         kind = type(field.default)
         if field.default is not MISSING and kind in (str, int, float, bool):
