@@ -3,6 +3,7 @@ node closes its copy and stops routing for it; on real Redis and the 3-master cl
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -126,3 +127,25 @@ async def test_a_claim_whose_notice_never_came_is_found_by_the_heartbeat(
     assert closed == [("phone", "takenover")]
     assert a.sessions.clients() == ["tablet"]
     assert a.sessions.routes() == {}
+
+
+async def test_a_kick_and_the_client_attaching_again_at_once_leave_it_attached(
+    start_node: StartNode,
+) -> None:
+    """An operator's kick (node.kick -> disconnect) while the client subscribes again, the
+    subscribe started after any number of event-loop turns of the kick: the kick ends the
+    old session, the subscribe attaches a new one; the kick used to fail half-way
+    (SessionOwnershipError) when the subscribe's claim landed during its removal."""
+    a = await start_node("a")
+    for turns in range(30):
+        await a.connect("phone", clean_start=False, expiry=60)
+        await a.subscribe("phone", "home/#")
+        kick = asyncio.create_task(a.kick("phone"))
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        again = asyncio.create_task(a.subscribe("phone", "home/#"))
+        assert await kick
+        await again
+        assert a.serves("phone"), turns
+        assert set(await a.subscriptions.subscriptions("phone")) == {"home/#"}
+        await a.disconnect("phone")

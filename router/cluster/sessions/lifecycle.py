@@ -196,7 +196,7 @@ class SessionLifecycle:
             session = self.sessions.find(client_id)
         if session is not None and client_id in self.claims:
             if clean_start:
-                await self.disconnect(client_id)
+                await self._disconnect(client_id)
             else:
                 session.profile = profile  # (the ACL judges by it)
                 await self.keeper.settle(client_id, publish_will=False, wait_tail=False)
@@ -360,7 +360,7 @@ class SessionLifecycle:
         if not session.expiry:
             if will is not None:
                 await self._publish_will(will)
-            await self.disconnect(client_id)
+            await self._disconnect(client_id)
             return
         try:
             await self.keeper.put_away(session, owner, will, will_delay)
@@ -399,7 +399,15 @@ class SessionLifecycle:
 
     async def disconnect(self, client_id: str) -> None:
         """End the client's session: its subscriptions end, its queue closes, its state
-        (a persistent session's queue too) is removed."""
+        (a persistent session's queue too) is removed. A connect or subscribe of the same
+        client meanwhile waits its turn (:attr:`locks`), and so comes after: a kick and a
+        client attaching again at once leave the client attached, never a removal of its
+        state refused half-way by the newer claim."""
+        async with self.locks.hold(client_id):
+            await self._disconnect(client_id)
+
+    async def _disconnect(self, client_id: str) -> None:
+        """:meth:`disconnect`, for a caller holding the client's lock."""
         owner = self.claims.release(client_id)
         await self.keeper.settle(client_id, publish_will=True)
         await self._close_session(client_id, "normal", owner)
