@@ -3,7 +3,7 @@
 One module per framework, each importing its framework (an optional extra), so nothing
 here is loaded unless asked for by name:
 
-* :mod:`router.integrations.channels`: a Django Channels layer (``router[channels]``);
+* :mod:`router.integrations.channels_layer`: a Django Channels layer (``router[channels]``);
 * :mod:`router.integrations.socketio`: a python-socketio client manager (``router[socketio]``);
 * :mod:`router.integrations.broadcast_backend`: a broadcaster backend (``router[broadcaster]``).
 
