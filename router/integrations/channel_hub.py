@@ -202,8 +202,9 @@ class _Turn:
 class ChannelHub:
     """A layer's node and its state on the node's thread (see the module docstring).
 
-    Every method but :meth:`stats` runs on the node's loop; the mailboxes are shared with
-    the receivers (they lock)."""
+    Every method runs on the node's loop, but :meth:`listens` and :attr:`node_id` (one
+    read each, safe from any thread); the mailboxes are shared with the receivers (they
+    lock)."""
 
     def __init__(self, settings: HubSettings, process: str, mailboxes: Mailboxes) -> None:
         self.settings = settings

@@ -344,3 +344,23 @@ def port_of(url: str) -> int:
 
 def through(proxy: Proxy, url: str) -> str:
     return url.replace(f":{port_of(url)}", f":{proxy.port}")
+
+
+@pytest.mark.parametrize("redis_url", ["standalone"], indirect=True)
+async def test_a_first_use_without_redis_raises_and_the_next_one_starts(
+    redis_url: str, layers: Make
+) -> None:
+    with proxy_to(port_of(redis_url)) as proxy:
+        layer = layers(url=through(proxy, redis_url), redis_timeout=0.5)
+        try:
+            proxy.cut()
+            with pytest.raises(RouterError):
+                await layer.new_channel()
+            assert layer.node_id is None
+            proxy.heal()
+            channel = await layer.new_channel()
+            await layer.send(channel, {"n": 1})
+            assert await receive(layer, channel) == {"n": 1}
+        finally:
+            proxy.heal()
+            await layer.close()
