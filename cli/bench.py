@@ -292,3 +292,43 @@ def bench_hostile(url: str | None, floods: str, as_json: bool, **sizes: Any) -> 
                 f"RSS {figures['rss_mib_before']} -> {figures['rss_mib_after']} MiB; "
                 f"floods sent {figures['floods_sent']}"
             )
+
+
+@bench.command("backends")
+@click.option("--redis", "url", default=None, help="Standalone Redis URL (default: start one).")
+@click.option("--workers", default=4, show_default=True, help="Worker processes with members.")
+@click.option("--senders", default=1, show_default=True, help="Processes making group sends.")
+@click.option("--groups", default=100, show_default=True, help="Groups (rooms).")
+@click.option(
+    "--members-per-group", default=2, show_default=True, help="Workers with a member of a group."
+)
+@click.option("--messages", default=20_000, show_default=True, help="Throughput group sends.")
+@click.option("--payload-bytes", default=256, show_default=True, help="Padding of a message.")
+@click.option("--rate", default=1_000.0, show_default=True, help="Latency phase rate (msg/s).")
+@click.option("--seconds", default=3.0, show_default=True, help="Latency phase length.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_backends(url: str | None, as_json: bool, **sizes: Any) -> None:
+    """The router's Django Channels layer and python-socketio manager beside channels_redis
+    (RedisPubSubChannelLayer) and socketio.AsyncRedisManager: group sends a second,
+    latency, and the messages each worker had to process."""
+    from router.bench import backend_plan
+
+    config = backend_plan.BackendsConfig(**sizes)
+    missing = [name for name in ("channels", "channels_redis", "socketio") if not _found(name)]
+    if missing:
+        raise BenchSetupError(
+            f"router bench backends needs {', '.join(missing)}: "
+            "pip install 'router[channels,socketio]' channels-redis"
+        )
+    from router.bench import backends
+
+    result = backends.run(url, config)
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    _print_table("router bench backends", result.pop("backends"))
+    _print_table("router bench backends: ratios and workload", {"value": result})
+
+
+def _found(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None

@@ -135,6 +135,25 @@ BAD: dict[str, list[tuple[str, str]]] = {
         ("--floods", "nosuch"),
         ("--floods", ","),
     ],
+    "backends": [
+        ("--redis", MALFORMED),
+        ("--redis", UNREACHABLE),
+        ("--workers", "0"),
+        ("--workers", "33"),
+        ("--senders", "0"),
+        ("--groups", "0"),
+        ("--groups", "-1"),
+        ("--members-per-group", "0"),
+        ("--members-per-group", "5"),
+        ("--messages", "0"),
+        ("--payload-bytes", "-1"),
+        ("--rate", "0"),
+        ("--rate", "nan"),
+        ("--rate", "inf"),
+        ("--seconds", "0"),
+        ("--seconds", "nan"),
+        ("--seconds", "inf"),
+    ],
 }
 ANY_VALUE_IS_GOOD = {"--seed"}  # every int seeds the workload
 CASES = [(command, option, value) for command, bad in BAD.items() for option, value in bad]
