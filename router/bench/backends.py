@@ -28,8 +28,8 @@ For each, three phases:
 3. *throughput*: M group sends as fast as the senders can, each with
    :data:`~router.bench.backend_workers.WINDOW` in flight; ``msgs_per_s`` is M over the
    time from the first send to the last delivery on any worker, ``send_s`` how long the
-   senders took, ``cpu_us_per_msg`` the CPU the senders, the workers and Redis spent per
-   message meanwhile (the figure that moves least on a shared machine).
+   senders took, ``senders_/workers_/redis_cpu_us_per_msg`` the CPU the senders, the
+   workers and Redis spent per message meanwhile (what moves least on a shared machine).
 
 Every delivery is checked: ``lost`` (expected, not made after :data:`DRAIN_QUIET` s
 without a new one), ``duplicates``, ``misdelivered`` (to a member of another group);
@@ -200,8 +200,12 @@ class _CpuMeter:
         self.after = self.read()
 
     def us_per_message(self, messages: int) -> dict[str, float | None]:
+        """``senders_cpu_us_per_msg``, ``workers_...`` and ``redis_...``: microseconds of
+        CPU per message (None where one reading failed)."""
         return {
-            name: cpu_us_per_message(self.before[name], self.after[name], messages)
+            f"{name}_cpu_us_per_msg": cpu_us_per_message(
+                self.before[name], self.after[name], messages
+            )
             for name in self.before
         }
 
@@ -258,7 +262,7 @@ def _measure(
         "max_ms": _ms(latency["max_ms"]),
         "elapsed_s": None if elapsed is None else round(elapsed, 3),
         "send_s": round(max(b["end"] for b in bursts) - start, 3),
-        "cpu_us_per_msg": meter.us_per_message(counts[0] and messages),
+        **meter.us_per_message(counts[0] and messages),
         "delivered": sum(counts),
         "expected": sum(expected),
         "lost": sum(expected) - sum(counts),

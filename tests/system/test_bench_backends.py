@@ -22,7 +22,9 @@ FIELDS = (
     "max_ms",
     "elapsed_s",
     "send_s",
-    "cpu_us_per_msg",
+    "senders_cpu_us_per_msg",
+    "workers_cpu_us_per_msg",
+    "redis_cpu_us_per_msg",
     "delivered",
     "expected",
     "lost",
@@ -63,6 +65,8 @@ def test_every_backend_delivers_exactly_the_plan(redis_standalone_url: str) -> N
         assert figures["expected"] == figures["delivered"] == messages, name
         assert (figures["lost"], figures["duplicates"], figures["misdelivered"]) == (0, 0, 0)
         assert figures["msgs_per_s"] > 0, name
+        for part in ("senders", "workers", "redis"):  # (/proc and Redis's INFO both answer)
+            assert figures[f"{part}_cpu_us_per_msg"] is not None, name
         assert 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"], name
         everything = messages + figures["probe_rounds"] * 2 * 6
         assert figures["needed_per_worker"] == [everything // 3] * 3, name
