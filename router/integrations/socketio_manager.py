@@ -52,8 +52,9 @@ from socketio.async_pubsub_manager import AsyncPubSubManager
 from router.api import connect, default_node_id
 from router.cluster.node import RouterNode
 from router.cluster.tasks import stop_task
+from router.core.hooks import ClientInfo, HookPoint
 from router.core.messages import Outgoing, PublishResult
-from router.errors import InvalidSettingError, RouterError
+from router.errors import ClientNotConnectedError, InvalidSettingError, RouterError
 from router.integrations.socketio_rooms import ACK, RoomInterest, RoomKey, Topics
 
 COPY: Final = "router_copy"
@@ -62,7 +63,10 @@ TOKEN: Final = "router_token"
 """The key of the token an ``enter_room``/``leave_room`` of a remote sid asks a reply for."""
 SEEN_COPIES: Final = 4096
 ACK_TIMEOUT: Final = 5.0
-START_RETRY_MOST: Final = 5.0
+DETACH_WAIT: Final = 5.0
+"""Seconds a re-attach waits for the node to finish ending the session it ended."""
+RETRY_FIRST: Final = 0.1
+RETRY_MOST: Final = 5.0
 COUNTERS: Final = (
     "published",  # copies this server published (one per topic)
     "publish_failures",  # publishes Redis did not take: those messages may be lost
@@ -72,6 +76,8 @@ COUNTERS: Final = (
     "duplicates",  # ... that were a second copy of an emit to several rooms
     "undecodable",  # ... that were not a python-socketio message
     "acks_missed",  # remote enter_room/leave_room not confirmed within ack_timeout
+    "reattached",  # the node ended this server's session (a kick): attached again
+    "cut_offs",  # the node was cut off from Redis past its TTL: others stopped routing here
 )
 
 
@@ -151,6 +157,7 @@ class RouterManager(AsyncPubSubManager):  # type: ignore[misc]  # (socketio is u
         self._replies: set[asyncio.Task[None]] = set()
         self._waits: dict[str, _AckWait] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
+        self._detached = asyncio.Event()
         self._counts = dict.fromkeys(COUNTERS, 0)
 
     # -- the node --------------------------------------------------------------------
@@ -187,15 +194,22 @@ class RouterManager(AsyncPubSubManager):  # type: ignore[misc]  # (socketio is u
         if self.write_only:
             return node
         try:
-            await node.connect(self._client_id)
-            for topic in (self.topics.host(self.host_id), self.topics.everyone()):
-                await node.subscribe(self._client_id, topic, qos=1, no_local=True, confirm=False)
-            await node.confirm_routes()
+            await self._attach(node)
+            node.hooks.register(HookPoint.CLIENT_DISCONNECTED, self._on_detached)
+            node.liveness.on_cut_off(self._on_cut_off)
         except BaseException:
             await self._exit.aclose()
             raise
         self._worker = asyncio.create_task(self._interest.run(node, self._client_id))
         return node
+
+    async def _attach(self, node: RouterNode) -> None:
+        """Attach this server's client and subscribe it to its host's topic and to
+        ``{channel}/all`` (the rooms are the interest task's)."""
+        await node.connect(self._client_id)
+        for topic in (self.topics.host(self.host_id), self.topics.everyone()):
+            await node.subscribe(self._client_id, topic, qos=1, no_local=True, confirm=False)
+        await node.confirm_routes()
 
     async def close(self) -> None:
         """Stop listening, end this server's router client and stop the node the manager
@@ -210,6 +224,8 @@ class RouterManager(AsyncPubSubManager):  # type: ignore[misc]  # (socketio is u
         node, self._node = self._node, None
         try:
             if node is not None and not self.write_only:
+                node.hooks.unregister(HookPoint.CLIENT_DISCONNECTED, self._on_detached)
+                node.liveness.forget_cut_off(self._on_cut_off)
                 with contextlib.suppress(RouterError):
                     await node.disconnect(self._client_id)
         finally:
@@ -354,21 +370,64 @@ class RouterManager(AsyncPubSubManager):  # type: ignore[misc]  # (socketio is u
         """This server's messages, decoded, each once (python-socketio's listener task
         dispatches them); the router's own replies are taken here."""
         node = await self._start_listening()
-        async for delivery in node.messages(self._client_id):
-            message = self._receive(delivery.payload)
-            if message is not None:
-                yield message
+        while True:
+            try:
+                stream = node.messages(self._client_id)
+            except ClientNotConnectedError:  # (ended before the stream was asked for)
+                stream = None
+            if stream is not None:
+                async for delivery in stream:
+                    message = self._receive(delivery.payload)
+                    if message is not None:
+                        yield message
+            await self._reattach(node)  # (the node ended the session: a kick, a takeover)
 
     async def _start_listening(self) -> RouterNode:
         """Start the node, trying again (backing off) while Redis cannot be reached."""
-        delay = 0.1
+        delay = RETRY_FIRST
         while True:
             try:
                 return await self.start()
             except RouterError as error:
                 self._get_logger().error("cannot start the router node: %s", error)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, START_RETRY_MOST)
+            delay = min(delay * 2, RETRY_MOST)
+
+    async def _reattach(self, node: RouterNode) -> None:
+        """Attach this server's client again and subscribe it again to everything it held,
+        retrying while Redis refuses. Waits first (at most :data:`DETACH_WAIT`) for the
+        node to finish ending the session: attaching meanwhile would make that fail."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(DETACH_WAIT):
+                await self._detached.wait()
+        self._detached.clear()
+        delay = RETRY_FIRST
+        while True:
+            try:
+                await self._attach(node)
+                self._interest.forget(list(self._held_rooms()))
+                await self._interest.settled()
+                break
+            except RouterError as error:
+                self._get_logger().error("cannot attach to the router node again: %s", error)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MOST)
+        self._counts["reattached"] += 1
+        self._get_logger().warning("router client %s attached again", self._client_id)
+
+    def _held_rooms(self) -> list[RoomKey]:
+        return [(ns, room) for ns, rooms in self.rooms.items() for room in rooms]
+
+    def _on_detached(self, client: ClientInfo, reason: str) -> None:
+        if client.client_id == self._client_id:
+            self._detached.set()
+
+    def _on_cut_off(self) -> None:
+        self._counts["cut_offs"] += 1
+        self._get_logger().warning(
+            "node cut off from Redis past its TTL: what other servers emitted meanwhile "
+            "may not have reached this one"
+        )
 
     def _receive(self, payload: bytes) -> dict[str, Any] | None:
         counts = self._counts

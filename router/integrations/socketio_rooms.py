@@ -170,6 +170,15 @@ class RoomInterest:
         self._marked += 1
         self._wake.set()
 
+    def forget(self, held: list[RoomKey]) -> None:
+        """The client's subscriptions are gone (its session ended and began again):
+        subscribe anew to the rooms ``held`` now."""
+        self._subscribed.clear()
+        for key in held:
+            self.mark(key)
+        self._marked += 1  # (settled() waits for a pass even when nothing is held)
+        self._wake.set()
+
     async def settled(self) -> None:
         """Wait until a pass of :meth:`run` took in every mark made before the call (the
         subscriptions it asked for are confirmed on every live node; one that Redis

@@ -9,17 +9,26 @@ that was sent would have been there first.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
 
+import router
 from router.integrations.socketio_manager import RouterManager
 from router.state.keys import Keys
 from tests.support.cli import delete_namespace
 from tests.support.proxy import Proxy
-from tests.support.socketio_servers import FAST, Client, Server, clients, socketio_servers
+from tests.support.socketio_servers import (
+    FAST,
+    Client,
+    Server,
+    clients,
+    socketio_servers,
+    start_server,
+)
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -234,3 +243,70 @@ async def test_a_dropped_redis_connection_loses_nothing_acknowledged(
     finally:
         for proxy in proxies:
             proxy.close()
+
+
+async def test_a_server_kicked_off_its_node_attaches_again(redis_url: str, prefix: str) -> None:
+    async with (
+        socketio_servers([redis_url] * 2, prefix) as servers,
+        clients(*servers) as (_, two),
+    ):
+        assert await two.sio.call("join", "lobby") == "joined"
+        manager = servers[1].manager
+        assert manager.node is not None
+        assert await manager.node.kick(manager.client_id)  # (an operator's kick)
+        await eventually(lambda: manager.stats()["reattached"] == 1, 10, manager.stats)
+        # its rooms and its sid are routed to it again
+        await servers[0].sio.emit("chat", "back?", room="lobby")
+        await servers[0].sio.emit("chat", "you?", to=two.sid)
+        await two.wait_for("chat", "back?")
+        await two.wait_for("chat", "you?")
+        assert manager.stats()["rooms_subscribed"] == 3
+
+
+async def test_servers_may_share_a_node_of_the_caller(standalone: str, keys: Keys) -> None:
+    async with router.connect(standalone, node_id="shared", prefix=keys.prefix, **FAST) as node:
+        servers = [await start_server(RouterManager(node=node)) for _ in range(2)]
+        try:
+            async with clients(*servers) as (one, two):
+                assert await two.sio.call("join", "lobby") == "joined"
+                await servers[0].sio.emit("chat", "next door", room="lobby")
+                await two.wait_for("chat", "next door")
+                await mark(servers[0], one, two)
+                assert one.got("chat") == []
+                assert received(servers) == [0, 2]  # (no copy of its own back: no_local)
+        finally:
+            for server in servers:
+                await server.close()
+        assert node.running  # (a given node is the caller's to stop)
+
+
+async def test_a_cut_past_the_ttl_is_counted_and_the_server_comes_back(
+    standalone: str, keys: Keys
+) -> None:
+    port = urlsplit(standalone).port
+    assert port is not None
+    proxy = Proxy(port)
+    urls = [standalone, f"redis://127.0.0.1:{proxy.port}/0"]
+    try:
+        async with (
+            socketio_servers(urls, keys.prefix, redis_timeout=0.5) as servers,
+            clients(*servers) as (_, two),
+        ):
+            assert await two.sio.call("join", "room") == "joined"
+            manager, first = servers[1].manager, servers[0].manager
+            assert manager.node is not None and first.node is not None
+            await eventually(first.node.liveness.steady, 10, "server-1 may purge others")
+            proxy.cut()
+            # past its TTL (1 s) the node knows it is cut off: what it misses now is counted
+            await eventually(lambda: manager.stats()["cut_offs"] == 1, 10, manager.stats)
+            proxy.heal()
+
+            async def back() -> bool:  # (registered again: emits reach it again)
+                await servers[0].sio.emit("n", "again", room="room")
+                await asyncio.sleep(0.05)  # (paces the retries)
+                return "again" in two.got("n")
+
+            await eventually(back, 20, "an emit reaching server-2 again")
+            assert first.stats()["cut_offs"] == 0
+    finally:
+        proxy.close()
