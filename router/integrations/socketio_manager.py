@@ -200,6 +200,7 @@ class RouterManager(AsyncPubSubManager):  # type: ignore[misc]  # (socketio is u
         except BaseException:
             await self._exit.aclose()
             raise
+        self._interest.forget(self._held_rooms())  # (a new client: none subscribed yet)
         self._worker = asyncio.create_task(self._interest.run(node, self._client_id))
         return node
 
