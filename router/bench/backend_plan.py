@@ -45,7 +45,7 @@ class BackendsConfig:
     (:class:`BenchSetupError` names the option)."""
 
     workers: int = 4
-    senders: int = 2
+    senders: int = 1
     groups: int = 100
     members_per_group: int = 2
     messages: int = 20_000

@@ -337,11 +337,11 @@ async def _serve(
         await session(side)
     except Exception:
         pipe.send(("error", traceback.format_exc()))
-    finally:
-        try:
-            await side.close()
-        finally:
-            pipe.send("closed")
+    try:
+        await side.close()
+    except Exception:
+        pipe.send(("error", traceback.format_exc()))
+    pipe.send("closed")
 
 
 def _worker_session(pipe: Connection, worker: int, config: BackendsConfig) -> Session:

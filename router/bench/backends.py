@@ -81,8 +81,16 @@ class _Process:
         self.process.start()
         theirs.close()
 
+    def send(self, command: object) -> None:
+        """Send ``command``; RuntimeError if the process is gone (a broken pipe must not
+        reach click, which takes it for a closed standard output and exits silently)."""
+        try:
+            self.pipe.send(command)
+        except OSError:
+            raise RuntimeError(f"{self.name} exited ({self.process.exitcode})") from None
+
     def ask(self, command: object, timeout: float) -> Any:
-        self.pipe.send(command)
+        self.send(command)
         return self.answer(timeout)
 
     def answer(self, timeout: float) -> Any:
@@ -98,14 +106,16 @@ class _Process:
             raise RuntimeError(f"{self.name} failed:\n{answer[1]}")
         return answer
 
-    def stop(self) -> None:
-        """Tell it to end; kill it if it has not within a few seconds."""
-        with contextlib.suppress(OSError):
-            self.pipe.send(None)
-        self.process.join(timeout=10)
+    def stop(self, kill: bool = False) -> None:
+        """Tell it to end, and kill it if it has not within a few seconds; with ``kill``
+        (the run failed: it may be anywhere in a session), kill it at once."""
+        if not kill:
+            with contextlib.suppress(OSError):
+                self.pipe.send(None)
+            self.process.join(timeout=10)
         if self.process.is_alive():
             self.process.kill()
-            self.process.join()
+        self.process.join()
         self.pipe.close()
 
 
@@ -117,27 +127,23 @@ def _expect(answer: object, word: str, name: str) -> None:
 @contextlib.contextmanager
 def _opened(spec: BackendSpec, senders: list[_Process], workers: list[_Process]) -> Iterator[None]:
     """The backend open in every process (the senders first: a router node that joined
-    after the members subscribed would have to learn their routes); closed in each on
-    the way out."""
-    opened: list[_Process] = []
-    try:
-        for process in (*senders, *workers):
-            process.pipe.send(("open", spec))
-            opened.append(process)
-            _expect(process.answer(SETUP_TIMEOUT), "ready", process.name)
-        yield
-    finally:
-        for process in opened:
-            with contextlib.suppress(OSError):
-                process.pipe.send("close")
-        for process in opened:
-            _expect(process.answer(SETUP_TIMEOUT), "closed", process.name)
+    after the members subscribed would have to learn their routes), then closed in each
+    (the router nodes leave the cluster). Should anything fail the bench kills every
+    process, so nothing is closed then."""
+    for process in (*senders, *workers):
+        process.send(("open", spec))
+        _expect(process.answer(SETUP_TIMEOUT), "ready", process.name)
+    yield
+    for process in (*senders, *workers):
+        process.send("close")
+    for process in (*senders, *workers):
+        _expect(process.answer(SETUP_TIMEOUT), "closed", process.name)
 
 
 def _all(processes: list[_Process], command: object, timeout: float) -> list[Any]:
     """``command`` to every process at once; their answers."""
     for process in processes:
-        process.pipe.send(command)
+        process.send(command)
     return [process.answer(timeout) for process in processes]
 
 
@@ -235,13 +241,13 @@ def _measure(
         with _opened(spec, senders, workers):
             rounds = _probe(senders, workers)
             for lane, sender in enumerate(senders):
-                sender.pipe.send(("paced", messages, latency_messages, lane, lanes))
+                sender.send(("paced", messages, latency_messages, lane, lanes))
             for sender in senders:
                 sender.answer(longest)
             _drain(workers, 1, expected[1])
             meter.start()
             for lane, sender in enumerate(senders):
-                sender.pipe.send(("burst", 0, messages, lane, lanes))
+                sender.send(("burst", 0, messages, lane, lanes))
             bursts = [sender.answer(longest) for sender in senders]
             _drain(workers, 0, expected[0])
             meter.stop()
@@ -289,6 +295,7 @@ def measure(url: str, config: BackendsConfig) -> dict[str, Any]:
     context = multiprocessing.get_context("spawn")
     processes: list[_Process] = []
     results: dict[str, dict[str, Any]] = {}
+    failed = True
     try:
         for index in range(config.senders):
             processes.append(_Process(context, f"sender {index}", sender_main, config))
@@ -298,9 +305,10 @@ def measure(url: str, config: BackendsConfig) -> dict[str, Any]:
         for backend in BACKENDS:
             spec = BackendSpec(backend, url, f"bench{nonce}{backend.replace('_', '')}")
             results[backend] = _measure(spec, senders, workers, config)
+        failed = False
     finally:
         for process in processes:
-            process.stop()
+            process.stop(kill=failed)
     agree = all(
         r["lost"] == 0 and r["duplicates"] == 0 and r["misdelivered"] == 0 for r in results.values()
     )
