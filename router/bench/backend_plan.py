@@ -10,12 +10,20 @@ one member on each of K of the N workers, the K that follow the group's number::
     worker1  m    m    .    m    m    .          (w - g) % N < K
     worker2  .    m    m    .    m    m
 
-Messages are numbered: ``0 .. M-1`` go out as fast as the sender can (the throughput
-phase), ``M .. M+L-1`` at a fixed rate (the latency phase), each to group ``seq % G``;
-:data:`PROBE` marks the probes sent before either phase, until every member got one. A
-worker holds at most one member a group, so a message it *needs* is one addressed to a
-group it holds: the figure a backend that routes by interest processes, and a backend
-that broadcasts processes every message.
+Messages are numbered: ``0 .. M-1`` go out as fast as the senders can (the throughput
+phase), ``M .. M+L-1`` at a fixed rate (the latency phase), each to group ``seq % G``.
+Two kinds of messages go to every group besides, each identified by a negative number:
+
+* :data:`PROBE`, before either phase, in rounds until every member got one: the
+  members' subscriptions are in effect;
+* a *fence* (:func:`fence_of`: one per sender) after both: each backend carries one
+  sender's messages to one worker in order, so once a member has every sender's fence,
+  its worker took in everything sent before, whoever it was addressed to (what a
+  worker *processed* is only read then).
+
+A worker holds at most one member a group, so a message it *needs* is one addressed to a
+group it holds: what a backend that routes by interest processes, where a backend that
+broadcasts processes every message.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ from router.errors import BenchSetupError
 
 PROBE: Final = -1
 """The sequence number of a probe (a message sent only to learn that a member gets them)."""
+FIRST_FENCE: Final = -2
+"""The sequence number of sender 0's fence; sender ``k``'s is ``-2 - k``."""
 BACKENDS: Final = ("router_channels", "channels_redis", "router_socketio", "socketio_redis")
 """Every backend measured, in the order of a run: each router backend before its peer."""
 MAX_WORKERS: Final = 32
@@ -98,14 +108,20 @@ class BackendsConfig:
         return below(first + count) - below(first)
 
     def needed(self, worker: int, probes: int) -> int:
-        """The messages addressed to ``worker``'s members over a run: both phases, and
-        ``probes`` probes to each group."""
+        """The messages addressed to ``worker``'s members over a run: both phases,
+        ``probes`` probes and a fence from each sender to each group."""
         every = self.messages + self.latency_messages
-        return sum(self.sends_to(g, 0, every) + probes for g in self.groups_of(worker))
+        extra = probes + self.senders
+        return sum(self.sends_to(g, 0, every) + extra for g in self.groups_of(worker))
 
     def expected(self, worker: int, first: int, count: int) -> int:
         """Deliveries to ``worker``'s members of the messages ``first .. first+count-1``."""
         return sum(self.sends_to(g, first, count) for g in self.groups_of(worker))
+
+
+def fence_of(sender: int) -> int:
+    """The sequence number of sender ``sender``'s fence."""
+    return FIRST_FENCE - sender
 
 
 class Receipts:
@@ -113,7 +129,8 @@ class Receipts:
     a socket.io sid), checked against the plan as it arrives.
 
     ``record(member, seq, sent_at)`` is called for every message a member gets:
-    a probe marks the member probed; a message for a group the member is not in is
+    a probe marks the member probed, a fence the member fenced by its sender; a message
+    for a group the member is not in is
     ``misdelivered``; a second copy of a message to the same member is a ``duplicate``;
     any other counts once, with its arrival time, and in the latency phase its latency
     (now - ``sent_at``, ``time.monotonic()``: one clock for every process of a Linux
@@ -123,6 +140,7 @@ class Receipts:
         self.config = config
         self.groups = config.groups_of(worker)
         self.probed = [False] * len(self.groups)
+        self.fenced: list[set[int]] = [set() for _ in self.groups]  # senders' fences seen
         self.seen: list[set[int]] = [set() for _ in self.groups]
         self.counts = [0, 0]  # distinct deliveries: throughput phase, latency phase
         self.last = [0.0, 0.0]  # the last of them (time.monotonic())
@@ -134,6 +152,9 @@ class Receipts:
         now = time.monotonic()
         if seq == PROBE:
             self.probed[member] = True
+            return
+        if FIRST_FENCE - self.config.senders < seq <= FIRST_FENCE:
+            self.fenced[member].add(FIRST_FENCE - seq)
             return
         if seq < 0 or self.config.group_of(seq) != self.groups[member]:
             self.misdelivered += 1
@@ -150,8 +171,13 @@ class Receipts:
             self.latencies.append(now - sent_at)
 
     def status(self) -> dict[str, Any]:
-        """Cheap, for polling: every member probed, and the distinct deliveries so far."""
-        return {"probed": all(self.probed), "counts": list(self.counts)}
+        """Cheap, for polling: every member probed? fenced by every sender? The distinct
+        deliveries so far."""
+        return {
+            "probed": all(self.probed),
+            "fenced": all(len(seen) == self.config.senders for seen in self.fenced),
+            "counts": list(self.counts),
+        }
 
     def report(self) -> dict[str, Any]:
         return {

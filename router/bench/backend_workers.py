@@ -7,8 +7,9 @@ a worker (:func:`worker_main`)::
 
     ("open", spec)  -> the backend's layer or manager, and one member for each group the
                        worker holds (:meth:`BackendsConfig.groups_of`); "ready"
-    "status"        -> Receipts.status(): every member probed? distinct deliveries so far
-    "report"        -> Receipts.report() and "processed": messages its backend handled
+    "status"        -> Receipts.status() (every member probed? fenced? deliveries so
+                       far) and "processed": messages its backend handled so far
+    "report"        -> Receipts.report() and "processed"
     "close"         -> closes the backend, leaves its loop; "closed"
 
 a sender (:func:`sender_main`; the sender ``lane`` of ``lanes`` sends the messages
@@ -16,6 +17,7 @@ a sender (:func:`sender_main`; the sender ``lane`` of ``lanes`` sends the messag
 
     ("open", spec)                        -> a layer, or a write-only manager; "ready"
     "probe"                               -> one probe to every group; "probed"
+    ("fence", lane)                       -> its fence to every group; "fenced"
     ("burst", first, count, lane, lanes)  -> its share as fast as it can, WINDOW sends in
                                              flight; {"start", "end"} (time.monotonic())
     ("paced", first, count, lane, lanes)  -> its share at rate / lanes a second; the same
@@ -52,7 +54,7 @@ from typing import Any, Final, Protocol
 import socketio
 from channels_redis.pubsub import RedisPubSubChannelLayer
 
-from router.bench.backend_plan import PROBE, BackendsConfig, Receipts
+from router.bench.backend_plan import PROBE, BackendsConfig, Receipts, fence_of
 from router.integrations.channels_layer import RouterChannelLayer
 from router.integrations.socketio_manager import RouterManager
 
@@ -351,7 +353,7 @@ def _worker_session(pipe: Connection, worker: int, config: BackendsConfig) -> Se
         pipe.send("ready")
         while (command := await asyncio.to_thread(pipe.recv)) != "close":
             if command == "status":
-                pipe.send(receipts.status())
+                pipe.send({**receipts.status(), "processed": side.processed()})
             elif command == "report":
                 pipe.send({**receipts.report(), "processed": side.processed()})
 
@@ -366,6 +368,10 @@ def _sender_session(pipe: Connection, config: BackendsConfig) -> Session:
             if command == "probe":
                 await asyncio.gather(*(side.send(g, PROBE) for g in range(config.groups)))
                 pipe.send("probed")
+            elif command[0] == "fence":
+                fence = fence_of(command[1])
+                await asyncio.gather(*(side.send(g, fence) for g in range(config.groups)))
+                pipe.send("fenced")
             elif command[0] == "burst":
                 pipe.send(await burst(side, config, *command[1:]))
             elif command[0] == "paced":

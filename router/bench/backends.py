@@ -15,7 +15,7 @@ Four backends in turn, on the same processes and the same Redis:
 * python-socketio: :class:`RouterManager` (``router_socketio``), then
   ``socketio.AsyncRedisManager`` (``socketio_redis``).
 
-For each, three phases:
+For each, three phases, then a fence:
 
 1. *probes*: every sender sends one message to every group, again every
    :data:`PROBE_WAIT` s, until every member got one (its subscription is in effect);
@@ -29,14 +29,18 @@ For each, three phases:
    :data:`~router.bench.backend_workers.WINDOW` in flight; ``msgs_per_s`` is M over the
    time from the first send to the last delivery on any worker, ``send_s`` how long the
    senders took, ``senders_/workers_/redis_cpu_us_per_msg`` the CPU the senders, the
-   workers and Redis spent per message meanwhile (what moves least on a shared machine).
+   workers and Redis spent per message meanwhile (what moves least on a shared machine);
+4. *fence*: every sender sends a fence to every group; once every member has them all,
+   each worker has taken in everything sent before (``fenced``); its figures are read
+   once what it processed has settled (:func:`_fence`).
 
 Every delivery is checked: ``lost`` (expected, not made after :data:`DRAIN_QUIET` s
 without a new one), ``duplicates``, ``misdelivered`` (to a member of another group);
 ``answers_agree`` holds when every backend delivered exactly the expected messages to
 exactly their groups' members. ``processed_per_worker`` is what each worker's backend
-took in and handled (probes included), ``needed_per_worker`` how many of those were
-addressed to its members: a backend that routes by interest processes only those.
+took in and handled (probes and fences included), ``needed_per_worker`` how many of
+those were addressed to its members: a backend that routes by interest processes only
+those.
 ``vs_channels_redis`` and ``vs_socketio_redis`` are the router backend's ``msgs_per_s``
 over its peer's, cut to two decimals.
 """
@@ -67,6 +71,8 @@ PROBE_WAIT: Final = 0.2
 """Seconds between two rounds of probes while a member has not got one."""
 DRAIN_QUIET: Final = 5.0
 """Seconds without a new delivery after which the ones still missing count as lost."""
+SETTLE_QUIET: Final = 1.0
+"""Seconds without a change after which what the workers processed counts as settled."""
 POLL: Final = 0.05
 PEERS: Final = {"router_channels": "channels_redis", "router_socketio": "socketio_redis"}
 
@@ -165,6 +171,34 @@ def _probe(senders: list[_Process], workers: list[_Process]) -> int:
             raise RuntimeError(f"members got no probe in {SETUP_TIMEOUT:.0f} s")
 
 
+def _fence(senders: list[_Process], workers: list[_Process], total: int) -> bool:
+    """Every sender's fence to every group; then wait until every member got them all
+    (False if that took over :data:`DRAIN_QUIET` s: the backend lost some), and until
+    what each worker processed is settled: every message sent (``total``), or no change
+    for :data:`SETTLE_QUIET` s. Only fences can still be on their way then (the fence of
+    a group a worker does not hold may follow its own)."""
+    for lane, sender in enumerate(senders):
+        sender.send(("fence", lane))
+    for sender in senders:
+        _expect(sender.answer(SETUP_TIMEOUT), "fenced", sender.name)
+    fenced = False
+    deadline = time.monotonic() + DRAIN_QUIET
+    while not fenced and time.monotonic() < deadline:
+        fenced = all(status["fenced"] for status in _all(workers, "status", SETUP_TIMEOUT))
+        time.sleep(POLL)
+    last: list[int] = []
+    since = time.monotonic()
+    while True:
+        processed = [status["processed"] for status in _all(workers, "status", SETUP_TIMEOUT)]
+        if all(count >= total for count in processed):
+            return fenced
+        if processed != last:
+            last, since = processed, time.monotonic()
+        elif time.monotonic() - since > SETTLE_QUIET:
+            return fenced
+        time.sleep(POLL)
+
+
 def _drain(workers: list[_Process], phase: int, expected: int) -> None:
     """Until the workers' distinct deliveries of ``phase`` reach ``expected``, or none
     came for :data:`DRAIN_QUIET` seconds."""
@@ -227,7 +261,8 @@ def _cpu_of(processes: list[_Process]) -> float | None:
 def _measure(
     spec: BackendSpec, senders: list[_Process], workers: list[_Process], config: BackendsConfig
 ) -> dict[str, Any]:
-    """One backend: probes, the latency phase, the throughput phase; its figures."""
+    """One backend: probes, the latency phase, the throughput phase, the fence; its
+    figures."""
     messages, latency_messages = config.messages, config.latency_messages
     longest = SETUP_TIMEOUT + (messages + latency_messages) / 50  # (a send rate nobody has)
     lanes = len(senders)
@@ -251,6 +286,8 @@ def _measure(
             bursts = [sender.answer(longest) for sender in senders]
             _drain(workers, 0, expected[0])
             meter.stop()
+            total = messages + latency_messages + (rounds + 1) * lanes * config.groups
+            fenced = _fence(senders, workers, total)
             reports = _all(workers, "report", SETUP_TIMEOUT)
     finally:
         meter.close()
@@ -275,6 +312,7 @@ def _measure(
         "duplicates": sum(r["duplicates"] for r in reports),
         "misdelivered": sum(r["misdelivered"] for r in reports),
         "probe_rounds": rounds,
+        "fenced": fenced,
         "processed_per_worker": processed,
         "needed_per_worker": needed,
         "processed_over_needed": cut(sum(processed) / sum(needed)),

@@ -31,6 +31,7 @@ FIELDS = (
     "duplicates",
     "misdelivered",
     "probe_rounds",
+    "fenced",
     "processed_per_worker",
     "needed_per_worker",
     "processed_over_needed",
@@ -58,7 +59,8 @@ def test_every_backend_delivers_exactly_the_plan(redis_standalone_url: str) -> N
     assert report["answers_agree"] is True
     assert report["vs_channels_redis"] > 0 and report["vs_socketio_redis"] > 0
     # 6 groups, a member each on one of 3 workers: each worker holds 2 groups, a third of
-    # every message; a probe round is one probe from each of the 2 senders to each group.
+    # every message; a probe round is one probe from each of the 2 senders to each group,
+    # and each sender ends with a fence to each group.
     messages = 300 + 120  # throughput phase + latency phase (240/s for 0.5 s): 70 a group
     for name, figures in report["backends"].items():
         assert set(FIELDS) <= set(figures), name
@@ -68,7 +70,8 @@ def test_every_backend_delivers_exactly_the_plan(redis_standalone_url: str) -> N
         for part in ("senders", "workers", "redis"):  # (/proc and Redis's INFO both answer)
             assert figures[f"{part}_cpu_us_per_msg"] is not None, name
         assert 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"], name
-        everything = messages + figures["probe_rounds"] * 2 * 6
+        assert figures["fenced"] is True, name
+        everything = messages + (figures["probe_rounds"] + 1) * 2 * 6
         assert figures["needed_per_worker"] == [everything // 3] * 3, name
         processed = figures["processed_per_worker"]
         if name == "socketio_redis":  # one Redis channel: every worker reads every message
