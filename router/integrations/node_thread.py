@@ -90,7 +90,8 @@ class NodeThread:
 
     async def call(self, factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """Run ``factory()`` on the node's loop and return its result (see the module)."""
-        await self.start()
+        if not self.running:  # (awaiting a done start would cost a wake-up of this loop)
+            await self.start()
         future = asyncio.run_coroutine_threadsafe(_to_the_end(factory), self.loop)
         return await asyncio.wrap_future(future)
 
