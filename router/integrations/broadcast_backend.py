@@ -40,7 +40,6 @@ it (``deferred``) and applies it once Redis answers again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 from collections import deque
@@ -56,7 +55,6 @@ import router
 from router.api import default_node_id
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
-from router.core.hooks import ClientInfo, HookPoint
 from router.core.messages import Delivery
 from router.core.options import MAX_SUBSCRIPTION_IDENTIFIER
 from router.core.topics import validate_filter
@@ -88,7 +86,6 @@ KEYWORD_OPTIONS: Final = {f.name for f in fields(NodeConfig)} - {"node_id"} | {
 }
 RETRY_FIRST: Final = 0.05  # seconds before the first retry of a change Redis did not take
 RETRY_MAX: Final = 2.0  # ... and the longest wait between two
-DETACH_WAIT: Final = 5.0  # the longest wait for the node to finish ending the client's session
 
 _backends = itertools.count(1)  # (node ids of the backends of one process)
 
@@ -164,7 +161,6 @@ class RouterBackend(BroadcastBackend):
         self._last_id = 0
         self._unsynced: set[str] = set()  # changes Redis did not take yet: channels to redo
         self._redo = asyncio.Event()
-        self._detached = asyncio.Event()  # (the node finished ending the client's session)
         self._repairer: asyncio.Task[None] | None = None
         self._syncing = asyncio.Lock()  # (a resubscribe and a repair run one at a time)
         self._counts = dict.fromkeys(
@@ -185,7 +181,6 @@ class RouterBackend(BroadcastBackend):
             node = await stack.enter_async_context(
                 router.connect(self._redis_url, node_id=self.node_id, **self._options)
             )
-            node.hooks.register(HookPoint.CLIENT_DISCONNECTED, self._on_detached)
             node.liveness.on_cut_off(self._on_cut_off)
             await node.connect(self.client_id)
         except BaseException:
@@ -330,20 +325,11 @@ class RouterBackend(BroadcastBackend):
             self.node_id,
         )
 
-    def _on_detached(self, client: ClientInfo, reason: str) -> None:
-        if client.client_id == self.client_id:
-            self._detached.set()
-
     async def _resubscribe(self) -> None:
         """Attach the client again and subscribe every channel again (its session ended
-        while the backend runs), retrying with backoff until Redis takes it. It waits
-        first for the node to finish ending the session (its ``client.disconnected``
-        hook; at most :data:`DETACH_WAIT`): an attach while the node still removes the
-        session from Redis would make that removal fail."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(DETACH_WAIT):
-                await self._detached.wait()
-        self._detached.clear()
+        while the backend runs), retrying with backoff until Redis takes it. The node
+        finishes ending the old session first (a connect waits for the client's steps
+        under way)."""
         delay = RETRY_FIRST
         while True:
             node = self.node

@@ -52,7 +52,6 @@ from socketio.async_pubsub_manager import AsyncPubSubManager
 from router.api import connect, default_node_id
 from router.cluster.node import RouterNode
 from router.cluster.tasks import stop_task
-from router.core.hooks import ClientInfo, HookPoint
 from router.core.messages import Outgoing, PublishResult
 from router.errors import ClientNotConnectedError, InvalidSettingError, RouterError
 from router.integrations.socketio_rooms import ACK, RoomInterest, RoomKey, Topics
@@ -63,8 +62,6 @@ TOKEN: Final = "router_token"
 """The key of the token an ``enter_room``/``leave_room`` of a remote sid asks a reply for."""
 SEEN_COPIES: Final = 4096
 ACK_TIMEOUT: Final = 5.0
-DETACH_WAIT: Final = 5.0
-"""Seconds a re-attach waits for the node to finish ending the session it ended."""
 RETRY_FIRST: Final = 0.1
 RETRY_MOST: Final = 5.0
 COUNTERS: Final = (
@@ -157,7 +154,6 @@ class RouterManager(AsyncPubSubManager):  # type: ignore[misc]  # (socketio is u
         self._replies: set[asyncio.Task[None]] = set()
         self._waits: dict[str, _AckWait] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
-        self._detached = asyncio.Event()
         self._counts = dict.fromkeys(COUNTERS, 0)
 
     # -- the node --------------------------------------------------------------------
@@ -195,7 +191,6 @@ class RouterManager(AsyncPubSubManager):  # type: ignore[misc]  # (socketio is u
             return node
         try:
             await self._attach(node)
-            node.hooks.register(HookPoint.CLIENT_DISCONNECTED, self._on_detached)
             node.liveness.on_cut_off(self._on_cut_off)
         except BaseException:
             await self._exit.aclose()
@@ -225,7 +220,6 @@ class RouterManager(AsyncPubSubManager):  # type: ignore[misc]  # (socketio is u
         node, self._node = self._node, None
         try:
             if node is not None and not self.write_only:
-                node.hooks.unregister(HookPoint.CLIENT_DISCONNECTED, self._on_detached)
                 node.liveness.forget_cut_off(self._on_cut_off)
                 with contextlib.suppress(RouterError):
                     await node.disconnect(self._client_id)
@@ -396,12 +390,8 @@ class RouterManager(AsyncPubSubManager):  # type: ignore[misc]  # (socketio is u
 
     async def _reattach(self, node: RouterNode) -> None:
         """Attach this server's client again and subscribe it again to everything it held,
-        retrying while Redis refuses. Waits first (at most :data:`DETACH_WAIT`) for the
-        node to finish ending the session: attaching meanwhile would make that fail."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(DETACH_WAIT):
-                await self._detached.wait()
-        self._detached.clear()
+        retrying while Redis refuses (the node finishes ending the old session first: a
+        connect waits for the client's steps under way)."""
         delay = RETRY_FIRST
         while True:
             try:
@@ -418,10 +408,6 @@ class RouterManager(AsyncPubSubManager):  # type: ignore[misc]  # (socketio is u
 
     def _held_rooms(self) -> list[RoomKey]:
         return [(ns, room) for ns, rooms in self.rooms.items() for room in rooms]
-
-    def _on_detached(self, client: ClientInfo, reason: str) -> None:
-        if client.client_id == self._client_id:
-            self._detached.set()
 
     def _on_cut_off(self) -> None:
         self._counts["cut_offs"] += 1
