@@ -142,3 +142,30 @@ async def test_copies_sent_to_an_old_node_that_died_in_its_grace_are_recovered_f
     await a.publish("news", b"after", qos=1)
     got = await take(c, "roamer", 2)
     assert [d.payload for d in got] == [b"late", b"after"]
+
+
+MOVED = 300  # (about 1 resume in 100 met the race: 300 meet it at least once)
+
+
+async def test_a_live_node_hands_on_every_session_resumed_elsewhere(
+    start_node: StartNode,
+) -> None:
+    """Each of many away sessions resumed on another node is handed on by its live old
+    node: none waits for a handoff that is not coming (``handoffs_missed``). The old
+    node's heartbeat audit used to see the new claim in Redis before the takeover notice
+    that follows it, and close its copy without a handoff: the resume then waited its
+    whole ``handoff_timeout`` (5 s) and recovered the copies from the old node's inbox."""
+    a = await start_node("a")
+    for index in range(MOVED):
+        await a.connect(f"s{index}", clean_start=False, expiry=600)
+        await a.subscribe(f"s{index}", "fleet/all", qos=1, confirm=False)
+        await a.put_away(f"s{index}")
+    await a.publish("fleet/all", b"queued", qos=1)
+    await waiting.eventually(
+        lambda: a.stats()["session_queued"] == MOVED, 10.0, "a copy queued for each session"
+    )
+    b = await start_node("b")
+    for index in range(MOVED):
+        assert await b.connect(f"s{index}", clean_start=False, expiry=600)
+        assert [d.payload for d in await take(b, f"s{index}", 1)] == [b"queued"], index
+    assert b.stats()["handoffs_missed"] == 0

@@ -13,7 +13,11 @@ A client that connects to another node is taken over there (MQTT-3.1.4-3):
    is the newer one (a notice older than the node's claim is ignored);
 3. should a notice be lost, :meth:`SessionClaims.audit` (run each heartbeat) checks the
    Redis claims of up to :data:`AUDIT_BATCH` local sessions in turn (read together, one
-   command a session), and closes those another node claimed since.
+   command a session), and closes those another node claimed since, once the claim is
+   still found newer at the next audit: the notice, written just after the claim, is
+   given that heartbeat to arrive. (Closing on the first sight raced the notice: the
+   copy closed without handing the session on, and the resume on the new node waited
+   its whole ``handoff_timeout`` for a handoff that was never to come.)
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ class SessionClaims:
         self._close_taken_over = close_taken_over
         self._held: dict[str, Owner] = {}
         self._audit_queue: list[str] = []  # local clients whose claim is checked next
+        self._claimed_elsewhere: dict[str, Owner] = {}  # newer claims one audit has seen
         self.taken_over = 0
 
     def __contains__(self, client_id: object) -> bool:
@@ -168,7 +173,8 @@ class SessionClaims:
 
     async def audit(self) -> None:
         """Check the Redis claim of the next :data:`AUDIT_BATCH` local sessions (all of
-        them in turn, a call at a time); close those another node claimed since."""
+        them in turn, a call at a time); close those another node claimed since, when the
+        previous call found that same newer claim too (see the module docstring)."""
         batch: list[tuple[str, Owner]] = []
         queue = self._audit_queue
         while queue and len(batch) < AUDIT_BATCH:
@@ -179,12 +185,18 @@ class SessionClaims:
         if not queue:
             self._audit_queue = list(self._held)
         claims = await self._store.owners([client_id for client_id, _ in batch])
+        seen, self._claimed_elsewhere = self._claimed_elsewhere, {}
         for (client_id, held), claim in zip(batch, claims, strict=True):
             if claim is None or claim.epoch <= held.epoch:
                 continue
-            if self._held.get(client_id) == held:  # (not reconnected meanwhile)
-                log.warning("client %s was taken over by node %s", client_id, claim.node_id)
-                await self._drop(client_id, None)
+            if self._held.get(client_id) != held:  # (reconnected meanwhile)
+                continue
+            if seen.get(client_id) != claim:  # (first sight: its notice may be on its way)
+                self._claimed_elsewhere[client_id] = claim
+                self._audit_queue.append(client_id)  # (checked again at the next audit)
+                continue
+            log.warning("client %s was taken over by node %s", client_id, claim.node_id)
+            await self._drop(client_id, None)
 
     async def _drop(self, client_id: str, notice: Takeover | None) -> None:
         del self._held[client_id]

@@ -141,6 +141,7 @@ class SessionKeeper:
         self.sessions_expired = 0
         self.sessions_resumed = 0
         self.tails_lost = 0
+        self.handoffs_missed = 0  # resumes whose previous node, alive or not, did not hand on
 
     def queue(self, client_id: str, expiry: int) -> SessionQueue:
         return SessionQueue(self._redis, self._keys, client_id, expiry)
@@ -491,6 +492,7 @@ class SessionKeeper:
         session on (its copies join what the resume took), else drop the mark."""
         previous = resume.previous
         if not resume.handed and previous is not None:
+            self.handoffs_missed += 1
             resume.read.deliveries += await self._recovery.recover_for(
                 previous.node_id, client_id, resume.recovery
             )
@@ -589,4 +591,5 @@ class SessionKeeper:
             "offline_qos0_skipped": self.spills.offline_qos0_skipped,
             "expired_dropped": self.expired_dropped,
             "handoff_tails_lost": self.tails_lost,
+            "handoffs_missed": self.handoffs_missed,
         }
