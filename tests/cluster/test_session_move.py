@@ -147,7 +147,8 @@ async def test_copies_sent_to_an_old_node_that_died_in_its_grace_are_recovered_f
 
 
 MOVED = 20
-NOTICE_DELAY = 0.1  # (half the nodes' heartbeat interval: an audit comes between, half the time)
+HEARTBEAT = 0.5  # (each heartbeat runs the claims' audit)
+NOTICE_DELAY = HEARTBEAT / 2  # (an audit comes between claim and notice half the time)
 
 
 async def test_a_live_node_hands_on_every_session_resumed_elsewhere(
@@ -165,7 +166,7 @@ async def test_a_live_node_hands_on_every_session_resumed_elsewhere(
         await asyncio.sleep(NOTICE_DELAY)
         await notify(self, node_id, notice)
 
-    a = await start_node("a")
+    a = await start_node("a", heartbeat_interval=HEARTBEAT, heartbeat_ttl=5 * HEARTBEAT)
     for index in range(MOVED):
         await a.connect(f"s{index}", clean_start=False, expiry=600)
         await a.subscribe(f"s{index}", "fleet/all", qos=1, confirm=False)
@@ -174,7 +175,7 @@ async def test_a_live_node_hands_on_every_session_resumed_elsewhere(
     await waiting.eventually(
         lambda: a.stats()["session_queued"] == MOVED, 10.0, "a copy queued for each session"
     )
-    b = await start_node("b")
+    b = await start_node("b", heartbeat_interval=HEARTBEAT, heartbeat_ttl=5 * HEARTBEAT)
     monkeypatch.setattr(Forwarder, "notify", late)
     for index in range(MOVED):
         assert await b.connect(f"s{index}", clean_start=False, expiry=600)
