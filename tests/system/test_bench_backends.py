@@ -75,7 +75,9 @@ def test_every_backend_delivers_exactly_the_plan(redis_standalone_url: str) -> N
         assert figures["needed_per_worker"] == [everything // 3] * 3, name
         processed = figures["processed_per_worker"]
         if name == "socketio_redis":  # one Redis channel: every worker reads every message
-            assert processed == [everything] * 3
+            # (the other workers' last fences, after the worker's own, may be on their way)
+            fences = 2 * 6
+            assert all(everything - fences <= count <= everything for count in processed)
         else:  # the router's backends route by interest; channels_redis's pub/sub layer
             # subscribes one Redis channel per group: each worker took in only its own
             assert processed == figures["needed_per_worker"], name
