@@ -17,16 +17,13 @@ channel layer specification; the two the suite itself marks xfail are listed too
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Final
 
 from router.state.keys import Keys
 from tests.integrations.channels_swap import PREFIX_VARIABLE, REPORT_VARIABLE, URL_VARIABLE
 from tests.support import cli as cli_support
-from tests.support.framework_suites import REPOSITORY, suite_root
+from tests.support.framework_suites import REPOSITORY, run_suite, suite_root
 
 FILES: Final = ("tests/test_pubsub.py", "tests/test_core.py")
 # (mostly waits on timeouts and expiries: workers run them side by side)
@@ -140,26 +137,14 @@ def test_channels_redis_suite_passes_but_for_its_internals(
     root = suite_root("channels_redis")
     report = tmp_path / "outcomes.json"
     env = {
-        **os.environ,
         URL_VARIABLE: redis_standalone_url,
         PREFIX_VARIABLE: keys.prefix,
         REPORT_VARIABLE: str(report),
         "PYTHONPATH": str(REPOSITORY),
     }
-    command = [
-        *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
-        *("-p", "tests.integrations.channels_swap", "-n", str(WORKERS), *FILES),
-    ]
+    arguments = ["-n", str(WORKERS), *FILES]
     try:
-        run = subprocess.run(
-            command,
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=SUITE_TIMEOUT,
-            check=False,  # (the listed failures make it exit 1)
-        )
+        run = run_suite(root, "tests.integrations.channels_swap", arguments, env, SUITE_TIMEOUT)
         outcomes = json.loads(report.read_text()) if report.exists() else {}
     finally:
         for worker in ("", *(f"gw{n}" for n in range(WORKERS))):

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from xml.etree import ElementTree
@@ -30,6 +28,7 @@ from xml.etree import ElementTree
 import pytest
 
 from router.state.keys import Keys
+from tests.support import framework_suites
 from tests.support.cli import delete_namespace
 from tests.support.framework_suites import suite_root
 
@@ -83,7 +82,6 @@ def run_suite(
     """Run ``tests`` of the suite with ``swap`` swapped; each test's name -> its outcome
     (``passed``, ``failed``, ``error``, ``skipped``)."""
     env = {
-        **os.environ,
         "PYTHONPATH": os.pathsep.join(
             filter(None, [str(PLUGIN_DIR), os.environ.get("PYTHONPATH")])
         ),
@@ -92,19 +90,8 @@ def run_suite(
         "ROUTER_SUITE_PREFIX": prefix,
         "ROUTER_SUITE_CONTROL": "1" if control else "0",
     }
-    command = [
-        *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "socketio_swap"),
-        *("--timeout", "30", f"--junitxml={report}", tests),
-    ]
-    finished = subprocess.run(
-        command,
-        check=False,
-        cwd=suite,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-    )
+    arguments = ["--timeout", "30", f"--junitxml={report}", tests]
+    finished = framework_suites.run_suite(suite, "socketio_swap", arguments, env, RUN_TIMEOUT)
     assert report.exists(), finished.stdout[-3000:] + finished.stderr[-3000:]
     swapped = re.search(r"socketio_swap: built (\d+), started (\d+)", finished.stdout)
     assert swapped is not None, finished.stdout[-3000:]

@@ -12,9 +12,11 @@ test then runs pytest there, in a subprocess, with our backend swapped in.
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 import tarfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -95,3 +97,24 @@ def _download(suite: Suite) -> None:
         raise SuiteFetchError(
             f"pip download {suite.distribution}=={suite.version}: {detail.decode()[-500:]}"
         ) from failure
+
+
+def run_suite(
+    root: Path, plugin: str, arguments: Sequence[str], env: Mapping[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Run pytest on ``arguments`` in the unpacked suite ``root`` with our ``plugin`` (a
+    module that swaps our class in), this process's environment plus ``env``; its output
+    is captured, and its exit status left to the caller (the expected failures make it 1)."""
+    command = [
+        *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", plugin),
+        *arguments,
+    ]
+    return subprocess.run(
+        command,
+        cwd=root,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
