@@ -9,6 +9,11 @@ How the mirror learns about changes:
   registry (loading new nodes, dropping nodes that are not alive anymore, once it may
   judge them: see :meth:`MirrorSync.refresh`) and purges nodes whose heartbeat expired;
   a lost hint costs at most one interval;
+* the node's view of who is in the cluster is *current* while the hints connection it
+  had when it last listed the registry is still up (a join is announced by a hint); once
+  that connection failed, a hint and so a join may have been missed, and
+  :meth:`MirrorSync.ensure_current` lists the registry again before a subscribe relies
+  on whom the node knows (:mod:`router.cluster.visibility`);
 * when a stream cannot be followed (trimmed past the reader, Redis flushed or restarted,
   the route set claimed again, or a version gap) the node is reloaded from a snapshot,
   which carries its generation and version together.
@@ -84,6 +89,8 @@ class MirrorSync:
         self._hinting: asyncio.Task[None] | None = None  # registered nodes whose heartbeat expired
         self._running: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
+        self._current_since: int | None = None  # the hints subscription the view is current for
+        self._refreshing: asyncio.Task[None] | None = None  # (its callers share it)
         self.resyncs = 0
         self.purged = 0
 
@@ -92,14 +99,14 @@ class MirrorSync:
         listener and the periodic refresh run under ``supervisor``."""
         await self._hints.subscribe()
         supervisor.start("route-hints", self._listen)
-        await self.refresh()
         # Start returns with every live node loaded: a publish right after start is routed.
-        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        await self._list_and_load()
         supervisor.start("route-refresh", self._periodic)
 
     async def stop(self) -> None:
         """Release the hint connection (the supervisor stopped the tasks)."""
-        for task in [*self._running.values(), *self._adopting.values(), self._hinting]:
+        tasks = [*self._running.values(), *self._adopting.values(), self._hinting]
+        for task in [*tasks, self._refreshing]:
             await stop_task(task)
         self._running.clear()
         await self._hints.close()
@@ -231,6 +238,38 @@ class MirrorSync:
         for node_id in sorted(registered - {self._node_id}):
             self.request(node_id)
 
+    async def ensure_current(self) -> None:
+        """Return once this node knows every node registered now, when it cannot be sure
+        it does (its hints connection failed since it last listed the registry: a join
+        may have gone unheard): list the registry again and load the nodes it finds.
+        Costs nothing while the view is current. Raises :class:`StateFailureError` when
+        Redis fails the listing (the view stays as it was)."""
+        if not self.current:
+            await asyncio.shield(self._listing())
+
+    def _listing(self) -> asyncio.Task[None]:
+        """The listing of the registry under way, or a new one (its callers share it)."""
+        listing = self._refreshing
+        if listing is None or listing.done():
+            listing = self._refreshing = asyncio.create_task(self._list_and_load())
+            listing.add_done_callback(_retrieved)
+        return listing
+
+    @property
+    def current(self) -> bool:
+        """True while the registry was listed on the hints subscription that is up now."""
+        listening = self._hints.listening
+        return listening is not None and listening == self._current_since
+
+    async def _list_and_load(self) -> None:
+        """:meth:`refresh`, then wait for the nodes it asked to load; the view is current
+        if the hints subscription it began on is still up."""
+        listening = self._hints.listening
+        await self.refresh()
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        if listening is not None and listening == self._hints.listening:
+            self._current_since = listening
+
     async def purge_dead(self) -> None:
         """Purge nodes whose heartbeat expired (any live node may; purges are idempotent),
         unless this node is not steady when the answer comes (a stall just ended).
@@ -300,7 +339,10 @@ class MirrorSync:
             await asyncio.sleep(self._interval)
             try:
                 await self.purge_dead()
-                await self.refresh()
+                if self.current:
+                    await self.refresh()
+                else:
+                    await self.ensure_current()
             except StateFailureError:  # (unreachable: the next round tries again; others raise)
                 log.warning("route refresh failed", exc_info=True)
 
@@ -313,6 +355,9 @@ class MirrorSync:
                 # says then (see router.state.route_hints).
                 log.warning("route hints connection failed (%s); subscribing again", exc)
                 await asyncio.sleep(self._interval)
+                with contextlib.suppress(StateFailureError):  # (the next round says)
+                    await self._hints.subscribe()
+                    self._listing()  # (what the hints missed: read now, not next round)
                 continue
             if heard is None:
                 continue
@@ -322,3 +367,9 @@ class MirrorSync:
                     self._on_ack(ack)
                 continue
             self.request(heard.data.decode("utf-8", "replace"))
+
+
+def _retrieved(listing: asyncio.Task[None]) -> None:
+    """A listing nobody waited for failed: the next round lists again (logged there)."""
+    if not listing.cancelled():
+        listing.exception()

@@ -107,6 +107,7 @@ class RouterNode:
             self.node_id,
             lambda: [n for n in self.mirror.nodes() if n not in self._sync.dead],
             config.heartbeat_ttl,
+            know_peers=lambda: self._sync.ensure_current(),  # noqa: PLW0108 (made below)
         )
         self._sync = MirrorSync(
             redis,

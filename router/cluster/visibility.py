@@ -22,12 +22,18 @@ Two guarantees, and the two mechanisms behind them:
    subscribe of the same filter) is not acked yet; in steady state nothing is pending
    and a subscribe does not wait at all.
 
-What it does not cover: a node that joined the cluster after the wait began and has not
-been seen by this node yet (it loads the route sets when it starts, so it holds the
-route unless it read this node's routes before the change and its hint was lost; the
-periodic refresh catches it up within an interval). An UNSUBSCRIBE needs no cluster-wide
-wait: copies that still reach the node are matched against its own trie, which no
-longer holds the subscription, and are counted as unmatched.
+The peers waited for are the nodes this node knows. It hears of a join by a hint; when
+its hints connection failed (a Redis restart loses every hint in flight, and a join with
+them), it lists the registry again before it relies on whom it knows
+(:meth:`~router.cluster.mirror_sync.MirrorSync.ensure_current`).
+
+What it does not cover: a node that joined the cluster a moment before the wait began,
+while its join hint was still on its way to this node (it loads the route sets when it
+starts, so it holds the route unless it read this node's routes before the change and
+their hint was lost; the periodic refresh catches it up within an interval). An
+UNSUBSCRIBE needs no cluster-wide wait: copies that still reach the node are matched
+against its own trie, which no longer holds the subscription, and are counted as
+unmatched.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 
 from router.errors import StateFailureError
 from router.state.route_acks import RouteAck, RouteAcks
@@ -89,6 +95,10 @@ class ArrivalOrder:
             await asyncio.wait(list(self._open))
 
 
+async def _known() -> None:
+    """The peers a node knows are all there are (a writer without a membership view)."""
+
+
 class RouteVisibility:
     """A writer node's view of how far the other nodes' mirrors hold its route set."""
 
@@ -99,10 +109,12 @@ class RouteVisibility:
         peers: Callable[[], Iterable[str]],
         timeout: float,
         poll: float = 0.2,
+        know_peers: Callable[[], Awaitable[None]] = _known,
     ) -> None:
         self._acks = acks
         self._node_id = node_id
         self._peers = peers
+        self._know_peers = know_peers
         self.timeout = timeout
         self._poll = poll
         self._generations: dict[str, int] = {}  # generation -> its order here
@@ -147,12 +159,17 @@ class RouteVisibility:
 
     async def confirm(self) -> bool:
         """Wait until every other live node's mirror holds what this node has written so
-        far; True when they do, False when ``timeout`` seconds passed first (counted)."""
+        far; True when they do, False when ``timeout`` seconds passed first (counted).
+        The peers waited for are those this node knows once ``know_peers`` returned
+        (within the same timeout; a failure of Redis there leaves the peers known)."""
         target = self._target
-        if target is None or not self.lagging(target):
+        if target is None:
             return True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
+        await self._know_peers_within(self.timeout)
+        if not self.lagging(target):
+            return True
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -179,6 +196,17 @@ class RouteVisibility:
                 break
         self.waited += 1
         return True
+
+    async def _know_peers_within(self, seconds: float) -> None:
+        try:
+            async with asyncio.timeout(seconds):
+                await self._know_peers()
+        except (TimeoutError, StateFailureError) as exc:
+            log.warning(
+                "node %s could not list its peers (%r): waiting for those it knows",
+                self._node_id,
+                exc,
+            )
 
     async def _reread(self) -> None:
         """Read the acks hash: an ack on the channel may have been lost."""

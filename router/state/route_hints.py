@@ -49,6 +49,7 @@ class RouteHints:
         self._client: Redis | None = None
         self._pubsub: PubSub | None = None
         self._failed = False  # (the next subscription reads a cluster's slot map first)
+        self.subscriptions = 0  # successful subscriptions so far (each a new connection)
 
     async def announce(self, node_id: str) -> None:
         """Publish the hint that ``node_id``'s route set changed."""
@@ -70,6 +71,14 @@ class RouteHints:
         except StateFailureError:
             await self._failure()
             raise
+        self.subscriptions += 1
+
+    @property
+    def listening(self) -> int | None:
+        """The number of the subscription that hears the channels now (None while there
+        is none): the same number before and after some work means no hint was missed
+        in between."""
+        return self.subscriptions if self._pubsub is not None else None
 
     async def message(self, timeout: float) -> Heard | None:
         """The next message, waiting up to ``timeout`` seconds (None if none came);

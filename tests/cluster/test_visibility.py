@@ -7,13 +7,22 @@ here: what a subscribe waits for, that the wait is bounded, and that it is count
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+from collections.abc import Callable
 
 import pytest
 
+from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
+from router.errors import RouterError
+from router.state.connection import open_redis
+from router.state.keys import Keys
 from router.state.route_acks import RouteAcks
-from tests.support.nodes import StartNode, die
-from tests.support.waiting import eventually
+from router.state.scripts import RedisClient
+from tests.support.nodes import StartNode, die, take
+from tests.support.servers import RedisServer
+from tests.support.waiting import eventually, retried
 
 
 async def knows(node: RouterNode, *others: str) -> None:
@@ -65,3 +74,44 @@ async def test_a_node_that_never_acks_delays_a_subscribe_by_the_ttl_at_most(
     assert loop.time() - started < 5.0  # (bounded: well within the test's patience)
     assert a.stats()["subscribe_unconfirmed"] == 1
     assert list(a.sessions.trie.subscriptions("client")) == ["t"]
+
+
+@pytest.mark.redis
+async def test_a_subscribe_after_a_redis_restart_waits_for_a_node_whose_join_was_lost(
+    redis_server_factory: Callable[..., RedisServer], keys: Keys
+) -> None:
+    """Found by the model-based session test: b joined, and Redis restarted before a
+    heard b's join (pub/sub hints are lost with the server), so a's SUBACK waited for
+    nobody; b, which had missed a's route hint as well, acknowledged QoS 1 publishes for
+    the new subscription as unrouted. A node whose hints connection failed reads the
+    registry again before a subscribe may rely on whom it knows."""
+    server = redis_server_factory(aof=True)
+    clients: list[RedisClient] = []
+    nodes: list[RouterNode] = []
+
+    async def start(node_id: str) -> RouterNode:
+        redis = await open_redis(server.url, socket_timeout=2, socket_connect_timeout=2)
+        clients.append(redis)
+        config = NodeConfig(node_id, prefix=keys.prefix, heartbeat_interval=2.0, heartbeat_ttl=6.0)
+        nodes.append(await RouterNode(redis, config).start())
+        return nodes[-1]
+
+    try:
+        a = await start("a")
+        b = await start("b")
+        server.restart()  # (the loop stands still: a has not read b's join hint yet)
+        await retried(  # (a pooled connection may meet the restart: refused, as a SUBACK 0x80)
+            functools.partial(a.subscribe, "client", "t/#", qos=1), 5, (RouterError,), poll=0.1
+        )
+
+        result = await b.publish("t/1", b"after the SUBACK", qos=1)
+
+        assert result.nodes == ["a"]
+        [delivery] = await take(a, "client", 1)
+        assert delivery.payload == b"after the SUBACK"
+    finally:
+        for node in reversed(nodes):
+            with contextlib.suppress(RouterError):
+                await node.stop()
+        for redis in clients:
+            await redis.aclose()
