@@ -20,9 +20,10 @@ from router.cluster.inbox import Forward, Kick, pack_batch, pack_notice
 from router.cluster.mirror_sync import MirrorSync
 from router.cluster.node import RouterNode
 from router.cluster.sessions.adoption import Adoption
-from router.core.messages import Message
+from router.cluster.sessions.recovery import InboxRecovery
+from router.core.messages import Delivery, Message
 from router.core.topics import TopicName
-from router.errors import RouteWriteError
+from router.errors import RouteWriteError, StateFailureError
 from router.state.channels import Channel, ChannelMessage
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
@@ -187,6 +188,80 @@ async def test_a_client_that_resumed_elsewhere_before_its_node_restarted_gets_th
     await eventually(claimed_by_c, "c claimed the session")
     restarted = await start_node("a", heartbeat_ttl=30.0)
     await eventually(lambda: restarted.stats()["copies_unmatched"] == 1, "a read its backlog")
+    assert await resume
+    [delivery] = await take(c, "roamer", 1)
+    assert delivery.payload == b"stored in a's inbox"
+
+
+async def test_a_session_whose_away_mark_redis_refused_is_put_away_once_redis_takes_it(
+    start_node: StartNode, redis_client: RedisClient, keys: Keys
+) -> None:
+    """Found by the model-based session test: a connection ended while Redis refused the
+    session's away mark (just after a restart of Redis). The session stayed away in the
+    node's memory only, with no spiller: QoS 1 copies published to it stayed in memory and
+    were lost with the node. The node goes on marking it away until Redis takes it, then
+    queues its copies in Redis, where a resume on another node finds them."""
+    a = await start_node("a")
+    await a.connect("roamer", clean_start=False, expiry=600)
+    await a.subscribe("roamer", "news", qos=1)
+    session = keys.client_session("roamer")
+    saved = await redis_client.dump(session)
+    await redis_client.delete(session)
+    await redis_client.set(session, b"not a hash")  # session_mark.lua fails: WRONGTYPE
+    with pytest.raises(StateFailureError):
+        await a.put_away("roamer")
+    await a.publish("news", b"while Redis refused the mark", qos=1)
+    assert saved is not None
+    await redis_client.restore(session, 0, saved, replace=True)
+    await eventually(lambda: a.stats()["session_queued"] == 1, "a queued the copy in Redis")
+    await die(a)
+    b = await start_node("b", handoff_timeout=2.0)
+    assert await b.connect("roamer", clean_start=False, expiry=600)
+    [delivery] = await take(b, "roamer", 1)
+    assert delivery.payload == b"while Redis refused the mark"
+
+
+async def test_a_resume_that_takes_a_restarted_node_for_dead_recovers_from_its_mark(
+    start_node: StartNode,
+    redis_connect: Callable[..., Any],
+    keys: Keys,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by `router bench soak` (61 acknowledged messages lost): a dies; c, whose last
+    round found a dead, resumes a's client without waiting for a handoff and reads a's
+    inbox for it; a restarts under its id meanwhile and reads its backlog (no client for
+    it: c claimed it), moving its cursor. c read from that cursor, not from its mark made
+    before the claim, and found nothing."""
+
+    async def judged_before_the_restart(self: MirrorSync) -> None:
+        self.dead = frozenset({"a"})  # (no adoption, no purge: a's inbox stays routed)
+
+    monkeypatch.setattr(MirrorSync, "purge_dead", judged_before_the_restart)
+    old = await roamer_node(redis_connect, keys, "a", 30.0)
+    b = await start_node("b", heartbeat_ttl=30.0)
+    await eventually(lambda: "a" in b.mirror.match("news").nodes, "b routes news to a")
+    await die(old)
+    await b.publish("news", b"stored in a's inbox", qos=1)
+    c = await start_node("c", heartbeat_ttl=30.0)
+    await eventually(lambda: "a" in c._sync.dead, "c judged a dead")
+    restart_read = asyncio.Event()
+    recover_for = InboxRecovery.recover_for
+
+    async def after_the_restart(self: InboxRecovery, *args: Any) -> list[Delivery]:
+        await restart_read.wait()
+        return await recover_for(self, *args)
+
+    monkeypatch.setattr(InboxRecovery, "recover_for", after_the_restart)
+    resume = asyncio.ensure_future(c.connect("roamer", clean_start=False, expiry=600))
+
+    async def claimed_by_c() -> bool:
+        [owner] = await c.subscriptions.owners(["roamer"])
+        return owner is not None and owner.node_id == "c"
+
+    await eventually(claimed_by_c, "c claimed the session")
+    restarted = await start_node("a", heartbeat_ttl=30.0)
+    await eventually(lambda: restarted.stats()["copies_unmatched"] == 1, "a read its backlog")
+    restart_read.set()
     assert await resume
     [delivery] = await take(c, "roamer", 1)
     assert delivery.payload == b"stored in a's inbox"

@@ -124,7 +124,7 @@ class Adoption:
             raise
         finally:
             results = await asyncio.gather(*adoptions, return_exceptions=True)
-        self._recovery.backlogs.forget(dead)  # (purged next: no resume reads it again)
+        await self._recovery.forget(dead)  # (purged next: no resume reads it again)
         errors = [r for r in results if isinstance(r, BaseException)]
         adopted = sum(r for r in results if isinstance(r, int))
         self.sessions_adopted += adopted

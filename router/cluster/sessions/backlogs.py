@@ -9,13 +9,23 @@ matched once per client: a reconnect storm of N clients costs N times the inbox.
 keeps its messages in order with an index by topic, and reads on only what was added
 since; a client's copies are those of the topics its subscriptions match.
 
-It is kept only while its node is dead (no live reader moves the cursor) and dropped
-once the node is purged (:meth:`Backlogs.forget`) or after ``keep`` seconds unused.
+A backlog reads through a cursor of its own, a copy of the first resume's *mark* (where
+the dead node's reader stood before that resume's claim): the dead node's own cursor is
+not a safe start, because a node taken for dead may be restarting under its id and
+reading its inbox's backlog, moving that cursor past the copies the resume needs. Later
+resumes' marks stand at or after the first one's, so the backlog covers them too (a copy
+it gives that a client also got another way is a duplicate, never a loss).
+
+It is kept while its node is dead and dropped, its cursor deleted, once the node is
+purged or alive again (:meth:`Backlogs.forget`) or after ``keep`` seconds unused (whose
+cursor the next :meth:`Backlogs.stale` hands over for deleting; it also expires with the
+inbox's TTL).
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable, Iterable
 
 from router.cluster.inbox import Forward, unpack_record
@@ -37,14 +47,21 @@ class Backlog:
         self._after: int | None = None
         self._lock = asyncio.Lock()
         self.used = 0.0
+        self.reader: str | None = None  # its own cursor in the inbox, once made
 
-    async def catch_up(self, channel: Channel, reader: str) -> None:
-        """Read what the inbox holds after what was read before (through ``reader``,
-        the dead node's cursor); a missing cursor reads nothing."""
+    async def catch_up(self, channel: Channel, start: str) -> None:
+        """Read what the inbox holds after what was read before; the first time, from
+        where the cursor ``start`` stands (copied into the backlog's own cursor,
+        :attr:`reader`). A missing cursor reads nothing."""
         async with self._lock:
+            if self.reader is None:
+                own = f"backlog-{uuid.uuid4().hex}"
+                if not await channel.copy_cursor(start, own):
+                    return
+                self.reader = own
             while True:
                 try:
-                    result, self._after = await channel.read(reader, FETCH, self._after)
+                    result, self._after = await channel.read(self.reader, FETCH, self._after)
                 except SubscriptionNotFoundError:  # (retired, or expired)
                     return
                 for stored in result.messages:
@@ -75,20 +92,34 @@ class Backlogs:
         self._keep = keep
         self._now = now
         self._backlogs: dict[str, Backlog] = {}
+        self._dropped: list[tuple[str, str]] = []  # (dead node, reader) of unused backlogs
 
     def of(self, dead: str) -> Backlog:
         now = self._now()
         for node_id in [n for n, b in self._backlogs.items() if now - b.used > self._keep]:
-            del self._backlogs[node_id]
+            self._drop(node_id)
         backlog = self._backlogs.get(dead)
         if backlog is None:
             backlog = self._backlogs[dead] = Backlog()
         backlog.used = now
         return backlog
 
-    def forget(self, dead: str) -> None:
-        """``dead`` was purged (or is alive again): its backlog goes."""
-        self._backlogs.pop(dead, None)
+    def forget(self, dead: str) -> str | None:
+        """``dead`` was purged (or is alive again): its backlog goes. Returns the
+        backlog's cursor, for the caller to delete (None if there is none)."""
+        backlog = self._backlogs.pop(dead, None)
+        return None if backlog is None else backlog.reader
+
+    def stale(self) -> list[tuple[str, str]]:
+        """(dead node, cursor) of each backlog dropped unused since the last call: the
+        caller deletes them."""
+        dropped, self._dropped = self._dropped, []
+        return dropped
+
+    def _drop(self, dead: str) -> None:
+        reader = self.forget(dead)
+        if reader is not None:
+            self._dropped.append((dead, reader))
 
 
 def plain_forwards(content: bytes) -> list[Forward]:

@@ -45,6 +45,7 @@ whose Message Expiry Interval passed while queued are dropped when read
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ from router.cluster.sessions.spills import Spills
 from router.cluster.sessions.states import SessionState
 from router.cluster.tasks import stop_task
 from router.core.messages import Delivery, Outgoing
-from router.errors import RouterError
+from router.errors import RouterError, StateFailureError
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
 from router.state.session_store import (
@@ -163,20 +164,49 @@ class SessionKeeper:
         """The client left; keep its session (see the module docstring). While the tail
         of a move to this node is still being read, what the session holds goes to the
         queue once that tail is in (the spiller's first batch): it is newer. ``marked``:
-        Redis has the session away already (an adoption marked it)."""
+        Redis has the session away already (an adoption marked it).
+
+        Should Redis fail to take the away mark, :class:`StateFailureError` is raised and
+        the session is away here all the same: its timers run, and its spiller marks it
+        away in Redis as soon as Redis takes it, then queues its copies there (they are
+        never left in this node's memory only). Another error (the session was taken
+        over meanwhile) leaves it to the takeover notice."""
         client_id = session.client_id
         session.move_to(SessionState.AWAY)
-        if not marked:
-            await self.store.mark_away(
-                client_id, owner, expiry=session.expiry, awaiting_release=session.awaiting_release
-            )
         queue = self.queue(client_id, session.expiry)  # (one for the spiller's life)
-        await queue.ensure()  # (a reader idle longer than the interval had expired)
         away = self._away[client_id] = _Away(queue)
         tail = self._tails.get(client_id)
+        make_away = functools.partial(self._make_away, session, owner, queue, marked, tail)
+        try:
+            await make_away()
+        except StateFailureError:
+            self._keep_away(session, away, tail, will, will_delay, make_away)
+            raise
+        except BaseException:
+            self._away.pop(client_id, None)
+            raise
+        self._keep_away(session, away, tail, will, will_delay)
+
+    async def _make_away(
+        self,
+        session: ClientSession,
+        owner: Owner,
+        queue: SessionQueue,
+        marked: bool,
+        tail: asyncio.Task[None] | None,
+    ) -> None:
+        """The Redis part of :meth:`put_away`: the away mark, the queue's reader, and
+        (no tail under way) what the session holds, into the queue."""
+        if not marked:
+            await self.store.mark_away(
+                session.client_id,
+                owner,
+                expiry=session.expiry,
+                awaiting_release=session.awaiting_release,
+            )
+        await queue.ensure()  # (a reader idle longer than the interval had expired)
         if tail is None:
             await self.spills.write_together(queue, session.take_all(), session)
-        self._keep_away(session, away, tail, will, will_delay)
 
     async def put_away_adopted(
         self, sessions: list[ClientSession], queues: dict[str, SessionQueue]
@@ -203,8 +233,10 @@ class SessionKeeper:
         tail: asyncio.Task[None] | None,
         will: Outgoing | None,
         will_delay: int,
+        make_away: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """Arm the away session's timers and start its spiller."""
+        """Arm the away session's timers and start its spiller (which first runs
+        ``make_away``, the Redis part Redis failed, until Redis takes it)."""
         client_id = session.client_id
         loop = asyncio.get_running_loop()
         if session.expiry < NEVER:
@@ -214,18 +246,26 @@ class SessionKeeper:
             if will_delay < session.expiry:
                 away.will = loop.call_later(will_delay, self._spawn, self._will_due, client_id)
         away.spiller = asyncio.create_task(
-            self._spill_forever(session, away, tail), name=f"spill:{client_id}"
+            self._spill_forever(session, away, tail, make_away), name=f"spill:{client_id}"
         )
 
     async def _spill_forever(
-        self, session: ClientSession, away: _Away, tail: asyncio.Task[None] | None
+        self,
+        session: ClientSession,
+        away: _Away,
+        tail: asyncio.Task[None] | None,
+        make_away: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Move the session's copies to Redis as they come; with a ``tail`` under way,
         everything the session holds once it is in, first. A batch taken from the session
         is shielded from cancellation: :meth:`settle` waits for it instead. A batch that
         Redis does not take goes back into the session, tried again after
         :data:`SPILL_RETRY` seconds. It spills only while the session is AWAY: a batch
-        taken as the session stopped being away goes back into it, and the spiller ends."""
+        taken as the session stopped being away goes back into it, and the spiller ends.
+        With ``make_away``, that first, every :data:`SPILL_RETRY` seconds until Redis
+        takes it (the spiller ends if another node took the session over meanwhile)."""
+        if make_away is not None and not await self._retry_make_away(session, make_away):
+            return
         batch: list[Delivery] = []
         if tail is not None:
             await asyncio.wait([tail])
@@ -248,6 +288,25 @@ class SessionKeeper:
                 next_one = await session.get()
                 if next_one is not None:
                     batch.append(next_one)
+
+    async def _retry_make_away(
+        self, session: ClientSession, make_away: Callable[[], Awaitable[None]]
+    ) -> bool:
+        """Run ``make_away`` until Redis takes it (True), or until it is refused for
+        another reason or the session stopped being away (False)."""
+        while session.state is SessionState.AWAY:
+            await asyncio.sleep(SPILL_RETRY)
+            try:
+                await make_away()
+            except StateFailureError as exc:
+                log.debug("session of %s not marked away yet: %r", session.client_id, exc)
+                continue
+            except RouterError:
+                log.warning("session of %s not marked away", session.client_id, exc_info=True)
+                return False
+            log.info("session of %s marked away at last", session.client_id)
+            return True
+        return False
 
     async def queue_copies(self, client_id: str, expiry: int, copies: list[Delivery]) -> None:
         """Append ``copies`` to the client's Redis queue (a session this node does not

@@ -243,8 +243,9 @@ class SessionLifecycle:
             await self._write_routes(
                 self._restore(client_id, {validate_filter(f): o for f, o in stored.items()})
             )
-        dead = info is not None and self._is_dead(info.node_id)  # (its cursor stays put)
-        recovery = None if dead else await self.recovery.mark(info)
+        # (also when its node is dead: one taken for dead may be restarting under its id
+        # and reading its inbox, moving its cursor past this client's copies)
+        recovery = await self.recovery.mark(info)
         claimed = await self.claims.claim(client_id, keep_state=info is not None, user=user)
         return session, claimed, info, recovery
 

@@ -94,6 +94,19 @@ class InboxRecovery:
             finally:
                 await channel.aclose()
 
+    async def forget(self, dead: str) -> None:
+        """``dead`` was purged or is alive again: drop its backlog and the backlog's cursor."""
+        reader = self.backlogs.forget(dead)
+        if reader is not None:
+            await self._delete_cursor(dead, reader)
+
+    async def _delete_cursor(self, dead: str, reader: str) -> None:
+        channel = self._channel(dead)
+        try:
+            await channel.remove_subscriber(reader)
+        finally:
+            await channel.aclose()
+
     def _channel(self, dead: str) -> Channel:
         return Channel(self._redis, self._keys.inbox(dead), self._inbox_expire, self._keys)
 
@@ -107,6 +120,7 @@ class InboxRecovery:
         if self._is_dead(dead):
             copies = await self._from_backlog(dead, client_id, recovery)
         else:
+            await self.forget(dead)  # (alive again: a backlog of it is read no more)
             copies = (await self.recover_all(dead, {client_id}, recovery)).get(client_id, [])
         if copies:
             log.info("recovered %d copies for %s from dead node %s", len(copies), client_id, dead)
@@ -116,15 +130,18 @@ class InboxRecovery:
         self, dead: str, client_id: str, recovery: Recovery | None
     ) -> list[Delivery]:
         """:meth:`recover_for` from the dead node's shared backlog: read once for every
-        client resuming from it (:mod:`router.cluster.sessions.backlogs`). The dead
-        node's cursor no longer moves, so the mark and the cursor stand at the same place."""
+        client resuming from it, from the first resume's mark
+        (:mod:`router.cluster.sessions.backlogs`)."""
+        start = recovery.cursor if recovery is not None and recovery.dead == dead else dead
         channel = self._channel(dead)
         try:
             backlog = self.backlogs.of(dead)
-            await backlog.catch_up(channel, dead)
+            await backlog.catch_up(channel, start)
         finally:
             await channel.aclose()
         await self.release(recovery)
+        for stale, reader in self.backlogs.stale():
+            await self._delete_cursor(stale, reader)
         filters = self._sessions.trie.subscriptions(client_id)
         copies = [
             copy
