@@ -173,13 +173,28 @@ async def test_a_client_that_resumed_elsewhere_before_its_node_restarted_gets_th
     """Found by `router bench soak`: a dies; the client resumes on c, which waits for a
     handoff; a restarts under its id meanwhile and reads its inbox's backlog (no client
     for it). c must still recover the copies stored in a's inbox before its claim."""
+    await kill_a_with_a_copy_in_its_inbox(start_node, redis_connect, keys)
+    c = await start_node("c", heartbeat_ttl=30.0, handoff_timeout=2.0)
+    resume = asyncio.ensure_future(c.connect("roamer", clean_start=False, expiry=600))
+    await restart_a_once_c_claimed_roamer(start_node, c)
+    await c_got_the_copy(c, resume)
+
+
+async def kill_a_with_a_copy_in_its_inbox(
+    start_node: StartNode, redis_connect: Callable[..., Any], keys: Keys
+) -> None:
+    """a serves roamer's persistent session (``news``, QoS 1) and dies; b stores a copy
+    for roamer in a's inbox."""
     old = await roamer_node(redis_connect, keys, "a", 30.0)
     b = await start_node("b", heartbeat_ttl=30.0)
     await eventually(lambda: "a" in b.mirror.match("news").nodes, "b routes news to a")
     await die(old)
     await b.publish("news", b"stored in a's inbox", qos=1)
-    c = await start_node("c", heartbeat_ttl=30.0, handoff_timeout=2.0)
-    resume = asyncio.ensure_future(c.connect("roamer", clean_start=False, expiry=600))
+
+
+async def restart_a_once_c_claimed_roamer(start_node: StartNode, c: RouterNode) -> None:
+    """Once c claimed roamer's session, a restarts under its id and reads its backlog
+    (roamer is not its client now: the copy is unmatched there)."""
 
     async def claimed_by_c() -> bool:
         [owner] = await c.subscriptions.owners(["roamer"])
@@ -188,6 +203,9 @@ async def test_a_client_that_resumed_elsewhere_before_its_node_restarted_gets_th
     await eventually(claimed_by_c, "c claimed the session")
     restarted = await start_node("a", heartbeat_ttl=30.0)
     await eventually(lambda: restarted.stats()["copies_unmatched"] == 1, "a read its backlog")
+
+
+async def c_got_the_copy(c: RouterNode, resume: asyncio.Future[bool]) -> None:
     assert await resume
     [delivery] = await take(c, "roamer", 1)
     assert delivery.payload == b"stored in a's inbox"
@@ -237,11 +255,7 @@ async def test_a_resume_that_takes_a_restarted_node_for_dead_recovers_from_its_m
         self.dead = frozenset({"a"})  # (no adoption, no purge: a's inbox stays routed)
 
     monkeypatch.setattr(MirrorSync, "purge_dead", judged_before_the_restart)
-    old = await roamer_node(redis_connect, keys, "a", 30.0)
-    b = await start_node("b", heartbeat_ttl=30.0)
-    await eventually(lambda: "a" in b.mirror.match("news").nodes, "b routes news to a")
-    await die(old)
-    await b.publish("news", b"stored in a's inbox", qos=1)
+    await kill_a_with_a_copy_in_its_inbox(start_node, redis_connect, keys)
     c = await start_node("c", heartbeat_ttl=30.0)
     await eventually(lambda: "a" in c._sync.dead, "c judged a dead")
     restart_read = asyncio.Event()
@@ -253,18 +267,9 @@ async def test_a_resume_that_takes_a_restarted_node_for_dead_recovers_from_its_m
 
     monkeypatch.setattr(InboxRecovery, "recover_for", after_the_restart)
     resume = asyncio.ensure_future(c.connect("roamer", clean_start=False, expiry=600))
-
-    async def claimed_by_c() -> bool:
-        [owner] = await c.subscriptions.owners(["roamer"])
-        return owner is not None and owner.node_id == "c"
-
-    await eventually(claimed_by_c, "c claimed the session")
-    restarted = await start_node("a", heartbeat_ttl=30.0)
-    await eventually(lambda: restarted.stats()["copies_unmatched"] == 1, "a read its backlog")
+    await restart_a_once_c_claimed_roamer(start_node, c)
     restart_read.set()
-    assert await resume
-    [delivery] = await take(c, "roamer", 1)
-    assert delivery.payload == b"stored in a's inbox"
+    await c_got_the_copy(c, resume)
 
 
 async def test_a_node_restarted_under_its_id_keeps_its_persistent_sessions(
