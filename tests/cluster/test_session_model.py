@@ -40,7 +40,6 @@ from hypothesis.stateful import (
 
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
-from router.cluster.sessions.states import SessionState
 from router.errors import RouterError
 from router.state.connection import open_redis
 from router.state.keys import Keys
@@ -210,15 +209,12 @@ class SessionModel(RuleBasedStateMachine):
                         self.at_risk[client] |= self._missing(client)
             for client in CLIENTS:
                 session = node.sessions.find(client)
-                if (
-                    self.where.get(client) is None
-                    and session is not None
-                    and session.state is SessionState.CONNECTED
-                ):
-                    # The client left this connection without a goodbye (its connect
-                    # elsewhere was refused before any claim): the node still holds the
-                    # session and delivers to it, and what it holds in memory dies with it
-                    # (docs/reliability.md, "Not saved").
+                if session is not None:
+                    # What the node holds in memory for a client dies with it: copies a
+                    # connection the client left without a goodbye was given (its connect
+                    # elsewhere refused before any claim), and an away session's copies
+                    # its spiller has not written to Redis yet (docs/reliability.md,
+                    # "Not saved").
                     held = [*session.queue_view(), *session.inflight.values()]
                     self.at_risk[client] |= {int(d.payload) for d in held}
             await die(node)
