@@ -50,6 +50,7 @@ class RouteHints:
         self._pubsub: PubSub | None = None
         self._failed = False  # (the next subscription reads a cluster's slot map first)
         self.subscriptions = 0  # successful subscriptions so far (each a new connection)
+        self._listening = False  # the latest subscription succeeded and was not closed
 
     async def announce(self, node_id: str) -> None:
         """Publish the hint that ``node_id``'s route set changed."""
@@ -72,13 +73,14 @@ class RouteHints:
             await self._failure()
             raise
         self.subscriptions += 1
+        self._listening = True
 
     @property
     def listening(self) -> int | None:
         """The number of the subscription that hears the channels now (None while there
         is none): the same number before and after some work means no hint was missed
         in between."""
-        return self.subscriptions if self._pubsub is not None else None
+        return self.subscriptions if self._listening else None
 
     async def message(self, timeout: float) -> Heard | None:
         """The next message, waiting up to ``timeout`` seconds (None if none came);
@@ -105,6 +107,7 @@ class RouteHints:
 
     async def close(self) -> None:
         """Close the listener's connection, if any (best effort: it may be broken)."""
+        self._listening = False
         pubsub, self._pubsub = self._pubsub, None
         client, self._client = self._client, None
         if pubsub is not None:
