@@ -73,9 +73,23 @@ async def roamer_node(
 
 async def die(node: RouterNode) -> None:
     """Stop ``node`` as ``kill -9`` would, within one process: its background work ends
-    without a goodbye (no purge, its routes and inbox stay in Redis, its heartbeat stops)."""
+    without a goodbye (no purge, its routes and inbox stay in Redis, its heartbeat stops),
+    and so does its sessions' (a tail it was reading, a handoff under way, spillers and
+    timers: a dead node's task must not go on reading a session queue that another node
+    resumed)."""
     await node._supervisor.stop()
     await node._writer.stop()
     await node._sync.stop()
     await node._inbox.stop()
     await node.close_urgent()
+    keeper = node._keeper
+    tasks = [*keeper._tails.values(), *keeper._tasks]
+    tasks += [move.task for move in keeper._handoffs.values()]
+    for away in keeper._away.values():
+        tasks += [away.spiller] if away.spiller is not None else []
+        for timer in (away.end, away.will):
+            if timer is not None:
+                timer.cancel()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
