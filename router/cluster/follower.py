@@ -78,6 +78,12 @@ class ChannelFollower:
         self.reads = 0
         self.pushed = 0
 
+    @property
+    def listening(self) -> bool:
+        """True while the follower is caught up and hears new messages as they are
+        stored (its wake-ups are up, none lost)."""
+        return self._wakeups.listening and not self._behind
+
     async def next(self) -> list[FetchedMessage]:
         """The next messages in clock order; empty after ``poll`` quiet seconds."""
         wakeups = self._wakeups

@@ -250,6 +250,7 @@ class InboxReader:
         self.malformed = 0
         self.restarts = 0
         self.waits = 0  # reads that met a transient Redis error and waited
+        self.unavailable = False  # waiting out such an error now (notices are not read)
 
     def stats(self) -> dict[str, int]:
         return {
@@ -266,6 +267,13 @@ class InboxReader:
     async def backlog(self) -> int:
         """Inbox records stored and not yet acknowledged (the inbox lag)."""
         return await self._channel.backlog(self._node_id)
+
+    @property
+    def listening(self) -> bool:
+        """True while the reader hears new records as they are stored: a notice written
+        now is handled within moments (not while it waits out an outage of Redis, or
+        catches up after one)."""
+        return not self.unavailable and self._follower.listening
 
     async def stop(self) -> None:
         """Release the inbox (once :meth:`run` was cancelled by its supervisor)."""
@@ -285,7 +293,11 @@ class InboxReader:
             except StateUnavailableError as exc:
                 self.waits += 1
                 log.warning("inbox of node %s unavailable (%s); retrying", self._node_id, exc)
-                await asyncio.sleep(WAIT)
+                self.unavailable = True
+                try:
+                    await asyncio.sleep(WAIT)
+                finally:
+                    self.unavailable = False
             except SubscriptionNotFoundError:
                 log.error(
                     "inbox of node %s vanished from Redis (flushed, or lost in a restart); "

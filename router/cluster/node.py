@@ -176,6 +176,7 @@ class RouterNode:
             poll=config.inbox_poll,
         )
         self.inbox_backlog = self._inbox.backlog  # (read by the metrics endpoint)
+        self._claims.notices_heard = lambda: self._inbox.listening
         self.publish_latency = self._dispatcher.latency
         self._generation: str | None = None
         self._running = False

@@ -76,6 +76,12 @@ class WakeUps:
         self._client: Redis | None = None
         self._pubsub: PubSub | None = None
 
+    @property
+    def listening(self) -> bool:
+        """True while the wake-up subscription is up and no wake-up is known to be lost
+        since the follower last caught up (a wake-up published now reaches it)."""
+        return self._pubsub is not None and not self.lost
+
     async def arm(self) -> int:
         """Subscribe (once) and return the generation to pass to :meth:`wait`. Raises
         :class:`~router.errors.StateUnavailableError` (or another failure, as

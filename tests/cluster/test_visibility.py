@@ -7,20 +7,16 @@ here: what a subscribe waits for, that the wait is bounded, and that it is count
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from collections.abc import Callable
 
 import pytest
 
-from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
 from router.errors import RouterError
-from router.state.connection import open_redis
 from router.state.keys import Keys
 from router.state.route_acks import RouteAcks
-from router.state.scripts import RedisClient
-from tests.support.nodes import StartNode, die, take
+from tests.support.nodes import RestartableNodes, StartNode, die, take
 from tests.support.servers import RedisServer
 from tests.support.waiting import eventually, retried
 
@@ -78,7 +74,7 @@ async def test_a_node_that_never_acks_delays_a_subscribe_by_the_ttl_at_most(
 
 @pytest.mark.redis
 async def test_a_subscribe_after_a_redis_restart_waits_for_a_node_whose_join_was_lost(
-    redis_server_factory: Callable[..., RedisServer], keys: Keys
+    redis_server_factory: Callable[..., RedisServer], keys: Keys, restartable: RestartableNodes
 ) -> None:
     """Found by the model-based session test: b joined, and Redis restarted before a
     heard b's join (pub/sub hints are lost with the server), so a's SUBACK waited for
@@ -86,32 +82,16 @@ async def test_a_subscribe_after_a_redis_restart_waits_for_a_node_whose_join_was
     the new subscription as unrouted. A node whose hints connection failed reads the
     registry again before a subscribe may rely on whom it knows."""
     server = redis_server_factory(aof=True)
-    clients: list[RedisClient] = []
-    nodes: list[RouterNode] = []
+    timing = {"heartbeat_interval": 2.0, "heartbeat_ttl": 6.0}
+    a = await restartable.start(server.url, keys, "a", **timing)
+    b = await restartable.start(server.url, keys, "b", **timing)
+    server.restart()  # (the loop stands still: a has not read b's join hint yet)
+    await retried(  # (a pooled connection may meet the restart: refused, as a SUBACK 0x80)
+        functools.partial(a.subscribe, "client", "t/#", qos=1), 5, (RouterError,), poll=0.1
+    )
 
-    async def start(node_id: str) -> RouterNode:
-        redis = await open_redis(server.url, socket_timeout=2, socket_connect_timeout=2)
-        clients.append(redis)
-        config = NodeConfig(node_id, prefix=keys.prefix, heartbeat_interval=2.0, heartbeat_ttl=6.0)
-        nodes.append(await RouterNode(redis, config).start())
-        return nodes[-1]
+    result = await b.publish("t/1", b"after the SUBACK", qos=1)
 
-    try:
-        a = await start("a")
-        b = await start("b")
-        server.restart()  # (the loop stands still: a has not read b's join hint yet)
-        await retried(  # (a pooled connection may meet the restart: refused, as a SUBACK 0x80)
-            functools.partial(a.subscribe, "client", "t/#", qos=1), 5, (RouterError,), poll=0.1
-        )
-
-        result = await b.publish("t/1", b"after the SUBACK", qos=1)
-
-        assert result.nodes == ["a"]
-        [delivery] = await take(a, "client", 1)
-        assert delivery.payload == b"after the SUBACK"
-    finally:
-        for node in reversed(nodes):
-            with contextlib.suppress(RouterError):
-                await node.stop()
-        for redis in clients:
-            await redis.aclose()
+    assert result.nodes == ["a"]
+    [delivery] = await take(a, "client", 1)
+    assert delivery.payload == b"after the SUBACK"

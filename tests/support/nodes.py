@@ -9,6 +9,7 @@ end of the test, last started first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -17,6 +18,8 @@ import pytest
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
 from router.core.messages import Delivery
+from router.errors import RouterError
+from router.state.connection import open_redis
 from router.state.keys import Keys
 
 StartNode = Callable[..., Awaitable[RouterNode]]
@@ -39,6 +42,40 @@ async def start_node(redis_connect: Any, keys: Keys) -> AsyncIterator[StartNode]
     finally:
         for node in reversed(nodes):
             await node.stop()
+
+
+@pytest.fixture
+async def restartable() -> AsyncIterator[RestartableNodes]:
+    """Nodes on a Redis the test restarts (``RestartableNodes.start``); every node and
+    client it started is stopped at the end of the test, whatever Redis does then."""
+    nodes = RestartableNodes()
+    try:
+        yield nodes
+    finally:
+        await nodes.close()
+
+
+class RestartableNodes:
+    """Starts nodes on a given Redis server (a :class:`~tests.support.servers.RedisServer`
+    the test may kill and restart) with short socket timeouts, and stops them all."""
+
+    def __init__(self) -> None:
+        self.nodes: list[RouterNode] = []
+        self._clients: list[Any] = []
+
+    async def start(self, url: str, keys: Keys, node_id: str, **config: Any) -> RouterNode:
+        redis = await open_redis(url, socket_timeout=2, socket_connect_timeout=2)
+        self._clients.append(redis)
+        node = RouterNode(redis, NodeConfig(node_id, prefix=keys.prefix, **config))
+        self.nodes.append(await node.start())
+        return node
+
+    async def close(self) -> None:
+        for node in reversed(self.nodes):
+            with contextlib.suppress(RouterError):  # (just after a restart of Redis)
+                await node.stop()
+        for redis in self._clients:
+            await redis.aclose()
 
 
 async def take(

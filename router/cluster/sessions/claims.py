@@ -17,7 +17,11 @@ A client that connects to another node is taken over there (MQTT-3.1.4-3):
    still found newer at the next audit: the notice, written just after the claim, is
    given that heartbeat to arrive. (Closing on the first sight raced the notice: the
    copy closed without handing the session on, and the resume on the new node waited
-   its whole ``handoff_timeout`` for a handoff that was never to come.)
+   its whole ``handoff_timeout`` for a handoff that was never to come.) Nor does it
+   close one while the node's inbox reader does not hear its inbox (it waits out or
+   catches up after an outage of Redis: :attr:`SessionClaims.notices_heard` False): the
+   notice may then be in the inbox, unread, and closing the copy would drop what it
+   holds instead of handing it on.
 """
 
 from __future__ import annotations
@@ -74,6 +78,9 @@ class SessionClaims:
         self._audit_queue: list[str] = []  # local clients whose claim is checked next
         self._claimed_elsewhere: dict[str, Owner] = {}  # newer claims one audit has seen
         self.taken_over = 0
+        #: Whether the node's inbox reader hears its inbox now (a notice stored there
+        #: reaches this node at once); the node sets it once its inbox reader exists.
+        self.notices_heard: Callable[[], bool] = lambda: True
 
     def __contains__(self, client_id: object) -> bool:
         return client_id in self._held
@@ -191,7 +198,8 @@ class SessionClaims:
                 continue
             if self._held.get(client_id) != held:  # (reconnected meanwhile)
                 continue
-            if seen.get(client_id) != claim:  # (first sight: its notice may be on its way)
+            if seen.get(client_id) != claim or not self.notices_heard():
+                # (first sight, or the inbox is not heard: its notice may be on its way)
                 self._claimed_elsewhere[client_id] = claim
                 self._audit_queue.append(client_id)  # (checked again at the next audit)
                 continue
