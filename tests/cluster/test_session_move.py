@@ -20,6 +20,7 @@ import pytest
 from router.cluster.forwarding import Forwarder
 from router.cluster.inbox import Notice
 from router.cluster.node import RouterNode
+from router.errors import StateUnavailableError
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
 from router.state.session_store import SessionQueue
@@ -180,4 +181,36 @@ async def test_a_live_node_hands_on_every_session_resumed_elsewhere(
     for index in range(MOVED):
         assert await b.connect(f"s{index}", clean_start=False, expiry=600)
         assert [d.payload for d in await take(b, f"s{index}", 1)] == [b"queued"], index
+    assert b.stats()["handoffs_missed"] == 0
+
+
+async def test_a_handoff_whose_write_redis_fails_once_is_written_again(
+    start_node: StartNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the model-based session test: the old node's handoff met a pooled
+    connection that a restart of Redis had closed; its write of what the old connection
+    held failed once and the handoff gave up, dropping those copies (a publisher on the
+    old node had sent them: they were in no inbox). A write Redis fails is tried again
+    within the new node's wait for the handoff."""
+    append = SessionQueue.append
+    failed: list[str] = []
+
+    async def fails_once(self: SessionQueue, *args: Any, **kwargs: Any) -> Any:
+        if not failed:
+            failed.append(self.client_id)
+            raise StateUnavailableError("cannot reach Redis: Connection closed by server.")
+        return await append(self, *args, **kwargs)
+
+    a = await start_node("a")
+    b = await start_node("b")
+    await a.connect("phone", clean_start=False, expiry=600)
+    await a.subscribe("phone", "news", qos=1)
+    await a.publish("news", b"held by a", qos=1)  # (its client does not read it)
+    monkeypatch.setattr(SessionQueue, "append", fails_once)
+
+    assert await b.connect("phone", clean_start=False, expiry=600)
+
+    [delivery] = await take(b, "phone", 1)
+    assert delivery.payload == b"held by a"
+    assert failed == ["phone"]
     assert b.stats()["handoffs_missed"] == 0

@@ -49,6 +49,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Final
 
 from router.cluster.local_sessions import ClientSession, Overflow
 from router.cluster.sessions.recovery import InboxRecovery, Recovery
@@ -74,6 +75,8 @@ log = logging.getLogger(__name__)
 SPILL_BATCH = 500
 #: Seconds before the spiller tries again a batch Redis did not take.
 SPILL_RETRY = 0.5
+#: Seconds before a handoff's write that Redis refused is tried again (doubling).
+HANDOFF_RETRY: Final = 0.05
 
 
 @dataclass
@@ -427,15 +430,19 @@ class SessionKeeper:
         queue = self.queue(client_id, session.expiry)
         unfinished = self._unfinished.pop(client_id, None)
         awaiting = sorted(session.awaiting_release)
+        deadline = asyncio.get_running_loop().time() + self.handoff_timeout
+        retrying = functools.partial(_retrying, deadline=deadline)
         try:
             if unfinished is not None:  # (older than what the session holds)
                 if not unfinished.recovered:
                     await self._recover(client_id, unfinished)
-                await self.spills.write(queue, unfinished.read.deliveries)
+                earlier = unfinished.read.deliveries
+                await retrying(lambda: self.spills.write(queue, earlier))
                 awaiting = sorted({*awaiting, *unfinished.stored})
-            await self.spills.write(queue, session.take_all())
+            held = session.take_all()
+            await retrying(lambda: self.spills.write(queue, held))
             if self.handoff_grace > 0:
-                await queue.mark_handoff(epoch, awaiting, tail=True)
+                await retrying(lambda: queue.mark_handoff(epoch, awaiting, tail=True))
                 ends = [asyncio.ensure_future(e.wait()) for e in (self._stopping, back)]
                 try:
                     await asyncio.wait(
@@ -444,11 +451,13 @@ class SessionKeeper:
                 finally:
                     for end in ends:
                         end.cancel()
-                await self.spills.write(queue, leaving.take_all())
-                await queue.mark_tail_end(epoch)
+                tail = leaving.take_all()
+                await retrying(lambda: self.spills.write(queue, tail))
+                await retrying(lambda: queue.mark_tail_end(epoch))
             else:
-                await self.spills.write(queue, leaving.take_all())
-                await queue.mark_handoff(epoch, awaiting)
+                tail = leaving.take_all()
+                await retrying(lambda: self.spills.write(queue, tail))
+                await retrying(lambda: queue.mark_handoff(epoch, awaiting))
         finally:
             await queue.aclose()
 
@@ -652,3 +661,21 @@ class SessionKeeper:
             "handoff_tails_lost": self.tails_lost,
             "handoffs_missed": self.handoffs_missed,
         }
+
+
+async def _retrying(work: Callable[[], Awaitable[object]], deadline: float) -> None:
+    """Run ``work`` until Redis takes it, trying again after a failure of Redis (a
+    pooled connection that met a restart of Redis fails once) until ``deadline`` (loop
+    time: the new owner's wait for the handoff); then raise what the last try raised."""
+    loop = asyncio.get_running_loop()
+    pause = HANDOFF_RETRY
+    while True:
+        try:
+            await work()
+        except StateFailureError:
+            if loop.time() + pause >= deadline:
+                raise
+            await asyncio.sleep(pause)
+            pause *= 2
+            continue
+        return
