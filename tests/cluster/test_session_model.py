@@ -213,9 +213,12 @@ class SessionModel(RuleBasedStateMachine):
                     # What the node holds in memory for a client dies with it: copies a
                     # connection the client left without a goodbye was given (its connect
                     # elsewhere refused before any claim), and an away session's copies
-                    # its spiller has not written to Redis yet (docs/reliability.md,
-                    # "Not saved").
+                    # its spiller has not written to Redis yet, queued or on their way
+                    # (docs/reliability.md, "Not saved").
                     held = [*session.queue_view(), *session.inflight.values()]
+                    away = node._keeper._away.get(client)
+                    if away is not None:
+                        held += away.batch  # (taken by its spiller, not in Redis yet)
                     self.at_risk[client] |= {int(d.payload) for d in held}
             await die(node)
             self.dead.append(node)

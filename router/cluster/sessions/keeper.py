@@ -96,6 +96,7 @@ class _Away:
     queue: SessionQueue
     spiller: asyncio.Task[None] | None = None
     spilling: asyncio.Future[bool] | None = None  # the batch on its way to Redis (taken?)
+    batch: tuple[Delivery, ...] = ()  # that batch (in this node's memory until taken)
     end: asyncio.TimerHandle | None = None
     will: asyncio.TimerHandle | None = None
     pending_will: Outgoing | None = None
@@ -278,10 +279,13 @@ class SessionKeeper:
                 session.put_first(batch)
                 return
             if batch:
+                away.batch = tuple(batch)
                 away.spilling = asyncio.ensure_future(
                     self.spills.write_together(away.queue, batch, session)
                 )
-                if not await asyncio.shield(away.spilling):
+                taken = await asyncio.shield(away.spilling)
+                away.batch = ()
+                if not taken:
                     await asyncio.sleep(SPILL_RETRY)
             delivery = await session.get()
             if delivery is None:
