@@ -445,7 +445,8 @@ class SessionKeeper:
                 awaiting = sorted({*awaiting, *unfinished.stored})
             held = session.take_all()
             await retrying(lambda: self.spills.write(queue, held))
-            if self.handoff_grace > 0:
+            graced = self.handoff_grace > 0
+            if graced:
                 await retrying(lambda: queue.mark_handoff(epoch, awaiting, tail=True))
                 ends = [asyncio.ensure_future(e.wait()) for e in (self._stopping, back)]
                 try:
@@ -455,12 +456,11 @@ class SessionKeeper:
                 finally:
                     for end in ends:
                         end.cancel()
-                tail = leaving.take_all()
-                await retrying(lambda: self.spills.write(queue, tail))
+            tail = leaving.take_all()
+            await retrying(lambda: self.spills.write(queue, tail))
+            if graced:
                 await retrying(lambda: queue.mark_tail_end(epoch))
             else:
-                tail = leaving.take_all()
-                await retrying(lambda: self.spills.write(queue, tail))
                 await retrying(lambda: queue.mark_handoff(epoch, awaiting))
         finally:
             await queue.aclose()

@@ -88,11 +88,7 @@ class InboxRecovery:
     async def release(self, recovery: Recovery | None) -> None:
         """Drop a mark that is not needed (the old node handed the session on)."""
         if recovery is not None:
-            channel = self._channel(recovery.dead)
-            try:
-                await channel.remove_subscriber(recovery.cursor)
-            finally:
-                await channel.aclose()
+            await self._delete_cursor(recovery.dead, recovery.cursor)
 
     async def forget(self, dead: str) -> None:
         """``dead`` was purged or is alive again: drop its backlog and the backlog's cursor."""
