@@ -24,7 +24,7 @@ from router.cluster.local_sessions import LocalSessions
 from router.cluster.policy import Policy
 from router.cluster.retainer import Retainer
 from router.cluster.traffic_log import TrafficLog
-from router.cluster.visibility import ArrivalOrder
+from router.cluster.visibility import ArrivalOrder, ForwardsInFlight
 from router.core.guid import GuidGenerator
 from router.core.messages import Message, Outgoing, PublishResult
 from router.core.route_mirror import RouteMirror
@@ -77,6 +77,7 @@ class Dispatcher:
         traffic: TrafficLog | None,
         arrivals: ArrivalOrder | None = None,
         timeout: float = 10.0,
+        forwards: ForwardsInFlight | None = None,
     ) -> None:
         self.node_id = node_id
         self.timeout = timeout
@@ -88,6 +89,7 @@ class Dispatcher:
         self._retainer = retainer
         self._traffic = traffic
         self._arrivals = arrivals if arrivals is not None else ArrivalOrder()
+        self.forwards = forwards if forwards is not None else ForwardsInFlight()
         self.published = 0
         self.unrouted = 0  # publishes no node subscribed to (as the mirror knew)
         self.local_deliveries = 0
@@ -131,7 +133,9 @@ class Dispatcher:
         if message.retain:
             await self._retainer.retain([(message, outgoing.expiry_interval)])
         [result], per_node = self.route([message])
-        await self._forward(per_node)
+        if per_node:
+            with self.forwards.applying():  # (opened with no await after the match)
+                await self._forward(per_node)
         return result
 
     async def _publish_many(self, items: Iterable[Outgoing]) -> list[PublishResult]:
@@ -160,7 +164,9 @@ class Dispatcher:
                 PublishResult(o.id, [], 0, 0) if m is None else next(done)
                 for o, m in zip(messages, admitted, strict=True)
             ]
-        await self._forward(per_node)
+        if per_node:
+            with self.forwards.applying():  # (opened with no await after the match)
+                await self._forward(per_node)
         return results
 
     async def _forward(self, per_node: dict[str, list[Forward]]) -> None:

@@ -8,7 +8,9 @@ How the mirror learns about changes:
 * every ``interval`` seconds each node also reads every known node's stream, lists the
   registry (loading new nodes, dropping nodes that are not alive anymore, once it may
   judge them: see :meth:`MirrorSync.refresh`) and purges nodes whose heartbeat expired;
-  a lost hint costs at most one interval;
+  a lost hint costs at most one interval; a peer whose heartbeat would expire within
+  the interval is looked at right when it does (a dead node's sessions are adopted
+  without waiting for the next round);
 * the node's view of who is in the cluster is *current* while the hints connection it
   had when it last listed the registry is still up (a join is announced by a hint); once
   that connection failed, a hint and so a join may have been missed, and
@@ -23,8 +25,10 @@ The node's own routes enter its mirror directly from its route writer, not from 
 After it applied a node's changes (or loaded its snapshot) the mirror *acks* how far it
 holds that node's route set (:mod:`router.state.route_acks`): a node acknowledges a
 subscription only once every other live node acked its route change
-(:mod:`router.cluster.visibility`). This node's own acks channel is heard on the hints
-connection and handed to ``on_ack``.
+(:mod:`router.cluster.visibility`). The ack goes once the publishes this node matched
+before the change have their copies stored (``forwards``): an ack is a fence. It is sent
+in the background, so the mirror goes on applying changes meanwhile. This node's own acks
+channel is heard on the hints connection and handed to ``on_ack``.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from typing import Final
 
 from router.cluster.supervisor import Supervisor
 from router.cluster.tasks import stop_task
+from router.cluster.visibility import ForwardsInFlight
 from router.core.route_mirror import RouteMirror
 from router.errors import ResyncRequiredError, RouterError, StateFailureError
 from router.state.keys import Keys
@@ -51,6 +56,9 @@ log = logging.getLogger(__name__)
 
 #: Refresh intervals an adoption lease lasts unless renewed (each interval).
 LEASE_INTERVALS: Final = 10
+#: Seconds after a peer's heartbeat would expire that the refresh looks at it (Redis's
+#: clock and this node's may tick a little apart).
+EXPIRY_MARGIN: Final = 0.01
 
 
 class MirrorSync:
@@ -69,6 +77,7 @@ class MirrorSync:
         may_purge: Callable[[], bool] = lambda: True,
         adopt_sessions: Callable[[str], Awaitable[None]] | None = None,
         on_ack: Callable[[RouteAck], None] | None = None,
+        forwards: ForwardsInFlight | None = None,
     ) -> None:
         self._routes = routes
         self._registry = registry
@@ -81,10 +90,16 @@ class MirrorSync:
         self._on_ack = on_ack
         self._acks = RouteAcks(redis, keys)
         self._acked: dict[str, tuple[str, int]] = {}  # node -> the position last acked
+        self._forwards = forwards if forwards is not None else ForwardsInFlight()
+        # node -> the position to ack next, once these forwards (open when it was
+        # applied) landed; and the task sending a node's acks in order
+        self._to_ack: dict[str, tuple[tuple[str, int], list[asyncio.Future[None]]]] = {}
+        self._acking: dict[str, asyncio.Task[None]] = {}
         self._hints = RouteHints(redis, keys, also=(self._acks.channel(node_id),))
         self._adopting: dict[str, asyncio.Task[None]] = {}  # dead node -> its adoption
         self._lease = LEASE_INTERVALS * interval
         self.dead: frozenset[str] = frozenset()
+        self.next_expiry: float | None = None  # seconds until a peer's heartbeat expires
         self._next_hint: asyncio.Future[None] | None = None  # (its callers share it)
         self._hinting: asyncio.Task[None] | None = None  # registered nodes whose heartbeat expired
         self._running: dict[str, asyncio.Task[None]] = {}
@@ -105,8 +120,8 @@ class MirrorSync:
 
     async def stop(self) -> None:
         """Release the hint connection (the supervisor stopped the tasks)."""
-        tasks = [*self._running.values(), *self._adopting.values(), self._hinting]
-        for task in [*tasks, self._refreshing]:
+        tasks = [*self._running.values(), *self._adopting.values(), *self._acking.values()]
+        for task in [*tasks, self._hinting, self._refreshing]:
             await stop_task(task)
         self._running.clear()
         await self._hints.close()
@@ -163,25 +178,41 @@ class MirrorSync:
 
     async def catch_up(self, node_id: str) -> None:
         """Apply the node's changes after the mirrored version, or reload it; then ack
-        the position the mirror holds, if it moved since the last ack."""
+        the position the mirror holds, if it moved since the last ack, once the forwards
+        open now landed (:meth:`_ack_soon`)."""
         await self._follow(node_id)
-        await self._ack(node_id)
+        self._ack_soon(node_id)
 
-    async def _ack(self, node_id: str) -> None:
+    def _ack_soon(self, node_id: str) -> None:
+        """Ack the position the mirror holds for ``node_id`` once the forwards open now
+        landed; a later position replaces one not sent yet (its forwards are among the
+        later one's, or landed)."""
         position = self._mirror.position(node_id)
         if position is None:
             return
         generation, version = position
-        if generation is None:
+        if generation is None or self._acked.get(node_id) == (generation, version):
             return
-        if self._acked.get(node_id) == (generation, version):
-            return
+        self._to_ack[node_id] = ((generation, version), self._forwards.snapshot())
+        if node_id not in self._acking:
+            self._acking[node_id] = asyncio.create_task(self._send_acks(node_id))
+
+    async def _send_acks(self, node_id: str) -> None:
         try:
-            await self._acks.ack(node_id, self._node_id, generation, version)
-        except RouterError as exc:  # (the writer's wait re-reads, then times out)
-            log.warning("route ack to node %s failed: %r", node_id, exc)
-            return
-        self._acked[node_id] = (generation, version)
+            while (wanted := self._to_ack.pop(node_id, None)) is not None:
+                (generation, version), forwards = wanted
+                if forwards:
+                    await asyncio.wait(forwards)
+                if self._acked.get(node_id) == (generation, version):
+                    continue
+                try:
+                    await self._acks.ack(node_id, self._node_id, generation, version)
+                except RouterError as exc:  # (the writer's wait re-reads, then times out)
+                    log.warning("route ack to node %s failed: %r", node_id, exc)
+                    continue
+                self._acked[node_id] = (generation, version)
+        finally:
+            self._acking.pop(node_id, None)
 
     async def _follow(self, node_id: str) -> None:
         position = self._mirror.position(node_id)
@@ -214,6 +245,7 @@ class MirrorSync:
 
     def _drop(self, node_id: str) -> None:
         self._acked.pop(node_id, None)
+        self._to_ack.pop(node_id, None)
         if self._mirror.drop(node_id) and self._on_dropped is not None:
             self._on_dropped(node_id)
 
@@ -279,8 +311,20 @@ class MirrorSync:
         sessions go to its inbox, from which the adoption recovers them. One live node
         adopts it at a time, under a lease (:meth:`NodeRegistry.lease_adoption
         <router.state.node_registry.NodeRegistry.lease_adoption>`) renewed while it works;
-        should it die, another takes the lease over once it ran out."""
-        dead_nodes = await self._registry.dead_nodes()
+        should it die, another takes the lease over once it ran out.
+
+        Notes when the first other live node's heartbeat expires unless renewed
+        (:attr:`next_expiry`): the refresh looks again then, not an interval later."""
+        nodes = await self._registry.nodes()
+        dead_nodes = [node for node in nodes if not node.alive]
+        self.next_expiry = min(
+            (
+                (node.expires_ms - node.now_ms) / 1000
+                for node in nodes
+                if node.alive and node.node_id != self._node_id
+            ),
+            default=None,
+        )
         self.dead = frozenset(node.node_id for node in dead_nodes)
         results = []
         for node in dead_nodes:
@@ -336,7 +380,11 @@ class MirrorSync:
 
     async def _periodic(self) -> None:
         while True:
-            await asyncio.sleep(self._interval)
+            expiry = self.next_expiry
+            if expiry is not None and expiry < self._interval:
+                await asyncio.sleep(max(expiry, 0) + EXPIRY_MARGIN)
+            else:
+                await asyncio.sleep(self._interval)
             try:
                 await self.purge_dead()
                 if self.current:

@@ -56,7 +56,7 @@ from router.cluster.sessions.adoption import Adoption
 from router.cluster.sessions.lifecycle import SessionLifecycle
 from router.cluster.supervisor import Supervisor
 from router.cluster.traffic_log import TrafficLog
-from router.cluster.visibility import ArrivalOrder, RouteVisibility
+from router.cluster.visibility import ArrivalOrder, ForwardsInFlight, RouteVisibility
 from router.core.acl import Acl
 from router.core.guid import GuidGenerator, node_part_for
 from router.core.hooks import Decision, HookRegistry
@@ -102,6 +102,7 @@ class RouterNode:
         self._policy = Policy(self.hooks, config.acl, self.sessions)
         self.mirror = RouteMirror(config.strategy(), cache=config.match_cache)
         self.arrivals = ArrivalOrder()  # (see router.cluster.visibility)
+        self.forwards = ForwardsInFlight()
         self._visibility = RouteVisibility(
             RouteAcks(redis, self.keys),
             self.node_id,
@@ -120,6 +121,7 @@ class RouterNode:
             may_purge=lambda: self.liveness.steady(),  # noqa: PLW0108 (made below)
             adopt_sessions=lambda dead: self._adoption.adopt(dead),  # noqa: PLW0108 (made below)
             on_ack=self._visibility.on_ack,
+            forwards=self.forwards,
         )
         self._writer = RouteWriter(
             self.routes,
@@ -149,6 +151,7 @@ class RouterNode:
             self._traffic,
             self.arrivals,
             config.publish_timeout,
+            self.forwards,
         )
         self._lifecycle = SessionLifecycle(
             redis,
@@ -165,7 +168,9 @@ class RouterNode:
         )
         self._claims, self._keeper = self._lifecycle.claims, self._lifecycle.keeper
         self.session_store = self._lifecycle.store
-        self._adoption = Adoption(self._lifecycle, self.confirm_routes, config.handoff_grace)
+        self._adoption = Adoption(
+            self._lifecycle, self.confirm_routes, self.forwards.settled, config.handoff_grace
+        )
         self._inbox = InboxReader(
             redis,
             self.keys,

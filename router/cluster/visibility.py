@@ -20,7 +20,9 @@ Two guarantees, and the two mechanisms behind them:
    counted (``subscribe_unconfirmed``) and logged with the nodes that lagged. A
    subscribe that changes no route waits too while an earlier change (another client's
    subscribe of the same filter) is not acked yet; in steady state nothing is pending
-   and a subscribe does not wait at all.
+   and a subscribe does not wait at all. A mirror acks a change only once the publishes
+   it matched before the change have their copies stored (:class:`ForwardsInFlight`),
+   so an ack is also a fence: nothing routed by the old routes is still on its way.
 
 The peers waited for are the nodes this node knows. It hears of a join by a hint; when
 its hints connection failed (a Redis restart loses every hint in flight, and a join with
@@ -49,7 +51,51 @@ from router.state.route_acks import RouteAck, RouteAcks
 log = logging.getLogger(__name__)
 
 
-class ArrivalOrder:
+class InFlight:
+    """Work under way, each piece opened (:meth:`open`) and closed exactly once
+    (:meth:`close`); :meth:`settled` waits for the pieces open when it is called, never
+    for later ones."""
+
+    def __init__(self) -> None:
+        self._open: set[asyncio.Future[None]] = set()
+
+    @property
+    def pending(self) -> bool:
+        """True while some piece is open."""
+        return bool(self._open)
+
+    def open(self) -> asyncio.Future[None]:
+        """Open a piece; the returned handle is given back to :meth:`close`."""
+        piece: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._open.add(piece)
+        return piece
+
+    def close(self, piece: asyncio.Future[None]) -> None:
+        """The piece is done (or failed): :meth:`settled` stops waiting for it."""
+        self._open.discard(piece)
+        if not piece.done():
+            piece.set_result(None)
+
+    @contextlib.contextmanager
+    def applying(self) -> Iterator[None]:
+        """Open a piece for the duration of the block (closed however it ends)."""
+        piece = self.open()
+        try:
+            yield
+        finally:
+            self.close(piece)
+
+    def snapshot(self) -> list[asyncio.Future[None]]:
+        """The pieces open now (each done once closed)."""
+        return list(self._open)
+
+    async def settled(self) -> None:
+        """Return once every piece open now is closed (later ones are not waited for)."""
+        if self._open:
+            await asyncio.wait(list(self._open))
+
+
+class ArrivalOrder(InFlight):
     """The subscription changes a node has admitted and not yet applied locally.
 
     A change is opened when it is admitted (:meth:`open`; an MQTT listener opens one the
@@ -60,39 +106,18 @@ class ArrivalOrder:
     closing it.
     """
 
-    def __init__(self) -> None:
-        self._open: set[asyncio.Future[None]] = set()
 
-    @property
-    def pending(self) -> bool:
-        """True while some change is open (a publish must wait: :meth:`settled`)."""
-        return bool(self._open)
+class ForwardsInFlight(InFlight):
+    """The publishes a node matched against its route mirror whose copies are not yet in
+    the other nodes' inboxes (each opened right after its match, closed once its copies
+    are stored or its forward failed).
 
-    def open(self) -> asyncio.Future[None]:
-        """Open a change; the returned handle is given back to :meth:`close`."""
-        change: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._open.add(change)
-        return change
-
-    def close(self, change: asyncio.Future[None]) -> None:
-        """The change applied (or failed): publishes stop waiting for it."""
-        self._open.discard(change)
-        if not change.done():
-            change.set_result(None)
-
-    @contextlib.contextmanager
-    def applying(self) -> Iterator[None]:
-        """Open a change for the duration of the block (closed however it ends)."""
-        change = self.open()
-        try:
-            yield
-        finally:
-            self.close(change)
-
-    async def settled(self) -> None:
-        """Return once every change open now is closed (later ones are not waited for)."""
-        if self._open:
-            await asyncio.wait(list(self._open))
+    A mirror that applied a change waits for them (:meth:`settled`) before it acks the
+    change: an ack then also says that no copy matched against the routes before the
+    change is still on its way. A node that adopts a dead node's sessions relies on
+    this: once every mirror acked the adopted routes, the dead node's inbox holds every
+    copy routed there for them, and it can be read without a grace.
+    """
 
 
 async def _known() -> None:

@@ -125,3 +125,56 @@ async def kill_and_check(
         wanted = [payload for i, payload in acked if i == index]
         got = await take(c, f"s{index}", len(wanted))
         assert [d.payload for d in got] == wanted, f"s{index}"
+
+
+LATE = 3.0
+"""Seconds the publisher's forwards to the dying node take in the fence test: longer than
+the adopter's grace and its wait from the death to its read of the dead node's inbox
+(the heartbeat TTL, 2 s, and the grace), shorter than the bound of the wait for acks."""
+
+
+@BOTH
+async def test_a_copy_on_its_way_to_the_dead_node_when_it_is_adopted_reaches_the_session(
+    start_node: StartNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A publisher matched a copy against the routes of the dying node, and its write to
+    that node's inbox is slow (here held back ``LATE`` seconds: a retried forward, a
+    busy Redis). Either live node may adopt the session. Before: the adopter waited a
+    fixed grace after every mirror acked its routes, read the dead node's inbox before
+    the copy was there, and the session never got it, though the publish was
+    acknowledged. Now a mirror acks a route change only once the copies its node matched
+    before it are stored, and the adopter waits for its own, so it reads after."""
+    ttl = {"heartbeat_interval": 0.2, "heartbeat_ttl": 2.0, "handoff_grace": 0.2}
+    a = await start_node("a", **ttl)
+    await a.connect("s", clean_start=False, expiry=600)
+    await a.subscribe("s", "t", qos=1)
+    await a.put_away("s")
+    b = await start_node("b", **ttl)
+    p = await start_node("p", **ttl)
+    await waiting.eventually(lambda: "a" in p.mirror.match("t").nodes, 10.0, "p routes to a")
+    await p.publish("t", b"before", qos=1)
+    await waiting.eventually(
+        lambda: a.stats()["session_queued"] == 1, 10.0, "a queued the first copy"
+    )
+    send = p._forwarder.send
+
+    def late_to_a(node_id: str, forwards: list[Any]) -> asyncio.Future[None]:
+        if node_id != "a":
+            return send(node_id, forwards)
+
+        async def late() -> None:
+            await asyncio.sleep(LATE)
+            await send(node_id, forwards)
+
+        return asyncio.ensure_future(late())
+
+    monkeypatch.setattr(p._forwarder, "send", late_to_a)
+    await die(a)
+    publish = asyncio.create_task(p.publish("t", b"on its way", qos=1))
+    await waiting.eventually(
+        lambda: sum(n.stats()["sessions_adopted"] for n in (b, p)) == 1, 15.0, "adopted"
+    )
+    assert (await publish).nodes == ["a"]  # (acknowledged, matched to the dead node)
+    assert await b.connect("s", clean_start=False, expiry=600)
+    got = await take(b, "s", 2)
+    assert [d.payload for d in got] == [b"before", b"on its way"]

@@ -6,16 +6,20 @@ their queue, their expiry. Once its heartbeat expired, one live node takes the l
 adopting them (:meth:`MirrorSync.purge_dead <router.cluster.mirror_sync.MirrorSync.purge_dead>`)
 and, until every one is adopted, the dead node stays routed: copies for its sessions go
 to its inbox. Then it purges the node. The adoption (:meth:`Adoption.adopt`) goes through
-the sessions in pages (a SCAN: no cap on their number) and:
+the sessions in pages (a SCAN: no cap on their number), claiming each batch as soon as
+it is listed, and:
 
 1. claims each session the dead node still holds, in one script with marking it away
    here (``session_adopt.lua``: a client that resumed it anywhere meanwhile keeps it),
    opens it with its stored subscriptions, writes their routes, and holds back the
    copies that reach it from then on; no handoff is awaited (the owner is dead); the
    claims go in batches (:data:`BATCH`, pipelined), several at a time;
-2. waits until every live node's route mirror holds the new routes, and the grace
-   (``handoff_grace``) for publishes that matched the old mirror to land in the dead
-   node's inbox;
+2. waits until every live node's route mirror holds the new routes: a mirror acks them
+   once the publishes it matched before them have their copies in the inboxes
+   (:class:`~router.cluster.visibility.ForwardsInFlight`), so from then on nothing routed
+   to the dead node for these sessions is still on its way; this node waits for its own
+   such publishes too (``landed``). Should a mirror not ack within the wait's bound, the
+   adoption waits the grace (``handoff_grace``) instead;
 3. reads the dead node's inbox once, from a copy of its reader's cursor, and gives each
    adopted session the copies its subscriptions ask for (:mod:`router.cluster.sessions.
    recovery`), ahead of those it held back, then puts it away with its expiry: from then
@@ -58,6 +62,8 @@ CONCURRENCY: Final = 8
 """Batches whose Redis steps run at the same time."""
 PAGE: Final = 1_000
 """Session ids read (and described) at a time."""
+LISTING: Final = 4
+"""Pages described at the same time."""
 SCAN_KEYS: Final = 5_000
 """Keys one SCAN call examines while listing sessions: each key of every client, queue
 and message counts, so the sessions are a small share of them (about a millisecond of
@@ -67,17 +73,21 @@ Redis a call)."""
 class Adoption:
     """Adopts, through the node's session ``lifecycle``, the persistent sessions of dead
     nodes (see the module docstring); counts them. ``confirm_routes()`` waits until every
-    live node's mirror holds this node's routes; ``grace`` is the wait after it."""
+    live node's mirror holds this node's routes (False when one did not within its
+    bound); ``landed()`` until the copies of this node's publishes matched so far are
+    stored; ``grace`` is the wait when a mirror did not confirm."""
 
     def __init__(
         self,
         lifecycle: SessionLifecycle,
         confirm_routes: Callable[[], Awaitable[bool]],
+        landed: Callable[[], Awaitable[None]],
         grace: float,
     ) -> None:
         self._lifecycle = lifecycle
         self._recovery = lifecycle.recovery
         self._confirm_routes = confirm_routes
+        self._landed = landed
         self._grace = grace
         self.sessions_adopted = 0
         self.failed = 0
@@ -89,31 +99,33 @@ class Adoption:
         caller tries again."""
         loop = asyncio.get_running_loop()
         began = loop.time()
-        orphans = [orphan async for orphan in self._orphans(dead)]
-        if not orphans:
-            return
-        phases: dict[str, float] = {"listed": loop.time() - began}
+        phases: dict[str, float] = {}
         gate = asyncio.Semaphore(CONCURRENCY)
         recovered: asyncio.Future[dict[str, list[Delivery]]] = loop.create_future()
-        batches = [orphans[i : i + BATCH] for i in range(0, len(orphans), BATCH)]
-        claimed: list[asyncio.Future[list[CountChange] | None]] = [
-            loop.create_future() for _ in batches
-        ]
-        adoptions = [
-            asyncio.create_task(self._adopt_batch(batch, gate, done, recovered))
-            for batch, done in zip(batches, claimed, strict=True)
-        ]
+        clients: set[str] = set()
+        claimed: list[asyncio.Future[list[CountChange] | None]] = []
+        adoptions: list[asyncio.Task[int]] = []
         try:
+            async for batch in self._batches(dead):  # (claimed while the rest is listed)
+                clients.update(info.client_id for info, _ in batch)
+                claimed.append(loop.create_future())
+                adoptions.append(
+                    asyncio.create_task(self._adopt_batch(batch, gate, claimed[-1], recovered))
+                )
+            if not adoptions:
+                return
+            phases["listed"] = loop.time() - began
             changes = await asyncio.gather(*claimed)
             phases["claimed"] = loop.time() - began
             await self._lifecycle.adopt_routes([c for made in changes if made for c in made])
             phases["routed"] = loop.time() - began
             if any(made is not None for made in changes) and dead != self._lifecycle.node_id:
-                await self._confirm_routes()  # (own sessions: its inbox reader reads them)
+                # (own sessions: its inbox reader reads them)
+                if not await self._confirm_routes():
+                    await asyncio.sleep(self._grace)
+                await self._landed()
                 phases["confirmed"] = loop.time() - began
-                await asyncio.sleep(self._grace)
                 mark = await self._recovery.mark_node(dead)
-                clients = {info.client_id for info, _ in orphans}
                 recovered.set_result(await self._recovery.recover_all(dead, clients, mark))
                 phases["recovered"] = loop.time() - began
             else:
@@ -139,16 +151,55 @@ class Adoption:
         if errors:
             raise errors[0]
 
-    async def _orphans(self, dead: str) -> AsyncIterator[tuple[SessionInfo, Owner]]:
-        """(description, claim) of each persistent session ``dead`` still owns."""
+    async def _batches(self, dead: str) -> AsyncIterator[list[tuple[SessionInfo, Owner]]]:
+        """(description, claim) of each persistent session ``dead`` still owns, in
+        batches of :data:`BATCH` at most, each as soon as it is listed."""
+        batch: list[tuple[SessionInfo, Owner]] = []
+        async for orphans in self._owned_pages(dead):
+            for orphan in orphans:
+                batch.append(orphan)
+                if len(batch) == BATCH:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+
+    async def _owned_pages(self, dead: str) -> AsyncIterator[list[tuple[SessionInfo, Owner]]]:
+        """:meth:`_owned` of each page of clients with a session, :data:`LISTING` pages
+        described at a time while the SCAN goes on."""
+        described: set[asyncio.Task[list[tuple[SessionInfo, Owner]]]] = set()
+        pages = self._lifecycle.store.client_id_pages(PAGE, SCAN_KEYS)
+        try:
+            async for ids in pages:
+                described.add(asyncio.create_task(self._owned(dead, ids)))
+                if len(described) >= LISTING:
+                    done, described = await asyncio.wait(
+                        described, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    for task in done:
+                        yield task.result()
+            while described:
+                done, described = await asyncio.wait(described, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    yield task.result()
+        finally:
+            for task in described:
+                task.cancel()
+            await asyncio.gather(*described, return_exceptions=True)
+            await pages.aclose()
+
+    async def _owned(self, dead: str, ids: list[str]) -> list[tuple[SessionInfo, Owner]]:
+        """Of clients ``ids``, (description, claim) of those whose persistent session
+        ``dead`` still owns."""
         store, subscriptions = self._lifecycle.store, self._lifecycle.subscriptions
-        async for ids in store.client_id_pages(PAGE, SCAN_KEYS):
-            infos = [i for i in await store.describe_many(ids) if i and i.expiry]
-            candidates = [i for i in infos if i.node_id == dead]
-            owners = await subscriptions.owners([i.client_id for i in candidates])
-            for info, owner in zip(candidates, owners, strict=True):
-                if owner is not None and owner.node_id == dead:
-                    yield info, owner
+        infos = [i for i in await store.describe_many(ids) if i and i.expiry]
+        candidates = [i for i in infos if i.node_id == dead]
+        owners = await subscriptions.owners([i.client_id for i in candidates])
+        return [
+            (info, owner)
+            for info, owner in zip(candidates, owners, strict=True)
+            if owner is not None and owner.node_id == dead
+        ]
 
     async def adopt_own(self) -> None:
         """At start: adopt the persistent sessions this node id held in an earlier
