@@ -29,7 +29,7 @@ in its grace after the move, up to the *tail end* marker ``handoff-end:EPOCH``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import count, takewhile
 from typing import Any, Final, Literal
@@ -215,7 +215,7 @@ class SessionStore:
 
     async def client_id_pages(
         self, page: int = 1_000, count: int = SCAN_COUNT
-    ) -> AsyncIterator[list[str]]:
+    ) -> AsyncGenerator[list[str], None]:
         """Every client with a session, in pages of at most ``page`` ids (a SCAN of
         ``count`` keys a call: no limit on the total, no command that blocks Redis on a
         large keyspace)."""

@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 
 #: Spills written to Redis in one pipelined step, at most.
 GROUP: Final = 200
+#: Groups written at the same time, at most (a node that adopts thousands of sessions
+#: puts them away in a few round trips of their own, not one after the other). A session
+#: has one spill due at a time, so its copies keep their order.
+WRITERS: Final = 4
 
 
 @dataclass
@@ -57,7 +61,7 @@ class Spills:
         self.queue_drops = 0
         self.offline_qos0_skipped = 0
         self._due: list[_Due] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._writers: set[asyncio.Task[None]] = set()
 
     def _kept(self, deliveries: list[Delivery]) -> list[Delivery]:
         kept = [d for d in deliveries if d.qos > 0]
@@ -82,30 +86,36 @@ class Spills:
         """:meth:`write` ``batch``, in one pipelined step with the spills of other
         sessions due meanwhile (a group commit: a node holding thousands of away sessions
         writes their copies in a few round trips, not one each). False when Redis did
-        not take it: then it is back at the head of ``session``."""
+        not take it: then it is back at the head of ``session``. The caller has no other
+        spill of ``session`` due."""
         kept = self._kept(batch)
         if not kept:
             return True
         loop = asyncio.get_running_loop()
         done: asyncio.Future[bool] = loop.create_future()
         self._due.append(_Due(queue, kept, session, done))
-        if self._writer is None:
-            self._writer = loop.create_task(self._write_due(), name="spills")
+        writers = len(self._writers)
+        if not writers or (writers < WRITERS and len(self._due) > GROUP * writers):
+            writer = loop.create_task(self._write_due(), name="spills")
+            self._writers.add(writer)
         return await done
 
     async def _write_due(self) -> None:
-        """Write what is due, :data:`GROUP` spills a step, until nothing is; what a
-        cancelled writer leaves goes back to its sessions."""
+        """Write what is due, :data:`GROUP` spills a step, until nothing is; what the
+        last writer leaves when it is cancelled goes back to its sessions."""
         try:
             await asyncio.sleep(0)  # (the spills due in this turn of the loop join)
             while self._due:
                 group, self._due = self._due[:GROUP], self._due[GROUP:]
                 await self._write_group(group)
         finally:
-            self._writer = None
-            for due in self._due:
-                due.give_back()
-            self._due = []
+            writer = asyncio.current_task()
+            if writer is not None:
+                self._writers.discard(writer)
+            if not self._writers:
+                for due in self._due:
+                    due.give_back()
+                self._due = []
 
     async def _write_group(self, group: list[_Due]) -> None:
         outcomes: list[tuple[int, int] | RouterError]
@@ -139,5 +149,5 @@ class Spills:
 
     async def stop(self) -> None:
         """Stop writing: what is due goes back to its sessions."""
-        if self._writer is not None:
-            await stop_task(self._writer)
+        for writer in list(self._writers):
+            await stop_task(writer)
