@@ -30,9 +30,9 @@ from then on), ``adopted_within_s`` (until the adoption finished: every session 
 away in its Redis queue; None if not within the adoption deadline, and
 ``left_with_dead_node`` says how many sessions still belong to A at the end),
 ``reconnect_p50_ms`` / ``p99_ms`` (CONNECT to CONNACK of the reconnects that got in), the
-storms' timeline and B's counters from its ``/metrics``. Every payload is checked: one
-that is not its client's, or a seq never published to it, raises
-:class:`BenchDisagreementError`.
+storms' timeline (each storm's own p50 and p99 too) and B's counters from its
+``/metrics``. Every payload is checked: one that is not its client's, or a seq never
+published to it, raises :class:`BenchDisagreementError`.
 """
 
 from __future__ import annotations
@@ -358,7 +358,12 @@ def run_kill(url: str, config: FleetConfig, pool: WorkerPool) -> dict[str, Any]:
             pool.ask_clients("close", [(True,)] * pool.clients, timeout=60)
     finally:
         delete_prefix(url, prefix)
-    latencies = [ns for line in timeline for ns in line.pop("connack_ns")]
+    latencies: list[int] = []
+    for line in timeline:
+        group = line.pop("connack_ns")
+        latencies += group
+        line["reconnect_p50_ms"] = round(percentile(group, 0.5), 3) if group else None
+        line["reconnect_p99_ms"] = round(percentile(group, 0.99), 3) if group else None
     resumed = sum(line["ok"] for line in timeline)
     return {
         "mode": "kill",
