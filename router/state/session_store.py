@@ -497,8 +497,7 @@ class SessionQueue:
             handle = self.channel.handle(READER, dropped[-1].clock) if dropped else None
         if handle is not None:
             await self.channel.ack(READER, handle)
-            await self._discard([m.clock for m in dropped])
-            await self._count(-sum(len(m.content) for m in dropped))
+            await self._discard(dropped)
         return len(dropped)
 
     async def _trim_bytes(self, max_bytes: int) -> int:
@@ -518,8 +517,7 @@ class SessionQueue:
             excess -= len(message.content)
         if dropped:
             await self.channel.ack(READER, self.channel.handle(READER, dropped[-1].clock))
-            await self._discard([m.clock for m in dropped])
-            await self._count(-sum(len(m.content) for m in dropped))
+            await self._discard(dropped)
         return len(dropped)
 
     async def mark_handoff(
@@ -568,15 +566,21 @@ class SessionQueue:
                 continue
         if result.ack_handle is not None:
             await self.channel.ack(READER, result.ack_handle)
-            await self._discard([m.clock for m in result.messages])
-            await self._count(-sum(len(m.content) for m in result.messages))
+            await self._discard(result.messages)
         return Drained(deliveries, handoffs, result.more, tuple(tail_ends))
 
-    async def _discard(self, clocks: list[int]) -> None:
-        if clocks:
-            name = self.channel.name
-            with translating:
-                await self._redis.delete(*(self._keys.channel_body(name, c) for c in clocks))
+    async def _discard(self, taken: Sequence[FetchedMessage]) -> None:
+        """Delete the bodies of messages the reader acknowledged and take their bytes off
+        the count, in one pipelined step."""
+        if not taken:
+            return
+        name = self.channel.name
+        bodies = [self._keys.channel_body(name, m.clock) for m in taken]
+        change = -sum(len(m.content) for m in taken)
+        [_, [total, _]] = await commands_each(
+            self._redis, [[("DEL", *bodies)], self._counting(change)]
+        )
+        self._bytes = int(total)
 
     async def delete(self) -> None:
         """Remove the queue's reader and its byte count (its messages expire with their
