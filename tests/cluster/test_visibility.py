@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,9 @@ from router.state.route_acks import RouteAcks
 from tests.support.nodes import RestartableNodes, StartNode, die, take
 from tests.support.servers import RedisServer
 from tests.support.waiting import eventually, retried
+
+FENCE_HELD = 1.0
+"""Seconds the fence test holds a copy after the peer's mirror took the change."""
 
 
 async def knows(node: RouterNode, *others: str) -> None:
@@ -53,6 +57,44 @@ async def test_the_acks_are_in_redis_for_a_writer_that_missed_them(
     assert generation is not None and version >= 1
     acks = await RouteAcks(b._redis, b.keys).read("a")
     assert acks["b"] == (generation, version)
+
+
+async def test_a_mirror_acks_a_change_once_the_copies_matched_before_it_are_stored(
+    start_node: StartNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ack is a fence. Node p matched a copy for node a and its write to a's inbox
+    is held; a then subscribes. p's mirror takes the new route at once, but p acks it
+    (and a's subscribe returns) only once the held copy is stored. A node that adopts a
+    dead node's sessions relies on this to read the dead node's inbox without a grace
+    (tests/cluster/test_adoption.py)."""
+    a, p = await start_node("a", heartbeat_ttl=10.0), await start_node("p", heartbeat_ttl=10.0)
+    await knows(a, "p")
+    await a.connect("client")
+    await a.subscribe("client", "t")
+    await eventually(lambda: "a" in p.mirror.match("t").nodes, 10, "p routes t to a")
+    held = asyncio.Event()
+    send = p._forwarder.send
+
+    def held_to_a(node_id: str, forwards: list[Any]) -> asyncio.Future[None]:
+        async def when_released() -> None:
+            await held.wait()
+            await send(node_id, forwards)
+
+        return asyncio.ensure_future(when_released()) if node_id == "a" else send(node_id, forwards)
+
+    monkeypatch.setattr(p._forwarder, "send", held_to_a)
+    publish = asyncio.create_task(p.publish("t", b"held", qos=1))
+    await eventually(lambda: p.forwards.pending, 10, "p's copy on its way")
+    subscribe = asyncio.create_task(a.subscribe("client", "u"))
+    await eventually(lambda: "a" in p.mirror.match("u").nodes, 10, "p routes u to a")
+    # (nothing to wait for: without the fence, p's ack gets a's subscribe back within ms)
+    done, _ = await asyncio.wait([subscribe], timeout=FENCE_HELD)
+    assert not done, "a's subscribe returned while p's copy was still on its way"
+    held.set()
+    await subscribe
+    await publish
+    assert a.stats()["subscribe_unconfirmed"] == 0
+    assert [d.payload for d in await take(a, "client", 1)] == [b"held"]
 
 
 @pytest.mark.parametrize("redis_backend", ["standalone"], indirect=True)
