@@ -4,15 +4,20 @@ and a group Redis refuses is tried again without losing a copy; on real Redis an
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from router.cluster.local_sessions import ClientSession
 from router.cluster.node import RouterNode
+from router.cluster.sessions.spills import GROUP, WRITERS, Spills
 from router.core.messages import Delivery
 from router.errors import RouterError, StateUnavailableError
+from router.state.keys import Keys
+from router.state.scripts import RedisClient
 from router.state.session_store import SessionQueue
 from tests.support import waiting
 from tests.support.nodes import StartNode, take
@@ -85,3 +90,50 @@ async def test_a_group_redis_refuses_is_written_again_in_order(
         assert await a.connect(f"s{index}", clean_start=False, expiry=600)
         got = await take(a, f"s{index}", 4)
         assert [d.payload for d in got] == [b"0", b"1", b"2", b"3"], f"s{index}"
+
+
+AT_ONCE = GROUP * WRITERS + GROUP // 2
+"""Sessions spilling at once in the writers test: enough for every writer to run."""
+ROUNDS = 3
+
+
+def numbered(session: int, seq: int) -> Delivery:
+    return Delivery(f"fleet/{session}", f"{seq}".encode(), 1, False, f"{session}:{seq}".encode())
+
+
+async def test_many_sessions_spilling_at_once_keep_each_ones_order(
+    redis_client: RedisClient, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each session spills ``ROUNDS`` copies one after the other (as its spiller does:
+    the next once the last is in); the groups of all of them are written by several
+    writers at the same time, and every queue reads back complete and in order."""
+    spills = Spills(1_000, "drop_oldest")
+    at_once = most = 0
+    write_group = Spills._write_group
+
+    async def counted(self: Spills, group: list[Any]) -> None:
+        nonlocal at_once, most
+        at_once += 1
+        most = max(most, at_once)
+        try:
+            await write_group(self, group)
+        finally:
+            at_once -= 1
+
+    monkeypatch.setattr(Spills, "_write_group", counted)
+    queues = [SessionQueue(redis_client, keys, f"w{i}", 600) for i in range(AT_ONCE)]
+    await SessionQueue.ensure_each(queues)
+
+    async def spill(index: int, queue: SessionQueue) -> None:
+        session = ClientSession(queue.client_id, 1_000, "drop_oldest")
+        for seq in range(ROUNDS):
+            assert await spills.write_together(queue, [numbered(index, seq)], session)
+
+    await asyncio.gather(*(spill(i, q) for i, q in enumerate(queues)))
+
+    assert most > 1, "the spills were written by one writer at a time"
+    assert spills.queued == AT_ONCE * ROUNDS
+    for queue in queues:
+        drained = await queue.drain()
+        assert [d.payload for d in drained.deliveries] == [b"0", b"1", b"2"], queue.client_id
+        await queue.aclose()
