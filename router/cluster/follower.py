@@ -144,6 +144,11 @@ class ChannelFollower:
             position = announcement.last
         return []
 
+    def handled_through(self, clock: int) -> bool:
+        """True once the message of ``clock``, and every one before it, is handled."""
+        handled = self._handled
+        return handled is not None and not clock_after(clock, handled)
+
     def handled(self, clock: int) -> None:
         """The message of ``clock`` (handed on) is handled: :meth:`rewind` resumes after it."""
         self._handled = clock

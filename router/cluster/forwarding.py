@@ -38,6 +38,7 @@ from router.cluster.inbox import Forward, Kick, Notice, pack_batch, pack_notice,
 from router.errors import (
     MalformedMessageError,
     RouterError,
+    StateFailureError,
     StateUnavailableError,
     SubscriptionNotFoundError,
 )
@@ -274,6 +275,24 @@ class InboxReader:
         now is handled within moments (not while it waits out an outage of Redis, or
         catches up after one)."""
         return not self.unavailable and self._follower.listening
+
+    async def read_through(self, timeout: float, poll: float = 0.01) -> bool:
+        """Wait until every record stored in the inbox now is handled; False when
+        ``timeout`` seconds passed first (or Redis could not say where the inbox is)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            position = await self._channel.position(self._node_id)
+        except StateFailureError:
+            return False
+        if position is None:
+            return False
+        clock, cursor = position
+        while clock != cursor and not self._follower.handled_through(clock):
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(poll)
+        return True
 
     async def stop(self) -> None:
         """Release the inbox (once :meth:`run` was cancelled by its supervisor)."""

@@ -49,6 +49,7 @@ from router.cluster.inbox import Kick, Notice
 from router.cluster.liveness import Liveness
 from router.cluster.local_sessions import LocalSessions
 from router.cluster.mirror_sync import MirrorSync
+from router.cluster.move_fence import MoveFence
 from router.cluster.policy import Policy
 from router.cluster.retainer import Retainer
 from router.cluster.route_writer import Reconciliation, RouteWriter
@@ -106,7 +107,7 @@ class RouterNode:
         self._visibility = RouteVisibility(
             RouteAcks(redis, self.keys),
             self.node_id,
-            lambda: [n for n in self.mirror.nodes() if n not in self._sync.dead],
+            self._live_peers,
             config.heartbeat_ttl,
             know_peers=lambda: self._sync.ensure_current(),  # noqa: PLW0108 (made below)
         )
@@ -165,6 +166,14 @@ class RouterNode:
             publish_will=self._dispatcher.publish,
             running=lambda: self._running,
             is_dead=lambda node_id: node_id in self._sync.dead,
+            fence=MoveFence(
+                self.subscriptions,
+                self.routes,
+                RouteAcks(redis, self.keys),
+                self.mirror,
+                self._live_peers,
+                lambda seconds: self._inbox.read_through(seconds),  # noqa: PLW0108 (made below)
+            ).passed,
         )
         self._claims, self._keeper = self._lifecycle.claims, self._lifecycle.keeper
         self.session_store = self._lifecycle.store
@@ -290,6 +299,10 @@ class RouterNode:
         await self._claim()
         await self._sync.announce()
         await self._lifecycle.restore()
+
+    def _live_peers(self) -> list[str]:
+        """The nodes this node's mirror follows that it does not take for dead (itself too)."""
+        return [n for n in self.mirror.nodes() if n not in self._sync.dead]
 
     def _on_routes_applied(self, changes: list[RouteChange]) -> None:
         if changes and self._generation is not None:

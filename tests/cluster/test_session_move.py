@@ -51,11 +51,13 @@ def hold_back(node: RouterNode, peer: str, monkeypatch: pytest.MonkeyPatch) -> C
     return release
 
 
-async def move_started(start_node: StartNode) -> tuple[RouterNode, RouterNode, RouterNode]:
-    """Nodes a (the publisher's), b (the session's) and c, every mirror caught up; the
-    persistent session of ``roamer`` subscribes to ``news`` on b."""
+async def move_started(
+    start_node: StartNode, grace: float = GRACE
+) -> tuple[RouterNode, RouterNode, RouterNode]:
+    """Nodes a (the publisher's), b (the session's, with a handoff ``grace``) and c, every
+    mirror caught up; the persistent session of ``roamer`` subscribes to ``news`` on b."""
     a = await start_node("a")
-    b = await start_node("b", handoff_grace=GRACE)
+    b = await start_node("b", handoff_grace=grace)
     c = await start_node("c")
     await b.connect("roamer", clean_start=False, expiry=600)
     await b.subscribe("roamer", "news", qos=1)
@@ -86,16 +88,57 @@ async def test_a_copy_sent_to_the_old_node_during_a_move_reaches_the_session(
     assert b.stats()["copies_unmatched"] == 0
 
 
-async def test_a_copy_that_reached_both_nodes_during_a_move_is_delivered_once(
-    start_node: StartNode,
+SHORT_GRACE = 0.2
+"""b's grace in the lagging-mirror test: shorter than a's lag there, shorter than the
+heartbeat TTL (1 s) that bounds the move's fence."""
+
+
+async def test_a_copy_from_a_mirror_lagging_the_move_longer_than_the_grace_reaches_it(
+    start_node: StartNode, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Before: b kept the session's routes for a fixed grace. a's mirror, held back longer
+    than that, went on routing news to b alone (or, once it saw b's routes go, to nobody),
+    and the copy was lost though acknowledged. Now b keeps the routes, and queues what
+    reaches them, until every mirror acked c's routes (the move's fence, within the
+    heartbeat TTL)."""
+    a, b, c = await move_started(start_node, SHORT_GRACE)
+    release = hold_back(a, "c", monkeypatch)
+    resumed = asyncio.ensure_future(c.connect("roamer", clean_start=False, expiry=600))
+    await waiting.eventually(lambda: not b.serves("roamer"), 5, "b handed the session on")
+    await asyncio.sleep(3 * SHORT_GRACE)  # (past the fixed grace: nothing to wait on)
+
+    late = await a.publish("news", b"late", qos=1)
+
+    assert await resumed
+    release()
+    got = await take(c, "roamer", 1)
+    assert [d.payload for d in got] == [b"late"]
+    assert late.nodes == ["b"]
+
+
+async def test_a_copy_that_reached_both_nodes_during_a_move_is_delivered_once(
+    start_node: StartNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """a routes news to both b and c for a moment: the copy goes both ways, into b's
+    grace (held open here until the copy is published: the move's fence would end it as
+    soon as a routes to c) and to c directly; c delivers it once."""
     a, b, c = await move_started(start_node)
+    published = asyncio.Event()
+    fence = b._keeper._fence
+    assert fence is not None
+
+    async def after_the_publish(client_id: str, epoch: int, timeout: float) -> bool:
+        await published.wait()
+        return await fence(client_id, epoch, timeout)
+
+    monkeypatch.setattr(b._keeper, "_fence", after_the_publish)
     resumed = asyncio.ensure_future(c.connect("roamer", clean_start=False, expiry=600))
     await waiting.eventually(
         lambda: a.mirror.match("news").nodes.keys() == {"b", "c"}, 5, "a routes news to both"
     )
 
     both = await a.publish("news", b"both", qos=1)
+    published.set()
 
     assert sorted(both.nodes) == ["b", "c"]
     assert await resumed

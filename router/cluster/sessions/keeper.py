@@ -15,7 +15,9 @@ connection. The node that holds it:
   spiller finishes, and what the queue holds goes first into the session.
 * **taken over by another node** (:meth:`hand_off`): what the node holds goes to the
   queue, then the *handoff marker* of the new claim's epoch, carrying the inbound QoS 2
-  ids still awaiting PUBREL. For ``handoff_grace`` seconds more the node keeps the
+  ids still awaiting PUBREL. Until the move's fence passed (:mod:`router.cluster.
+  move_fence`: every mirror routes the client to the new node, and what was routed here
+  is handled; within ``fence_bound`` seconds, else ``handoff_grace``) the node keeps the
   session's filters (its routes) and gathers the copies still sent here: a publishing
   node's route mirror may not have caught up with the move yet (it may even have seen
   this node's routes go before the new node's come). Those go to the queue too (the
@@ -25,7 +27,7 @@ connection. The node that holds it:
   it), then drains the queue up to it (bounded by ``handoff_timeout``: the old node may
   be dead), answers the client, and reads the tail in the background; what reaches it
   directly meanwhile waits behind the tail (a copy that came both ways once). So no
-  copy is lost or reordered by the move unless a mirror lags by more than the grace.
+  copy is lost or reordered by the move unless a mirror lags by more than the bound.
 * **back during the grace**: a client that connects again to the node its session just
   left ends that node's grace at once (:meth:`handing_off`): the node writes the tail
   end and keeps the session's filters for the session that resumes there. Likewise a
@@ -125,6 +127,8 @@ class SessionKeeper:
         publish_will: Callable[[Outgoing], Awaitable[object]],
         end_session: Callable[[str], Awaitable[None]],
         is_dead: Callable[[str], bool] = lambda _node_id: False,
+        fence: Callable[[str, int, float], Awaitable[bool]] | None = None,
+        fence_bound: float = 0.0,
     ) -> None:
         self._redis = redis
         self._keys = keys
@@ -136,6 +140,8 @@ class SessionKeeper:
         self._publish_will = publish_will
         self._end_session = end_session
         self._is_dead = is_dead
+        self._fence = fence
+        self.fence_bound = fence_bound
         self._away: dict[str, _Away] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._handoffs: dict[str, _Move] = {}  # sessions moving away
@@ -448,14 +454,16 @@ class SessionKeeper:
             graced = self.handoff_grace > 0
             if graced:
                 await retrying(lambda: queue.mark_handoff(epoch, awaiting, tail=True))
-                ends = [asyncio.ensure_future(e.wait()) for e in (self._stopping, back)]
+                ends: list[asyncio.Future[object]] = [
+                    asyncio.ensure_future(e.wait()) for e in (self._stopping, back)
+                ]
+                ends.append(asyncio.ensure_future(self._grace(client_id, epoch)))
                 try:
-                    await asyncio.wait(
-                        ends, timeout=self.handoff_grace, return_when=asyncio.FIRST_COMPLETED
-                    )
+                    await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     for end in ends:
                         end.cancel()
+                    await asyncio.gather(*ends, return_exceptions=True)
             tail = leaving.take_all()
             await retrying(lambda: self.spills.write(queue, tail))
             if graced:
@@ -464,6 +472,19 @@ class SessionKeeper:
                 await retrying(lambda: queue.mark_handoff(epoch, awaiting))
         finally:
             await queue.aclose()
+
+    async def _grace(self, client_id: str, epoch: int) -> None:
+        """The grace of a handoff: until the move's fence passed (every live mirror routes
+        the client to its new node, and what was routed here is handled: :mod:`router.
+        cluster.move_fence`), within ``fence_bound`` seconds (at least the grace); should
+        it not pass by then, or should it not be told, ``handoff_grace`` seconds."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        if self._fence is not None:
+            bound = max(self.handoff_grace, self.fence_bound)
+            if await self._fence(client_id, epoch, bound):
+                return
+        await asyncio.sleep(max(0.0, began + self.handoff_grace - loop.time()))
 
     async def handing_off(self, client_id: str) -> None:
         """The client connects to this node again: end the grace of a handoff of its

@@ -77,6 +77,7 @@ class SessionLifecycle:
         publish_will: Callable[[Outgoing], Awaitable[object]],
         running: Callable[[], bool],
         is_dead: Callable[[str], bool] = lambda _node_id: False,
+        fence: Callable[[str, int, float], Awaitable[bool]] | None = None,
     ) -> None:
         self.node_id = config.node_id
         self.sessions = sessions
@@ -111,6 +112,8 @@ class SessionLifecycle:
             publish_will=publish_will,
             end_session=self._end_session,
             is_dead=is_dead,
+            fence=fence,
+            fence_bound=min(config.heartbeat_ttl, config.handoff_timeout / 2),
         )
         self.sessions_restored = 0
 
