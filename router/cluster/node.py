@@ -21,8 +21,9 @@ Life of a node (one process, one *incarnation*):
 4. A client that connects to another node is taken over (MQTT-3.1.4-3): the new node
    claims the session and leaves a takeover notice in the old node's inbox, which drops
    its local copy of the session (its routes with it; a session that goes on there keeps
-   its routes for ``handoff_grace`` seconds more, for copies sent by mirrors that have
-   not caught up yet) and reports reason ``takenover``.
+   its routes until every mirror routes it to the new node, within the heartbeat TTL,
+   for copies sent by mirrors that had not caught up: :mod:`router.cluster.move_fence`)
+   and reports reason ``takenover``.
    Should a notice be lost, each heartbeat also audits the claims of local sessions
    (:mod:`router.cluster.sessions.claims`). A session with a Session Expiry Interval outlives
    its connection (:meth:`RouterNode.put_away`) and resumes on any node, what was
