@@ -35,7 +35,7 @@ class NodeConfig:
     max_queued: int = 1_000  # messages a persistent session's Redis queue keeps while away
     max_queued_bytes: int = 16 << 20  # ... and bytes (packed; 0: no bound; one always fits)
     handoff_timeout: float = 5.0  # the longest a resume waits for the previous node's handoff
-    handoff_grace: float = 1.0  # the least a handed-on session's filters keep queueing late copies
+    handoff_grace: float = 1.0  # a moved session's late copies: queued this long, without a fence
     publish_timeout: float = 10.0  # a publish not done by then raises PublishTimeoutError
     allow_eviction: bool = False  # start on a Redis that may evict keys (logged as an error)
     shared_sessions: bool = False  # any user may resume a client id's session (else its user's)

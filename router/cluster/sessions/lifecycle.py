@@ -12,7 +12,7 @@ will, and whether the node still runs.
 One connect, put away or adoption of a client at a time (:attr:`SessionLifecycle.locks`):
 each runs whole before the next for the same client id begins. Every wait is bounded: Redis
 calls by their timeouts, a handoff by ``handoff_timeout``, its grace by the heartbeat TTL
-(at least ``handoff_grace``).
+(or ``handoff_grace``, if longer).
 """
 
 from __future__ import annotations
