@@ -35,9 +35,10 @@ POLL: Final = 0.02
 
 class MoveFence:
     """Whether a session that moved away from this node has every late copy here (see the
-    module docstring). ``peers()`` are the live nodes this node knows; ``read_through``
-    waits (at most the seconds it is given) until this node's inbox reader handled what
-    its inbox holds now."""
+    module docstring). ``peers()`` are the live nodes this node knows, once
+    ``know_peers()`` returned (it lists the registry again when a join may have gone
+    unheard); ``read_through`` waits (at most the seconds it is given) until this node's
+    inbox reader handled what its inbox holds now."""
 
     def __init__(
         self,
@@ -47,6 +48,7 @@ class MoveFence:
         mirror: RouteMirror,
         peers: Callable[[], Iterable[str]],
         read_through: Callable[[float], Awaitable[bool]],
+        know_peers: Callable[[], Awaitable[None]],
         poll: float = POLL,
     ) -> None:
         self._subscriptions = subscriptions
@@ -55,6 +57,7 @@ class MoveFence:
         self._mirror = mirror
         self._peers = peers
         self._read_through = read_through
+        self._know_peers = know_peers
         self._poll = poll
         # writer -> when its acks were last read, and that read (shared by the moves)
         self._reads: dict[str, tuple[float, asyncio.Future[dict[str, tuple[str, int]]]]] = {}
@@ -78,6 +81,7 @@ class MoveFence:
             if generation is None:
                 return False
             version = (await self._routes.changes(writer, generation, known, limit=1)).version
+            await self._know_peers()
             while not self._all_hold(await self._acks_of(writer), writer, generation, version):
                 if loop.time() >= deadline:
                     return False

@@ -174,6 +174,7 @@ class RouterNode:
                 self.mirror,
                 self._live_peers,
                 lambda seconds: self._inbox.read_through(seconds),  # noqa: PLW0108 (made below)
+                lambda: self._sync.ensure_current(),  # noqa: PLW0108 (made below)
             ).passed,
         )
         self._claims, self._keeper = self._lifecycle.claims, self._lifecycle.keeper
