@@ -133,9 +133,7 @@ class Dispatcher:
         if message.retain:
             await self._retainer.retain([(message, outgoing.expiry_interval)])
         [result], per_node = self.route([message])
-        if per_node:
-            with self.forwards.applying():  # (opened with no await after the match)
-                await self._forward(per_node)
+        await self._forward(per_node)
         return result
 
     async def _publish_many(self, items: Iterable[Outgoing]) -> list[PublishResult]:
@@ -164,20 +162,23 @@ class Dispatcher:
                 PublishResult(o.id, [], 0, 0) if m is None else next(done)
                 for o, m in zip(messages, admitted, strict=True)
             ]
-        if per_node:
-            with self.forwards.applying():  # (opened with no await after the match)
-                await self._forward(per_node)
+        await self._forward(per_node)
         return results
 
     async def _forward(self, per_node: dict[str, list[Forward]]) -> None:
-        """Send each node its copies; return once every node's are in its inbox."""
-        if len(per_node) == 1:
-            [(node_id, forwards)] = per_node.items()
-            await self._forwarder.send(node_id, forwards)
-        elif per_node:
-            await asyncio.gather(
-                *(self._forwarder.send(node_id, forwards) for node_id, forwards in per_node.items())
-            )
+        """Send each node its copies; return once every node's are in its inbox. Awaited
+        right after the match, so the copies are in :attr:`forwards` from the match on
+        (a coroutine runs up to its first suspension at once)."""
+        if not per_node:
+            return
+        with self.forwards.applying():
+            if len(per_node) == 1:
+                [(node_id, forwards)] = per_node.items()
+                await self._forwarder.send(node_id, forwards)
+            else:
+                await asyncio.gather(
+                    *(self._forwarder.send(n, forwards) for n, forwards in per_node.items())
+                )
 
     def message(
         self, outgoing: Outgoing, message_id: bytes | None = None, now: float | None = None

@@ -105,8 +105,9 @@ class RouterNode:
         self.mirror = RouteMirror(config.strategy(), cache=config.match_cache)
         self.arrivals = ArrivalOrder()  # (see router.cluster.visibility)
         self.forwards = ForwardsInFlight()
+        acks = RouteAcks(redis, self.keys)
         self._visibility = RouteVisibility(
-            RouteAcks(redis, self.keys),
+            acks,
             self.node_id,
             self._live_peers,
             config.heartbeat_ttl,
@@ -170,7 +171,7 @@ class RouterNode:
             fence=MoveFence(
                 self.subscriptions,
                 self.routes,
-                RouteAcks(redis, self.keys),
+                acks,
                 self.mirror,
                 self._live_peers,
                 lambda seconds: self._inbox.read_through(seconds),  # noqa: PLW0108 (made below)

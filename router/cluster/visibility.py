@@ -91,8 +91,8 @@ class InFlight:
 
     async def settled(self) -> None:
         """Return once every piece open now is closed (later ones are not waited for)."""
-        if self._open:
-            await asyncio.wait(list(self._open))
+        if pieces := self.snapshot():
+            await asyncio.wait(pieces)
 
 
 class ArrivalOrder(InFlight):
@@ -112,8 +112,8 @@ class ForwardsInFlight(InFlight):
     the other nodes' inboxes (each opened right after its match, closed once its copies
     are stored or its forward failed).
 
-    A mirror that applied a change waits for them (:meth:`settled`) before it acks the
-    change: an ack then also says that no copy matched against the routes before the
+    A mirror that applied a change waits for those open then (:meth:`snapshot`) before
+    it acks the change: an ack then also says that no copy matched against the routes before the
     change is still on its way. A node that adopts a dead node's sessions relies on
     this: once every mirror acked the adopted routes, the dead node's inbox holds every
     copy routed there for them, and it can be read without a grace.

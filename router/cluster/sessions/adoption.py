@@ -178,10 +178,8 @@ class Adoption:
                     )
                     for task in done:
                         yield task.result()
-            while described:
-                done, described = await asyncio.wait(described, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    yield task.result()
+            for finished in asyncio.as_completed(described):
+                yield await finished
         finally:
             for task in described:
                 task.cancel()
