@@ -48,11 +48,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, NamedTuple
 
-from redis.asyncio.cluster import RedisCluster
-
 from router.errors import ChannelArgumentError, MalformedAckHandleError, RouterError
 from router.state.failures import translating
 from router.state.keys import Keys, check_id
+from router.state.reads import commands_each
 from router.state.scripts import RedisClient, Scripts
 from router.state.wakeups import WakeUps
 
@@ -164,8 +163,16 @@ class Channel:
         self.epoch: str | None = None  # learnt by add_subscriber
         self._bodies = self.keys.channel_bodies(name)
         self._wake = self.keys.channel_wakeup(name)
-        self._announce = "SPUBLISH" if isinstance(redis, RedisCluster) else "PUBLISH"
-        self.wakeups = WakeUps(redis, self._wake)
+        self._announce = "SPUBLISH" if self._scripts.cluster else "PUBLISH"
+        self._wakeups: WakeUps | None = None
+
+    @property
+    def wakeups(self) -> WakeUps:
+        """The channel's wake-ups (made when first asked for: most channels of a node, its
+        away sessions' queues, are never waited on)."""
+        if self._wakeups is None:
+            self._wakeups = WakeUps(self._redis, self._wake)
+        return self._wakeups
 
     def __repr__(self) -> str:
         return f"Channel({self.name!r}, expire={self.expire!r}, prefix={self.keys.prefix!r})"
@@ -183,7 +190,8 @@ class Channel:
 
     async def aclose(self) -> None:
         """Close the long-poll connection, if one was opened. The channel stays usable."""
-        await self.wakeups.aclose()
+        if self._wakeups is not None:
+            await self._wakeups.aclose()
 
     # -- subscribers -----------------------------------------------------------------
 
@@ -343,19 +351,21 @@ class Channel:
     async def positions(
         channels: Sequence[Channel], subscriber: str
     ) -> list[tuple[int, int] | None]:
-        """:meth:`position` of ``subscriber`` on each of ``channels``, in one pipeline
-        (not atomic: each cursor is read before its clock, so the clock is never older)."""
+        """:meth:`position` of ``subscriber`` on each of ``channels`` (of one client), in
+        one pipeline on a standalone server (:func:`~router.state.reads.commands_each`;
+        not atomic: each cursor is read before its clock, so the clock is never older)."""
         if not channels:
             return []
-        with translating:
-            async with channels[0]._redis.pipeline(transaction=False) as pipe:
-                for c in channels:
-                    pipe.get(c.keys.channel_cursor(c.name, subscriber))
-                    pipe.get(c._clock_key)
-                replies = await pipe.execute()
+        replies = await commands_each(
+            channels[0]._redis,
+            [
+                [("GET", c.keys.channel_cursor(c.name, subscriber)), ("GET", c._clock_key)]
+                for c in channels
+            ],
+        )
         return [
             None if clock is None or cursor is None else (int(clock), int(cursor))
-            for cursor, clock in zip(replies[::2], replies[1::2], strict=True)
+            for cursor, clock in replies
         ]
 
     @staticmethod

@@ -23,11 +23,12 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, Final
 
+from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.typing import EncodableT
 
 from router.state.failures import REDIS_ERRORS, state_error, translating
-from router.state.scripts import RedisClient
+from router.state.scripts import RedisClient, turn_batch
 
 CONCURRENCY: Final = 16
 """Single-key reads in flight at once on a cluster (each takes a pooled connection)."""
@@ -43,13 +44,7 @@ async def read_each(
     if not keys:
         return []
     if not isinstance(redis, RedisCluster):
-        pipe = redis.pipeline(transaction=False)
-        for key in keys:
-            pipe.execute_command(command, key, *args)
-        try:
-            return list(await pipe.execute())
-        except REDIS_ERRORS as exc:
-            raise state_error(exc) from exc
+        return await _pipelined(redis, [(command, key, *args) for key in keys])
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(key: str) -> Any:
@@ -58,6 +53,34 @@ async def read_each(
 
     results = await asyncio.gather(*(one(key) for key in keys), return_exceptions=True)
     _raise_first(results)
+    return results
+
+
+async def _pipelined(redis: Redis, calls: Sequence[tuple[EncodableT, ...]]) -> list[Any]:
+    """The reply of each command of ``calls`` (``(name, *args)``) on a standalone
+    server, as redis-py's pipeline gives it (its response callback applied), in one
+    round trip; raises the first error reply or failure, as the router's error, once
+    every reply is read (the other commands ran). Sent through the client's
+    :class:`~router.state.turn_batch.TurnBatch`, which packs in C and skips redis-py's
+    pipeline machinery (the node's reads of many sessions at once: an adoption, a storm
+    of resumes)."""
+    batch = turn_batch(redis)
+    try:
+        replies = None if batch is None else await batch.commands_now(calls)
+        if replies is None:
+            pipe = redis.pipeline(transaction=False)
+            for call in calls:
+                pipe.execute_command(*call)
+            return list(await pipe.execute())
+    except REDIS_ERRORS as exc:
+        raise state_error(exc) from exc
+    callbacks = redis.response_callbacks
+    results: list[Any] = []
+    for call, reply in zip(calls, replies, strict=True):
+        if isinstance(reply, REDIS_ERRORS):
+            raise state_error(reply) from reply
+        callback = callbacks.get(str(call[0]))
+        results.append(reply if callback is None else callback(reply))
     return results
 
 
@@ -103,14 +126,7 @@ async def commands_each(
     if not groups:
         return []
     if not isinstance(redis, RedisCluster):
-        pipe = redis.pipeline(transaction=False)
-        for group in groups:
-            for call in group:
-                pipe.execute_command(*call)
-        try:
-            replies = iter(await pipe.execute())
-        except REDIS_ERRORS as exc:
-            raise state_error(exc) from exc
+        replies = iter(await _pipelined(redis, [call for group in groups for call in group]))
         return [[next(replies) for _ in group] for group in groups]
     gate = asyncio.Semaphore(CONCURRENCY)
 

@@ -146,7 +146,8 @@ class Scripts:
 
     def __init__(self, redis: RedisClient) -> None:
         self._redis = redis
-        self._cluster = isinstance(redis, RedisCluster)  # (a slow check: made once)
+        #: Whether the client is a Redis Cluster's (a slow check: made once).
+        self.cluster = isinstance(redis, RedisCluster)
         self._batch = turn_batch(redis) if isinstance(redis, Redis) else None
         try:
             self._scripts = _registered.setdefault(redis, {})
@@ -202,7 +203,7 @@ class Scripts:
     async def _call(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
         """EVALSHA; on NOSCRIPT, load the script (see :meth:`_load`) and call it again."""
         redis = self._redis
-        if not self._cluster:
+        if not self.cluster:
             batch = self._batch
             if batch is None:
                 return await script(keys=keys, args=args)
@@ -246,7 +247,7 @@ class Scripts:
         if not calls:
             return []
         redis = self._redis
-        if self._cluster:
+        if self.cluster:
             return list(await asyncio.gather(*(self._run_one(name, k, a) for k, a in calls)))
         try:
             script = self._scripts.get(name) or await self._script(name)

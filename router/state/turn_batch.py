@@ -1,4 +1,6 @@
-"""Script calls made in one event-loop turn, sent to a standalone server together.
+"""Script calls made in one event-loop turn, sent to a standalone server together; and
+the pipelines of plain commands that the router's batched reads send (:meth:`TurnBatch.
+commands_now`).
 
 A node under a storm of CONNECTs makes several script calls per client (claim, session
 mark, subscriptions, retained messages), hundreds of clients at once. Sent one by one,
@@ -19,6 +21,7 @@ EVALSHA: :class:`~router.state.scripts.Scripts` calls a cluster one by one.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any, Final
 
 from hiredis import pack_command
@@ -84,26 +87,41 @@ class TurnBatch:
             if not reply.done():
                 reply.set_result(value)
 
+    async def commands_now(self, calls: Sequence[Sequence[Any]]) -> list[Any] | None:
+        """The reply of each command of ``calls`` (``(name, *args)``), sent now in one
+        pipeline, as the server gave it (no response callback of redis-py applied); error
+        replies as exception objects; raises the Redis error that failed the pipeline.
+        None for a client without a pool of its own connections (a single-connection
+        client): the caller pipelines through redis-py then."""
+        if self._redis.connection is not None:
+            return None
+        self.pipelines += 1
+        return await self._exchange([pack(call) for call in calls])
+
     async def _pipeline(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
         """Every call's reply (an error reply as its exception object), over one pooled
-        connection: the commands packed by hiredis in C (redis-py's asyncio client packs
-        in Python, a tenth of a node's time under a storm of CONNECTs), written at once,
-        the replies read in order. A connection that fails midway is dropped, never
-        reused out of step. redis-py's own pipeline serves a client without a pool of
-        its own connections (a single-connection client)."""
+        connection (:meth:`_exchange`). redis-py's own pipeline serves a client without
+        a pool of its own connections (a single-connection client)."""
         redis = self._redis
         if redis.connection is not None:
             async with redis.pipeline(transaction=False) as pipe:
                 for sha, keys, args in calls:
                     pipe.evalsha(sha, len(keys), *keys, *args)
                 return list(await pipe.execute(raise_on_error=False))
-        packed = [pack_evalsha(sha, keys, args) for sha, keys, args in calls]
-        pool = redis.connection_pool
+        return await self._exchange([pack_evalsha(sha, keys, args) for sha, keys, args in calls])
+
+    async def _exchange(self, packed: list[bytes]) -> list[Any]:
+        """The reply of each of the ``packed`` commands (an error reply as its exception
+        object), over one pooled connection: the commands packed by hiredis in C
+        (redis-py's asyncio client packs in Python, a tenth of a node's time under a
+        storm of CONNECTs), written at once, the replies read in order. A connection
+        that fails midway is dropped, never reused out of step."""
+        pool = self._redis.connection_pool
         connection = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:
             await connection.send_packed_command(packed)
             replies: list[Any] = []
-            for _ in calls:
+            for _ in packed:
                 try:
                     replies.append(await connection.read_response())
                 except ResponseError as error:
@@ -118,8 +136,14 @@ class TurnBatch:
 
 def pack_evalsha(sha: str, keys: list[str], args: list[Any]) -> bytes:
     """EVALSHA in the wire format, each argument encoded as redis-py encodes it."""
+    return pack(("EVALSHA", sha, len(keys), *keys, *args))
+
+
+def pack(command: Sequence[Any]) -> bytes:
+    """A command (``(name, *args)``) in the wire format, each argument encoded as
+    redis-py encodes it."""
     try:
-        packed: bytes = pack_command(("EVALSHA", sha, len(keys), *keys, *map(_wire, args)))
+        packed: bytes = pack_command(tuple(map(_wire, command)))
     except TypeError as error:
         raise DataError(str(error)) from None
     return packed

@@ -410,9 +410,11 @@ CALLS: dict[str, Call] = {
 
 # Public calls that reach no Redis here, or are not the state layer's boundary.
 NOT_CALLED = {
-    # the helper of Scripts (Scripts.run tells its errors) and redis-py's client itself
+    # the helper of Scripts and of the batched reads (Scripts.run and read_each tell
+    # its errors) and redis-py's client itself
     "turn_batch.TurnBatch.evalsha",
     "turn_batch.TurnBatch.evalsha_now",
+    "turn_batch.TurnBatch.commands_now",
     "connection.BoundedRedisCluster.execute_command",
     # nothing to do on a standalone server (tests/state/test_dead_master.py: on a cluster)
     "connection.refresh_slot_map",

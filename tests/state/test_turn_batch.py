@@ -1,5 +1,7 @@
 """Script calls of one loop turn go to a standalone server in one pipeline, and each
-caller still sees its own reply, its own refusal, or the error that failed them all."""
+caller still sees its own reply, its own refusal, or the error that failed them all; the
+batched reads of plain commands go through the same packing and answer as redis-py's
+pipeline does."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ import pytest
 from redis.asyncio import Connection, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError, DataError, ResponseError
 
-from router.errors import ScriptError
+from router.errors import ScriptError, StateFailureError
 from router.state.keys import Keys
+from router.state.reads import commands_each, read_each
 from router.state.scripts import Scripts, turn_batch
 from router.state.turn_batch import BATCH_LIMIT, TurnBatch, pack_evalsha
 
@@ -176,3 +179,62 @@ async def test_run_many_sends_its_calls_at_once_and_returns_refusals_in_place(
     assert isinstance(refused, ScriptError)
     assert int(last[2]) > int(first[2])
     assert claims.batch.pipelines == before + 1
+
+
+async def test_batched_reads_go_through_the_batch_and_answer_as_redis_pys_pipeline(
+    redis: Redis, keys: Keys
+) -> None:
+    hash_key, count_key = f"{keys.prefix}:h", f"{keys.prefix}:n"
+    await redis.hset(hash_key, mapping={"a": "1", "b": b"\xff"})
+    calls: list[tuple[Any, ...]] = [
+        ("HGETALL", hash_key),
+        ("HGETALL", f"{keys.prefix}:none"),
+        ("HMGET", hash_key, "a", "z"),
+        ("GET", f"{keys.prefix}:none"),
+        ("INCRBY", count_key, 3),
+        ("EXPIRE", count_key, 100),
+        ("EXPIRE", f"{keys.prefix}:none", 5),
+    ]
+    try:
+        pipe = redis.pipeline(transaction=False)
+        for call in calls:
+            pipe.execute_command(*call)
+        expected = await pipe.execute()
+        await redis.delete(count_key)
+        batch = turn_batch(redis)
+        assert batch is not None
+        before = batch.pipelines
+        replies = await commands_each(redis, [calls[:3], calls[3:]])
+        assert batch.pipelines == before + 1  # (hiredis-packed: redis-py's pipeline skipped)
+        assert [*replies[0], *replies[1]] == expected  # (response callbacks applied: a dict,
+        assert isinstance(replies[1][2], bool)  # a bool, as redis-py's own pipeline gives)
+    finally:
+        await redis.delete(hash_key, count_key)
+
+
+async def test_a_batched_read_with_an_error_reply_raises_it_once_the_others_ran(
+    redis: Redis, keys: Keys
+) -> None:
+    text, count = f"{keys.prefix}:text", f"{keys.prefix}:n"
+    await redis.set(text, "x")
+    try:
+        with pytest.raises(StateFailureError, match="WRONGTYPE"):
+            await commands_each(redis, [[("INCRBY", count, 1)], [("HGETALL", text)]])
+        assert await redis.get(count) == b"1"
+    finally:
+        await redis.delete(text)
+
+
+async def test_batched_reads_of_a_single_connection_client_use_redis_pys_pipeline(
+    redis_standalone_url: str, keys: Keys
+) -> None:
+    client = Redis.from_url(redis_standalone_url, single_connection_client=True)
+    try:
+        await client.set(f"{keys.prefix}:text", "x")
+        assert await read_each(client, "GET", [f"{keys.prefix}:text", f"{keys.prefix}:no"]) == [
+            b"x",
+            None,
+        ]
+    finally:
+        await client.delete(f"{keys.prefix}:text")
+        await client.aclose()
