@@ -12,7 +12,12 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Connection, Redis
-from redis.exceptions import ConnectionError as RedisConnectionError, DataError, ResponseError
+from redis.exceptions import (
+    ConnectionError as RedisConnectionError,
+    DataError,
+    ResponseError,
+    TimeoutError as RedisTimeoutError,
+)
 
 from router.errors import ScriptError, StateFailureError
 from router.state.keys import Keys
@@ -238,3 +243,20 @@ async def test_batched_reads_of_a_single_connection_client_use_redis_pys_pipelin
     finally:
         await client.delete(f"{keys.prefix}:text")
         await client.aclose()
+
+
+async def test_replies_late_past_the_socket_timeout_fail_the_pipeline_and_drop_its_connection(
+    redis_standalone_url: str, redis: Redis, keys: Keys
+) -> None:
+    slow = Redis.from_url(redis_standalone_url, socket_timeout=0.2)
+    batch = TurnBatch(slow)
+    try:
+        assert await batch.commands_now([("PING",)]) == [b"PONG"]  # (as the server says it)
+        await redis.execute_command("CLIENT", "PAUSE", 1000, "ALL")
+        with pytest.raises(RedisTimeoutError):
+            await batch.commands_now([("GET", f"{keys.prefix}:n")] * 3)
+        await redis.execute_command("CLIENT", "UNPAUSE")
+        assert await batch.commands_now([("INCRBY", f"{keys.prefix}:n", 2)]) == [2]
+    finally:
+        await redis.execute_command("CLIENT", "UNPAUSE")
+        await slow.aclose()
