@@ -157,12 +157,14 @@ class Channel:
         self.ttl = channel_ttl(expire)
         self._redis = redis
         self._scripts = Scripts(redis)
-        self._base = self.keys.channel(name)
-        self._clock_key = self.keys.channel_clock(name)
-        self._epoch_key = self.keys.channel_epoch(name)
+        #: The channel's fixed keys.
+        self.key_set = named = self.keys.channel_keys(name)
+        self._base = named.base
+        self._clock_key = named.clock
+        self._epoch_key = named.epoch
         self.epoch: str | None = None  # learnt by add_subscriber
-        self._bodies = self.keys.channel_bodies(name)
-        self._wake = self.keys.channel_wakeup(name)
+        self._bodies = named.bodies
+        self._wake = named.wakeup
         self._announce = "SPUBLISH" if self._scripts.cluster else "PUBLISH"
         self._wakeups: WakeUps | None = None
 

@@ -40,7 +40,7 @@ one-to-one, so two ids never share a key. Entity kinds have distinct tag prefixe
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, NamedTuple
 
 from router.core.aliases import NAMESPACES
 from router.errors import InvalidIdError
@@ -91,6 +91,22 @@ _ALIAS_MAX, _TOPICS = ":alias:max", ":topics"
 
 def _alias(namespace: str) -> str:
     return f":alias:{namespace}"
+
+
+# What follows a channel's base (:meth:`Keys.channel`) in the name of each of its keys.
+_CLOCK, _EPOCH, _BODIES, _WAKE, _BYTES = ":clock", ":epoch", ":m:", ":wake", ":bytes"
+
+
+class ChannelKeys(NamedTuple):
+    """The fixed keys of one channel (:meth:`Keys.channel_keys`): its base, clock, epoch,
+    the base of its body keys, its wake-up channel, and its byte count."""
+
+    base: str
+    clock: str
+    epoch: str
+    bodies: str
+    wakeup: str
+    bytes: str
 
 
 class Keys:
@@ -212,21 +228,28 @@ class Keys:
         """The base of a channel's keys (``rt:{ch:ID}``)."""
         return self._tag("ch", name, "channel name")
 
+    def channel_keys(self, name: str) -> ChannelKeys:
+        """Every fixed key of a channel (the name checked and escaped once for all)."""
+        base = self.channel(name)
+        return ChannelKeys(
+            base, base + _CLOCK, base + _EPOCH, base + _BODIES, base + _WAKE, base + _BYTES
+        )
+
     def channel_bytes(self, name: str) -> str:
         """The bytes a channel's stored messages hold, where its owner counts them (a
         session's queue: :class:`~router.state.session_store.SessionQueue`)."""
-        return self.channel(name) + ":bytes"
+        return self.channel(name) + _BYTES
 
     def channel_clock(self, name: str) -> str:
-        return self.channel(name) + ":clock"
+        return self.channel(name) + _CLOCK
 
     def channel_wakeup(self, name: str) -> str:
         """The pub/sub channel that announces new messages (a hint, never a log)."""
-        return self.channel(name) + ":wake"
+        return self.channel(name) + _WAKE
 
     def channel_epoch(self, name: str) -> str:
         """A token that is new whenever the channel is made anew (FLUSHALL, data loss)."""
-        return self.channel(name) + ":epoch"
+        return self.channel(name) + _EPOCH
 
     def channel_cursor(self, name: str, subscriber: str) -> str:
         """A subscriber's cursor: the last clock it acknowledged.
@@ -242,7 +265,7 @@ class Keys:
         Only the publish and fetch scripts know which clocks they touch, so they derive the
         body keys from this base (declared in their KEYS, same hash tag).
         """
-        return self.channel(name) + ":m:"
+        return self.channel(name) + _BODIES
 
     def channel_body(self, name: str, clock: int) -> str:
         """The key of the body stored at ``clock`` (what the scripts derive)."""

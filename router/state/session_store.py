@@ -337,7 +337,7 @@ class SessionQueue:
         # (reads only move it on) and the clock after this object's last append.
         self._cursor: int | None = None
         self._clock: int | None = None
-        self._bytes_key = keys.channel_bytes(self.channel.name)
+        self._bytes_key = self.channel.key_set.bytes
         self._bytes = 0  # the count after this object's last change of it
 
     async def reset(self) -> None:

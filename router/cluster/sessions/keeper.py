@@ -229,8 +229,8 @@ class SessionKeeper:
             queue = queues[session.client_id]
             session.move_to(SessionState.AWAY)
             self._away[session.client_id] = _Away(queue)
-            if session.client_id not in self._tails:
-                batches.append((queue, session.take_all(), session))
+            if session.client_id not in self._tails and (held := session.take_all()):
+                batches.append((queue, held, session))
         await asyncio.gather(*(self.spills.write_together(*batch) for batch in batches))
         for session in sessions:
             away = self._away[session.client_id]
