@@ -51,7 +51,7 @@ from typing import Any, Final, NamedTuple
 from router.errors import ChannelArgumentError, MalformedAckHandleError, RouterError
 from router.state.failures import translating
 from router.state.keys import Keys, check_id
-from router.state.reads import commands_each
+from router.state.reads import command, commands_each
 from router.state.scripts import RedisClient, Scripts
 from router.state.wakeups import WakeUps
 
@@ -231,7 +231,7 @@ class Channel:
         either is missing."""
         cursor_key = self.keys.channel_cursor(self.name, subscriber)
         with translating:
-            clock, cursor = await self._redis.mget([self._clock_key, cursor_key])
+            clock, cursor = await command(self._redis, "MGET", self._clock_key, cursor_key)
         if clock is None or cursor is None:
             return None
         return int(clock), int(cursor)
@@ -250,7 +250,9 @@ class Channel:
     async def remove_subscriber(self, subscriber: str) -> bool:
         """Delete ``subscriber``'s cursor. Returns whether it existed (a missing one is fine)."""
         with translating:
-            removed = await self._redis.delete(self.keys.channel_cursor(self.name, subscriber))
+            removed = await command(
+                self._redis, "DEL", self.keys.channel_cursor(self.name, subscriber)
+            )
         return bool(removed)
 
     # -- publish ---------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Reading one key each of many entities (session owners, session descriptions, node
-figures): one pipeline on a standalone Redis, one command per key on a Redis Cluster; and
-the few plain reads the operator views make (a key with its TTL, the server's clock).
+figures): one pipeline on a standalone Redis, one command per key on a Redis Cluster; a
+single command sent with the others of its loop turn (:func:`command`); and the few
+plain reads the operator views make (a key with its TTL, the server's clock).
 
 Why not a cluster pipeline: redis-py's (8.x) non-transactional ``ClusterPipeline``
 answers a connection error by closing the whole client, and the slot map it then reads
@@ -25,6 +26,7 @@ from typing import Any, Final
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ResponseError
 from redis.typing import EncodableT
 
 from router.state.failures import REDIS_ERRORS, state_error, translating
@@ -54,6 +56,27 @@ async def read_each(
     results = await asyncio.gather(*(one(key) for key in keys), return_exceptions=True)
     _raise_first(results)
     return results
+
+
+async def command(redis: RedisClient, *args: EncodableT) -> Any:
+    """The reply of ``redis.execute_command(*args)`` as redis-py gives it (its response
+    callback applied); an error reply or a failure raised as the router's error. On a
+    standalone server it goes with the other calls of this loop turn in one pipeline
+    (:class:`~router.state.turn_batch.TurnBatch`): a node's single commands under a storm
+    of CONNECTs cost a share of a round trip each, not a pooled connection and a timer
+    of their own."""
+    with translating:
+        if (
+            isinstance(redis, RedisCluster)
+            or redis.connection is not None
+            or (batch := turn_batch(redis)) is None
+        ):
+            return await redis.execute_command(*args)
+        reply = await batch.call(args)
+        if isinstance(reply, ResponseError):
+            raise reply
+    callback = redis.response_callbacks.get(str(args[0]))
+    return reply if callback is None else callback(reply)
 
 
 async def _pipelined(redis: Redis, calls: Sequence[tuple[EncodableT, ...]]) -> list[Any]:

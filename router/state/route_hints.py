@@ -27,6 +27,7 @@ from router.errors import StateFailureError
 from router.state.connection import pubsub_client, refresh_slot_map, subscriber
 from router.state.failures import REDIS_ERRORS, translating
 from router.state.keys import Keys
+from router.state.reads import command
 from router.state.scripts import RedisClient
 
 
@@ -55,7 +56,7 @@ class RouteHints:
     async def announce(self, node_id: str) -> None:
         """Publish the hint that ``node_id``'s route set changed."""
         with translating:
-            await self._redis.publish(self.channel, node_id)
+            await command(self._redis, "PUBLISH", self.channel, node_id)
 
     async def subscribe(self) -> None:
         """Subscribe to the channels on a new connection (the old one, if any, is closed)."""

@@ -41,7 +41,7 @@ from router.errors import CorruptStateError, InvalidIdError, MalformedMessageErr
 from router.state.channels import Channel, ChannelMessage, FetchedMessage, Published
 from router.state.failures import translating
 from router.state.keys import Keys, check_id
-from router.state.reads import commands_each, read_each
+from router.state.reads import command, commands_each, read_each
 from router.state.scan import SCAN_COUNT, scan_keys, scan_pages
 from router.state.scripts import RedisClient, Scripts
 from router.state.subscriptions import Owner, SubscriptionStore, _owner_args
@@ -197,7 +197,7 @@ class SessionStore:
     async def describe(self, client_id: str) -> SessionInfo | None:
         """The client's session, None when it has none (never had, ended, or expired)."""
         with translating:
-            fields = await self.redis.hgetall(self.keys.client_session(client_id))
+            fields = await command(self.redis, "HGETALL", self.keys.client_session(client_id))
         return parse_session(client_id, fields)
 
     async def describe_many(self, client_ids: Sequence[str]) -> list[SessionInfo | None]:
@@ -345,13 +345,13 @@ class SessionQueue:
         self._cursor = None
         await self.channel.remove_subscriber(READER)
         with translating:
-            await self._redis.delete(self._bytes_key)
+            await command(self._redis, "DEL", self._bytes_key)
         await self.channel.add_subscriber(READER)
 
     async def queued_bytes(self) -> int:
         """The bytes the queued messages hold (packed, markers included)."""
         with translating:
-            return max(int(await self._redis.get(self._bytes_key) or 0), 0)
+            return max(int(await command(self._redis, "GET", self._bytes_key) or 0), 0)
 
     def _counting(self, change: int) -> list[tuple[Any, ...]]:
         """The commands that add ``change`` bytes to the count, which lives as long as

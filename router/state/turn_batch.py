@@ -1,9 +1,10 @@
-"""Script calls made in one event-loop turn, sent to a standalone server together; and
-the pipelines of plain commands that the router's batched reads send (:meth:`TurnBatch.
-commands_now`).
+"""Script calls and single commands made in one event-loop turn, sent to a standalone
+server together; and the pipelines of plain commands that the router's batched reads
+send (:meth:`TurnBatch.commands_now`).
 
-A node under a storm of CONNECTs makes several script calls per client (claim, session
-mark, subscriptions, retained messages), hundreds of clients at once. Sent one by one,
+A node under a storm of CONNECTs makes several script calls and commands per client
+(claim, session mark, subscriptions, retained messages, its queue), hundreds of clients
+at once. Sent one by one,
 each call takes a pooled connection, a write and a wake-up of its own, and the node's
 one core spends more on that than on the calls. :class:`TurnBatch` gathers the calls
 made during one turn of the event loop and sends them in one pipeline at the end of it
@@ -15,7 +16,9 @@ object (the caller raises it), or the Redis error that failed the pipeline (no
 connection, say; some calls of it may have run, as a single call that fails may have).
 A caller cancelled before the pipeline is sent takes its call out of it; one cancelled
 later does not stop the others (nor its own: it was sent). A cluster pipelines no
-EVALSHA: :class:`~router.state.scripts.Scripts` calls a cluster one by one.
+EVALSHA: :class:`~router.state.scripts.Scripts` calls a cluster one by one. Single
+commands reach it through :func:`router.state.reads.command`, which applies redis-py's
+response callbacks to what the batch returns.
 """
 
 from __future__ import annotations
@@ -32,11 +35,14 @@ from redis.exceptions import DataError, ResponseError, TimeoutError as RedisTime
 #: Calls sent in one pipeline at most; a turn that made more sends several.
 BATCH_LIMIT: Final = 512
 
-_Call = tuple[str, list[str], list[Any], "asyncio.Future[Any]"]
+Command = tuple[Any, ...]
+"""A command as redis-py's ``execute_command`` takes it: ``(name, *args)``."""
+_Call = tuple[Command, bytes, "asyncio.Future[Any]"]
 
 
 class TurnBatch:
-    """EVALSHA calls to one standalone client, gathered per loop turn (see the module)."""
+    """Script calls and single commands to one standalone client, gathered per loop turn
+    (see the module)."""
 
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
@@ -47,22 +53,31 @@ class TurnBatch:
     async def evalsha(self, sha: str, keys: list[str], args: list[Any]) -> Any:
         """The reply of EVALSHA ``sha`` (an error reply as the exception object, not
         raised); raises the Redis error that failed the pipeline."""
+        return await self.call(("EVALSHA", sha, len(keys), *keys, *args))
+
+    async def call(self, command: Command) -> Any:
+        """The reply of ``command``, sent with the others of this turn, as the server
+        gave it (no response callback of redis-py applied; an error reply as the
+        exception object, not raised); raises :class:`DataError` at once for an argument
+        Redis cannot take (nothing sent), or the Redis error that failed the pipeline."""
+        packed = pack(command)
         loop = asyncio.get_running_loop()
         reply: asyncio.Future[Any] = loop.create_future()
         if not self._waiting:
             loop.call_soon(self._send_waiting)
-        self._waiting.append((sha, keys, args, reply))
+        self._waiting.append((command, packed, reply))
         return await reply
 
     async def evalsha_now(self, sha: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         """The reply of EVALSHA ``sha`` for each (KEYS, ARGV) of ``calls``, sent now in one
         pipeline (a batch its caller made: it waits for no turn); error replies as
         exception objects; raises the Redis error that failed the pipeline."""
+        commands = [("EVALSHA", sha, len(keys), *keys, *args) for keys, args in calls]
         self.pipelines += 1
-        return await self._pipeline([(sha, keys, args) for keys, args in calls])
+        return await self._pipeline(commands, [pack(command) for command in commands])
 
     def _send_waiting(self) -> None:
-        calls = [call for call in self._waiting if not call[3].done()]
+        calls = [call for call in self._waiting if not call[2].done()]
         self._waiting = []
         for start in range(0, len(calls), BATCH_LIMIT):
             task = asyncio.get_running_loop().create_task(
@@ -74,7 +89,7 @@ class TurnBatch:
     async def _send(self, calls: list[_Call]) -> None:
         self.pipelines += 1
         try:
-            replies = await self._pipeline([call[:3] for call in calls])
+            replies = await self._pipeline([c[0] for c in calls], [c[1] for c in calls])
         except Exception as error:  # (each caller raises it)
             for *_call, reply in calls:
                 if not reply.done():
@@ -88,28 +103,29 @@ class TurnBatch:
             if not reply.done():
                 reply.set_result(value)
 
-    async def commands_now(self, calls: Sequence[Sequence[Any]]) -> list[Any] | None:
-        """The reply of each command of ``calls`` (``(name, *args)``), sent now in one
-        pipeline, as the server gave it (no response callback of redis-py applied); error
-        replies as exception objects; raises the Redis error that failed the pipeline.
-        None for a client without a pool of its own connections (a single-connection
-        client): the caller pipelines through redis-py then."""
+    async def commands_now(self, calls: Sequence[Command]) -> list[Any] | None:
+        """The reply of each command of ``calls``, sent now in one pipeline, as the server
+        gave it (no response callback of redis-py applied); error replies as exception
+        objects; raises the Redis error that failed the pipeline. None for a client
+        without a pool of its own connections (a single-connection client): the caller
+        pipelines through redis-py then."""
         if self._redis.connection is not None:
             return None
         self.pipelines += 1
         return await self._exchange([pack(call) for call in calls])
 
-    async def _pipeline(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
-        """Every call's reply (an error reply as its exception object), over one pooled
-        connection (:meth:`_exchange`). redis-py's own pipeline serves a client without
-        a pool of its own connections (a single-connection client)."""
+    async def _pipeline(self, commands: list[Command], packed: list[bytes]) -> list[Any]:
+        """Every command's reply (an error reply as its exception object), over one pooled
+        connection (:meth:`_exchange`, ``packed`` the commands packed). redis-py's own
+        pipeline serves a client without a pool of its own connections (a
+        single-connection client)."""
         redis = self._redis
         if redis.connection is not None:
             async with redis.pipeline(transaction=False) as pipe:
-                for sha, keys, args in calls:
-                    pipe.evalsha(sha, len(keys), *keys, *args)
+                for command in commands:
+                    pipe.execute_command(*command)
                 return list(await pipe.execute(raise_on_error=False))
-        return await self._exchange([pack_evalsha(sha, keys, args) for sha, keys, args in calls])
+        return await self._exchange(packed)
 
     async def _exchange(self, packed: list[bytes]) -> list[Any]:
         """The reply of each of the ``packed`` commands (an error reply as its exception

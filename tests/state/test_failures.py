@@ -62,7 +62,7 @@ from router.state.keys import Keys
 from router.state.node_figures import NodeFigures, NodeFigureStore
 from router.state.node_history import NodeHistoryStore, NodeTelemetry, TrafficSample
 from router.state.node_registry import NodeRegistry
-from router.state.reads import commands_each, read_each, read_with_ttl, server_ms
+from router.state.reads import command, commands_each, read_each, read_with_ttl, server_ms
 from router.state.retained_store import RetainedStore
 from router.state.route_acks import RouteAcks
 from router.state.route_hints import RouteHints
@@ -287,6 +287,7 @@ CALLS: dict[str, Call] = {
     "node_registry.NodeRegistry.purge": lambda r: NodeRegistry(r, KEYS).purge("n1"),
     "node_registry.NodeRegistry.purge_dead": lambda r: NodeRegistry(r, KEYS).purge_dead(),
     # reads
+    "reads.command": lambda r: command(r, "GET", "k"),
     "reads.read_each": lambda r: read_each(r, "GET", ["k"]),
     "reads.commands_each": lambda r: commands_each(r, [[("GET", "k")]]),
     "reads.read_with_ttl": lambda r: read_with_ttl(r, "k"),
@@ -410,11 +411,12 @@ CALLS: dict[str, Call] = {
 
 # Public calls that reach no Redis here, or are not the state layer's boundary.
 NOT_CALLED = {
-    # the helper of Scripts and of the batched reads (Scripts.run and read_each tell
-    # its errors) and redis-py's client itself
+    # the helper of Scripts and of the batched reads and commands (Scripts.run,
+    # read_each and command tell its errors) and redis-py's client itself
     "turn_batch.TurnBatch.evalsha",
     "turn_batch.TurnBatch.evalsha_now",
     "turn_batch.TurnBatch.commands_now",
+    "turn_batch.TurnBatch.call",
     "connection.BoundedRedisCluster.execute_command",
     # nothing to do on a standalone server (tests/state/test_dead_master.py: on a cluster)
     "connection.refresh_slot_map",

@@ -21,7 +21,7 @@ from redis.exceptions import (
 
 from router.errors import ScriptError, StateFailureError
 from router.state.keys import Keys
-from router.state.reads import commands_each, read_each
+from router.state.reads import command, commands_each, read_each
 from router.state.scripts import Scripts, turn_batch
 from router.state.turn_batch import BATCH_LIMIT, TurnBatch, pack_evalsha
 
@@ -260,3 +260,41 @@ async def test_replies_late_past_the_socket_timeout_fail_the_pipeline_and_drop_i
     finally:
         await redis.execute_command("CLIENT", "UNPAUSE")
         await slow.aclose()
+
+
+async def test_single_commands_of_one_turn_share_the_scripts_pipeline_and_answer_as_redis_py(
+    counter: Counter, redis: Redis, keys: Keys
+) -> None:
+    hash_key = f"{keys.prefix}:h"
+    await redis.hset(hash_key, "a", "1")
+    batch = turn_batch(redis)
+    assert batch is not None
+    try:
+        before = batch.pipelines
+        found, expired, missing, script_reply = await asyncio.gather(
+            command(redis, "HGETALL", hash_key),
+            command(redis, "EXPIRE", hash_key, 100),
+            command(redis, "GET", f"{keys.prefix}:none"),
+            Counter(batch, counter.sha, counter.key).add(5),
+        )
+        assert batch.pipelines == before + 1
+        assert (found, expired, missing, script_reply) == ({b"a": b"1"}, True, None, 5)
+    finally:
+        await redis.delete(hash_key)
+
+
+async def test_a_single_command_refused_fails_alone(redis: Redis, keys: Keys) -> None:
+    text, count = f"{keys.prefix}:text", f"{keys.prefix}:n"
+    await redis.set(text, "x")
+    try:
+        wrong, refused, counted = await asyncio.gather(
+            command(redis, "HGETALL", text),
+            command(redis, "INCRBY", count, object()),  # type: ignore[arg-type]
+            command(redis, "INCRBY", count, 4),
+            return_exceptions=True,
+        )
+        assert isinstance(wrong, StateFailureError) and "WRONGTYPE" in str(wrong)
+        assert isinstance(refused, StateFailureError)  # (DataError, before anything is sent)
+        assert counted == 4
+    finally:
+        await redis.delete(text)
