@@ -167,9 +167,12 @@ def pack(command: Sequence[Any]) -> bytes:
     """A command (``(name, *args)``) in the wire format, each argument encoded as
     redis-py encodes it."""
     try:
-        packed: bytes = pack_command(tuple(map(_wire, command)))
-    except TypeError as error:
-        raise DataError(str(error)) from None
+        packed: bytes = pack_command(tuple(command))  # (str, bytes, int, float: as they are)
+    except TypeError:
+        try:
+            packed = pack_command(tuple(map(_wire, command)))
+        except TypeError as error:
+            raise DataError(str(error)) from None
     return packed
 
 
