@@ -45,6 +45,7 @@ class Paho:
             self.client.ws_set_options(path=path)
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
         self.connack: queue.Queue[tuple[int, Any]] = queue.Queue()
+        self.sessions_present: queue.Queue[bool] = queue.Queue()  # (each CONNACK's flag)
         self.disconnects: queue.Queue[int] = queue.Queue()
         self.subacks: queue.Queue[list[int]] = queue.Queue()
         self.client.on_connect = self._on_connect
@@ -71,6 +72,7 @@ class Paho:
         self.client.loop_start()
 
     def _on_connect(self, client: Any, userdata: Any, flags: Any, code: Any, props: Any) -> None:
+        self.sessions_present.put(flags.session_present)
         self.connack.put((code.value, props))
 
     def _on_disconnect(self, client: Any, userdata: Any, flags: Any, code: Any, props: Any) -> None:
