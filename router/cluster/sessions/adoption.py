@@ -59,7 +59,11 @@ log = logging.getLogger(__name__)
 BATCH: Final = 100
 """Sessions claimed together (one pipelined call on a standalone server)."""
 CONCURRENCY: Final = 8
-"""Batches whose Redis steps run at the same time."""
+"""Batches whose claims run at the same time. The steps after a claim (making the
+queues, putting the sessions away) are not gated: the turn's pipeline and the spills'
+group commit batch their Redis work, and a gate there held the claims back and made
+the last batches wait for the first ones to finish (measured under a reconnect storm:
+the put-away took 0.8-0.9 s gated, 0.4-0.5 s not)."""
 PAGE: Final = 1_000
 """Session ids read (and described) at a time."""
 LISTING: Final = 4
@@ -228,13 +232,12 @@ class Adoption:
                 if not claimed.done():
                     claimed.set_result(made if any(opened) else None)
             adopted = [one for one in opened if one is not None]
-            async with gate:  # (made while the recovery waits for the mirrors)
-                ready = await lifecycle.adopt_queues([s for s, _, _ in adopted])
+            # (made while the recovery waits for the mirrors)
+            ready = await lifecycle.adopt_queues([s for s, _, _ in adopted])
             copies: dict[str, list[Delivery]] = {}
             with contextlib.suppress(asyncio.CancelledError):
                 copies = await asyncio.shield(recovered)
-            async with gate:
-                self.failed += await lifecycle.adopt_finish_all(
-                    [(s, o, copies.get(s.client_id, [])) for s, o, _ in adopted], ready
-                )
+            self.failed += await lifecycle.adopt_finish_all(
+                [(s, o, copies.get(s.client_id, [])) for s, o, _ in adopted], ready
+            )
         return len(adopted)
