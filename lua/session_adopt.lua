@@ -1,17 +1,23 @@
--- Adopt the session of a dead node's client: claim it, mark it away, return its filters.
+-- Adopt the session of a dead node's client: claim it, mark it away, return its description
+-- and its filters.
 -- KEYS[1] = the client's subscriptions hash, KEYS[2] its owner hash (fields node, epoch),
 -- KEYS[3..7] = its alias hashes, KEYS[8] = its session hash (SubscriptionStore.client_keys)
 -- ARGV[1] = the dead node's id, ARGV[2] = the epoch of its claim (what the caller read)
 -- ARGV[3] = the id of the node that adopts the session
--- ARGV[4] = the session expiry in milliseconds ('-1': never), counted from now
+-- ARGV[4] = the Session Expiry Interval (seconds) from which a session never expires
 -- returns false when the owner hash no longer holds exactly (ARGV[1], ARGV[2]) (the client
---         resumed its session somewhere, or it ended: nothing is changed), else
---         {new epoch as a decimal string, filter, packed options, filter, packed options, ...}
--- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (stored epoch not an
---         integer); nothing is changed then
+--         resumed its session somewhere, or it ended), or when the session hash describes
+--         no persistent session (missing, or its expiry is 0): nothing is changed then;
+--         else {new epoch as a decimal string, {the session hash as marked away: field,
+--         value, ...}, {filter, packed options, filter, packed options, ...}}; every key
+--         of the client then expires the session's expiry from now (never from ARGV[4])
+-- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (stored epoch or expiry
+--         not an integer); nothing is changed then
 --
 -- One step, so that a client that connects anywhere meanwhile either finds the session
 -- adopted (a newer epoch, which it claims in turn) or keeps it (the adoption skips it).
+-- The adopter needs no description read beforehand: the expiry comes from the session
+-- hash, and the description goes back with the claim.
 -- The new epoch is that of client_claim: max(old epoch + 1, server time in microseconds).
 --! include keys
 
@@ -26,8 +32,8 @@ end
 if not string.match(ARGV[2], '^[1-9][0-9]*$') then
   return redis.error_reply('ROUTER_INVALID the owner epoch must be a positive integer')
 end
-if ARGV[4] ~= '-1' and (not string.match(ARGV[4], '^[0-9]+$') or #ARGV[4] > 15) then
-  return redis.error_reply('ROUTER_INVALID session_adopt expiry is -1 or milliseconds >= 0')
+if not string.match(ARGV[4], '^[1-9][0-9]*$') or #ARGV[4] > 12 then
+  return redis.error_reply('ROUTER_INVALID session_adopt takes a positive never-expiry')
 end
 local current = redis.call('HMGET', KEYS[2], 'node', 'epoch')
 if current[1] ~= ARGV[1] or current[2] ~= ARGV[2] then
@@ -36,6 +42,13 @@ end
 local old = tonumber(current[2])
 if old >= 9007199254740991 then
   return redis.error_reply('ROUTER_CORRUPT the stored owner epoch is not an integer')
+end
+local stored = redis.call('HGET', KEYS[8], 'expiry')
+if not stored or stored == '0' then
+  return false
+end
+if not string.match(stored, '^[1-9][0-9]*$') or #stored > 12 then
+  return redis.error_reply('ROUTER_CORRUPT the stored session expiry is not an integer')
 end
 local time = redis.call('TIME')
 local epoch = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -46,17 +59,15 @@ local text = string.format('%.0f', epoch)
 redis.call('HSET', KEYS[2], 'node', ARGV[3], 'epoch', text)
 local now = string.format('%.0f', tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000))
 redis.call('HSET', KEYS[8], 'node', ARGV[3], 'connected', '0', 'since', now)
-local expiry = tonumber(ARGV[4])
+local expiry = -1
+if tonumber(stored) < tonumber(ARGV[4]) then
+  expiry = tonumber(stored) * 1000
+end
 for i = 1, #KEYS do
   if expiry < 0 then
     redis.call('PERSIST', KEYS[i])
   else
-    redis.call('PEXPIRE', KEYS[i], string.format('%.0f', math.max(expiry, 1)))
+    redis.call('PEXPIRE', KEYS[i], string.format('%.0f', expiry))
   end
 end
-local reply = {text}
-local filters = redis.call('HGETALL', KEYS[1])
-for i = 1, #filters do
-  reply[#reply + 1] = filters[i]
-end
-return reply
+return {text, redis.call('HGETALL', KEYS[8]), redis.call('HGETALL', KEYS[1])}

@@ -32,11 +32,12 @@ import contextlib
 from collections.abc import AsyncGenerator, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import count, takewhile
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 import msgpack  # type: ignore[import-untyped,unused-ignore]
 
 from router.core.messages import Delivery, MessageProperties
+from router.core.options import SubscriptionOptions
 from router.errors import CorruptStateError, InvalidIdError, MalformedMessageError, RouterError
 from router.state.channels import Channel, ChannelMessage, FetchedMessage, Published
 from router.state.failures import translating
@@ -44,7 +45,7 @@ from router.state.keys import Keys, check_id
 from router.state.reads import command, commands_each, read_each
 from router.state.scan import SCAN_COUNT, scan_keys, scan_pages
 from router.state.scripts import RedisClient, Scripts
-from router.state.subscriptions import Owner, SubscriptionStore, _owner_args
+from router.state.subscriptions import Owner, SubscriptionStore, _owner_args, unpack_filters
 
 #: The Session Expiry Interval that means "never" (MQTT 5, 3.3.2.3.2).
 NEVER: Final = 0xFFFFFFFF
@@ -73,6 +74,15 @@ class SessionInfo:
     keepalive: int
     username: str | None
     awaiting_release: tuple[int, ...] = ()
+
+
+class AdoptedSession(NamedTuple):
+    """A session an adoption claimed (:meth:`SessionStore.adopt_many`): the adopter's new
+    claim, the session as marked away, and its filters."""
+
+    owner: Owner
+    info: SessionInfo
+    filters: dict[str, SubscriptionOptions]
 
 
 def _utf8(text: str) -> bool:
@@ -205,6 +215,46 @@ class SessionStore:
         session_keys = [self.keys.client_session(client_id) for client_id in client_ids]
         replies = await read_each(self.redis, "HGETALL", session_keys)
         return [parse_session(c, r) for c, r in zip(client_ids, replies, strict=True)]
+
+    async def adopt(self, client_id: str, dead: Owner, node_id: str) -> AdoptedSession | None:
+        """Adopt the persistent session that ``dead`` (a dead node's claim) holds:
+        ``node_id`` claims it with a new epoch and marks it away for its Session Expiry
+        Interval from now, in one script (``session_adopt.lua``). Returns what it claimed,
+        or None when ``dead`` no longer holds it (the client resumed it somewhere, or it
+        ended) or it is not persistent: nothing changes then. :class:`CorruptStateError`
+        if a stored value is not what the router wrote."""
+        [adopted] = await self.adopt_many([(client_id, dead)], node_id)
+        return adopted
+
+    async def adopt_many(
+        self, sessions: Sequence[tuple[str, Owner]], node_id: str
+    ) -> list[AdoptedSession | None]:
+        """:meth:`adopt` for each (client id, dead claim) of ``sessions``, pipelined on a
+        standalone server (see :meth:`Scripts.run_many
+        <router.state.scripts.Scripts.run_many>`); raises the first refusal."""
+        check_id(node_id, "node id")
+        never = str(NEVER)
+        calls = [
+            (self._subscriptions.client_keys(client_id), [*_owner_args(dead), node_id, never])
+            for client_id, dead in sessions
+        ]
+        replies = await self._scripts.run_many("session_adopt", calls)
+        adopted: list[AdoptedSession | None] = []
+        for (client_id, _), reply in zip(sessions, replies, strict=True):
+            if isinstance(reply, RouterError):
+                raise reply
+            if not reply:
+                adopted.append(None)
+                continue
+            epoch, session, filters = reply
+            fields = {session[i]: session[i + 1] for i in range(0, len(session), 2)}
+            info = parse_session(client_id, fields)
+            if info is None:
+                raise CorruptStateError(f"session_adopt described no session for {client_id}")
+            adopted.append(
+                AdoptedSession(Owner(node_id, int(epoch)), info, unpack_filters(filters))
+            )
+        return adopted
 
     async def client_ids(self, limit: int = 100_000) -> tuple[list[str], bool]:
         """Clients with a session, sorted, at most ``limit``; and whether that is all of

@@ -28,7 +28,7 @@ import msgpack  # type: ignore[import-untyped,unused-ignore]
 
 from router.core.options import DEFAULT_OPTIONS, SubscriptionOptions, make_options
 from router.core.topics import TopicFilter, validate_filter
-from router.errors import CorruptStateError, InvalidIdError, InvalidOptionsError, RouterError
+from router.errors import CorruptStateError, InvalidIdError, InvalidOptionsError
 from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.reads import read_each
@@ -86,6 +86,15 @@ def unpack_options(data: bytes) -> SubscriptionOptions:
         )
     except InvalidOptionsError as exc:
         raise CorruptStateError(f"stored subscription options are invalid: {exc}") from None
+
+
+def unpack_filters(pairs: Sequence[Any]) -> dict[str, SubscriptionOptions]:
+    """The filters of a subscriptions hash read as a flat list (filter, packed options,
+    ...); :class:`CorruptStateError` if a stored value is not what the router wrote."""
+    return {
+        _decode(pairs[i], "filter"): unpack_options(bytes(pairs[i + 1]))
+        for i in range(0, len(pairs), 2)
+    }
 
 
 def _owner_args(owner: Owner | None) -> list[str | bytes]:
@@ -183,44 +192,6 @@ class SubscriptionStore:
         key = self.keys.client_owner(client_id)
         restored = await self._scripts.run("client_restore", [key], [owner.node_id, owner.epoch])
         return int(restored) == 1
-
-    async def adopt(
-        self, client_id: str, dead: Owner, node_id: str, expiry_ms: int
-    ) -> tuple[Owner, dict[str, SubscriptionOptions]] | None:
-        """Adopt the session that ``dead`` (a dead node's claim) holds: ``node_id`` claims
-        it with a new epoch and marks it away for ``expiry_ms`` milliseconds from now (-1:
-        never), in one script (``session_adopt.lua``). Returns the new claim and the
-        session's filters, or None when ``dead`` no longer holds it (the client resumed it
-        somewhere, or it ended): nothing changes then. :class:`CorruptStateError` if a
-        stored value is not what the router wrote."""
-        [adopted] = await self.adopt_many([(client_id, dead, expiry_ms)], node_id)
-        return adopted
-
-    async def adopt_many(
-        self, sessions: Sequence[tuple[str, Owner, int]], node_id: str
-    ) -> list[tuple[Owner, dict[str, SubscriptionOptions]] | None]:
-        """:meth:`adopt` for each (client id, dead claim, expiry in ms) of ``sessions``,
-        pipelined on a standalone server (see :meth:`Scripts.run_many
-        <router.state.scripts.Scripts.run_many>`); raises the first refusal."""
-        check_id(node_id, "node id")
-        calls = [
-            (self.client_keys(client_id), [*_owner_args(dead), node_id, str(expiry_ms)])
-            for client_id, dead, expiry_ms in sessions
-        ]
-        adopted: list[tuple[Owner, dict[str, SubscriptionOptions]] | None] = []
-        for reply in await self._scripts.run_many("session_adopt", calls):
-            if isinstance(reply, RouterError):
-                raise reply
-            if not reply:
-                adopted.append(None)
-                continue
-            epoch, *pairs = reply
-            filters = {
-                _decode(pairs[i], "filter"): unpack_options(bytes(pairs[i + 1]))
-                for i in range(0, len(pairs), 2)
-            }
-            adopted.append((Owner(node_id, int(epoch)), filters))
-        return adopted
 
     async def owner(self, client_id: str) -> Owner | None:
         """The client's session owner, or None if no node owns it."""
@@ -363,5 +334,6 @@ __all__ = [
     "RemovedClient",
     "SubscriptionStore",
     "pack_options",
+    "unpack_filters",
     "unpack_options",
 ]

@@ -344,6 +344,10 @@ CALLS: dict[str, Call] = {
     ),
     "session_store.SessionStore.describe": lambda r: _sessions(r).describe("c1"),
     "session_store.SessionStore.describe_many": lambda r: _sessions(r).describe_many(["c1"]),
+    "session_store.SessionStore.adopt": lambda r: _sessions(r).adopt("c1", OWNER, "n2"),
+    "session_store.SessionStore.adopt_many": lambda r: _sessions(r).adopt_many(
+        [("c1", OWNER)], "n2"
+    ),
     "session_store.SessionStore.client_ids": lambda r: _sessions(r).client_ids(),
     "session_store.SessionStore.client_id_pages": lambda r: _drain(_sessions(r).client_id_pages()),
     "session_store.SessionQueue.reset": lambda r: _queue(r).reset(),
@@ -370,12 +374,6 @@ CALLS: dict[str, Call] = {
     "subscriptions.SubscriptionStore.restore_owner": lambda r: SubscriptionStore(
         r, KEYS
     ).restore_owner("c1", OWNER),
-    "subscriptions.SubscriptionStore.adopt": lambda r: SubscriptionStore(r, KEYS).adopt(
-        "c1", OWNER, "n2", 60_000
-    ),
-    "subscriptions.SubscriptionStore.adopt_many": lambda r: SubscriptionStore(r, KEYS).adopt_many(
-        [("c1", OWNER, 60_000)], "n2"
-    ),
     "subscriptions.SubscriptionStore.owner": lambda r: SubscriptionStore(r, KEYS).owner("c1"),
     "subscriptions.SubscriptionStore.owners": lambda r: SubscriptionStore(r, KEYS).owners(["c1"]),
     "subscriptions.SubscriptionStore.subscribe": lambda r: SubscriptionStore(r, KEYS).subscribe(

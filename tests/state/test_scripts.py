@@ -176,9 +176,9 @@ async def exercise_everything(
     info = await sessions.describe(client_id)
     assert info is not None and (info.connected, info.awaiting_release) == (False, (1, 3))
     assert not await subs.restore_owner(client_id, owner)  # (owned: unchanged)
-    adopted = await subs.adopt(client_id, owner, "adopter", 60_000)
+    adopted = await sessions.adopt(client_id, owner, "adopter")
     assert adopted is not None
-    owner = adopted[0]
+    owner = adopted.owner
     removed = await subs.remove_client(client_id, owner=owner)
     assert tuple(removed) == (1, 1, True)
     assert await subs.restore_owner(client_id, owner)

@@ -24,7 +24,7 @@ from router.errors import (
 )
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
-from router.state.session_store import SessionStore, open_fields
+from router.state.session_store import NEVER, SessionStore, open_fields
 from router.state.subscriptions import Owner, SubscriptionStore, pack_options, unpack_options
 
 QOS1 = SubscriptionOptions(qos=1)
@@ -227,35 +227,70 @@ async def test_a_garbage_epoch_in_redis_raises_corrupt_state(
     assert set(await store.subscriptions("c1")) == {"keep"}
 
 
-async def test_an_adoption_claims_marks_away_and_returns_the_filters_in_one_step(
+async def test_an_adoption_claims_marks_away_and_returns_the_session_in_one_step(
     store: SubscriptionStore, redis_client: RedisClient, keys: Keys
 ) -> None:
+    sessions = SessionStore(redis_client, keys, store)
     dead = await store.claim("c1", "node-a")
+    await sessions.mark_open("c1", dead, expiry=60, protocol=5, keepalive=30, username="u")
     await store.subscribe("c1", "a/+", QOS1, owner=dead)
     await store.subscribe("c1", "b/#", FANCY, owner=dead)
-    adopted = await store.adopt("c1", dead, "node-b", 60_000)
+    adopted = await sessions.adopt("c1", dead, "node-b")
     assert adopted is not None
-    owner, filters = adopted
+    owner, info, filters = adopted
     assert owner.node_id == "node-b" and owner.epoch > dead.epoch
     assert filters == {"a/+": QOS1, "b/#": FANCY}
+    assert (info.node_id, info.connected, info.expiry) == ("node-b", False, 60)
+    assert (info.protocol, info.keepalive, info.username) == (5, 30, "u")
+    assert info == await sessions.describe("c1")
     assert await store.owner("c1") == owner
-    session = await redis_client.hgetall(keys.client_session("c1"))
-    assert session[b"node"] == b"node-b" and session[b"connected"] == b"0"
-    assert 0 < await redis_client.pttl(keys.client_subscriptions("c1")) <= 60_000
-    assert await store.adopt("c1", dead, "node-c", 60_000) is None  # (adopted already)
+    for key in store.client_keys("c1"):
+        assert 0 < await redis_client.pttl(key) <= 60_000 or not await redis_client.exists(key)
+    assert await sessions.adopt("c1", dead, "node-c") is None  # (adopted already)
     assert await store.owner("c1") == owner
+
+
+async def test_an_adopted_session_that_never_expires_keeps_its_keys(
+    store: SubscriptionStore, redis_client: RedisClient, keys: Keys
+) -> None:
+    sessions = SessionStore(redis_client, keys, store)
+    dead = await store.claim("c1", "node-a")
+    await sessions.mark_open("c1", dead, expiry=NEVER)
+    await store.subscribe("c1", "a/+", QOS1, owner=dead)
+    adopted = await sessions.adopt("c1", dead, "node-b")
+    assert adopted is not None and adopted.info.expiry == NEVER
+    for key in (keys.client_subscriptions("c1"), keys.client_owner("c1")):
+        assert await redis_client.pttl(key) == -1
 
 
 async def test_an_adoption_leaves_a_session_its_client_resumed_meanwhile(
-    store: SubscriptionStore,
+    store: SubscriptionStore, redis_client: RedisClient, keys: Keys
 ) -> None:
+    sessions = SessionStore(redis_client, keys, store)
     dead = await store.claim("c1", "node-a")
+    await sessions.mark_open("c1", dead, expiry=60)
     await store.subscribe("c1", "a/+", QOS1, owner=dead)
     resumed = await store.claim("c1", "node-c")
-    assert await store.adopt("c1", dead, "node-b", -1) is None
+    assert await sessions.adopt("c1", dead, "node-b") is None
     assert await store.owner("c1") == resumed
-    assert await store.adopt("gone", Owner("node-a", 5), "node-b", -1) is None
+    assert await sessions.adopt("gone", Owner("node-a", 5), "node-b") is None
     assert await store.owner("gone") is None
+
+
+async def test_an_adoption_leaves_a_session_that_is_not_persistent_as_it_is(
+    store: SubscriptionStore, redis_client: RedisClient, keys: Keys
+) -> None:
+    sessions = SessionStore(redis_client, keys, store)
+    clean = await store.claim("clean", "node-a")
+    await sessions.mark_open("clean", clean, expiry=0)
+    undescribed = await store.claim("undescribed", "node-a")
+    for client_id, dead in (("clean", clean), ("undescribed", undescribed)):
+        await store.subscribe(client_id, "a/+", QOS1, owner=dead)
+        before = {key: await redis_client.dump(key) for key in store.client_keys(client_id)}
+        assert await sessions.adopt(client_id, dead, "node-b") is None
+        after = {key: await redis_client.dump(key) for key in store.client_keys(client_id)}
+        assert after == before
+        assert await store.owner(client_id) == dead
 
 
 async def test_a_session_is_claimed_only_by_the_user_it_records(

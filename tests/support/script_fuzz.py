@@ -288,7 +288,7 @@ SPECS: Final[dict[str, Spec]] = {
         "client",
         then(
             st.sampled_from([[b"n1", b"5"], [b"n1", b"4"], [b"n2", b"5"], [b"", b""]]),
-            fixed(one("n3", ""), one("-1", "0", "1000", "x")),
+            fixed(one("n3", ""), one("4294967295", "0", "1000", "x")),
         ),
     ),
     "session_mark": Spec(

@@ -9,9 +9,11 @@ to its inbox. Then it purges the node. The adoption (:meth:`Adoption.adopt`) goe
 the sessions in pages (a SCAN: no cap on their number), claiming each batch as soon as
 it is listed, and:
 
-1. claims each session the dead node still holds, in one script with marking it away
-   here (``session_adopt.lua``: a client that resumed it anywhere meanwhile keeps it),
-   opens it with its stored subscriptions, writes their routes, and holds back the
+1. claims each persistent session the dead node still holds (the listing reads only
+   the owners; the claim's script checks the session is persistent and answers with
+   its description), in one script with marking it away here (``session_adopt.lua``: a
+   client that resumed it anywhere meanwhile keeps it), opens it with its stored
+   subscriptions, writes their routes, and holds back the
    copies that reach it from then on; no handoff is awaited (the owner is dead); the
    claims go in batches (:data:`BATCH`, pipelined), several at a time;
 2. waits until every live node's route mirror holds the new routes: a mirror acks them
@@ -51,7 +53,6 @@ from typing import Final
 from router.cluster.local_sessions import ClientSession, CountChange
 from router.cluster.sessions.lifecycle import SessionLifecycle
 from router.core.messages import Delivery
-from router.state.session_store import SessionInfo
 from router.state.subscriptions import Owner
 
 log = logging.getLogger(__name__)
@@ -65,9 +66,9 @@ group commit batch their Redis work, and a gate there held the claims back and m
 the last batches wait for the first ones to finish (measured under a reconnect storm:
 the put-away took 0.8-0.9 s gated, 0.4-0.5 s not)."""
 PAGE: Final = 1_000
-"""Session ids read (and described) at a time."""
+"""Session ids whose owners are read at a time."""
 LISTING: Final = 4
-"""Pages described at the same time."""
+"""Pages whose owners are read at the same time."""
 SCAN_KEYS: Final = 5_000
 """Keys one SCAN call examines while listing sessions: each key of every client, queue
 and message counts, so the sessions are a small share of them (about a millisecond of
@@ -111,7 +112,7 @@ class Adoption:
         adoptions: list[asyncio.Task[int]] = []
         try:
             async for batch in self._batches(dead):  # (claimed while the rest is listed)
-                clients.update(info.client_id for info, _ in batch)
+                clients.update(client_id for client_id, _ in batch)
                 claimed.append(loop.create_future())
                 adoptions.append(
                     asyncio.create_task(self._adopt_batch(batch, gate, claimed[-1], recovered))
@@ -155,10 +156,10 @@ class Adoption:
         if errors:
             raise errors[0]
 
-    async def _batches(self, dead: str) -> AsyncIterator[list[tuple[SessionInfo, Owner]]]:
-        """(description, claim) of each persistent session ``dead`` still owns, in
-        batches of :data:`BATCH` at most, each as soon as it is listed."""
-        batch: list[tuple[SessionInfo, Owner]] = []
+    async def _batches(self, dead: str) -> AsyncIterator[list[tuple[str, Owner]]]:
+        """(client id, claim) of each session ``dead`` still owns, in batches of
+        :data:`BATCH` at most, each as soon as it is listed."""
+        batch: list[tuple[str, Owner]] = []
         async for orphans in self._owned_pages(dead):
             for orphan in orphans:
                 batch.append(orphan)
@@ -168,38 +169,33 @@ class Adoption:
         if batch:
             yield batch
 
-    async def _owned_pages(self, dead: str) -> AsyncIterator[list[tuple[SessionInfo, Owner]]]:
+    async def _owned_pages(self, dead: str) -> AsyncIterator[list[tuple[str, Owner]]]:
         """:meth:`_owned` of each page of clients with a session, :data:`LISTING` pages
-        described at a time while the SCAN goes on."""
-        described: set[asyncio.Task[list[tuple[SessionInfo, Owner]]]] = set()
+        read at a time while the SCAN goes on."""
+        owned: set[asyncio.Task[list[tuple[str, Owner]]]] = set()
         pages = self._lifecycle.store.client_id_pages(PAGE, SCAN_KEYS)
         try:
             async for ids in pages:
-                described.add(asyncio.create_task(self._owned(dead, ids)))
-                if len(described) >= LISTING:
-                    done, described = await asyncio.wait(
-                        described, return_when=asyncio.FIRST_COMPLETED
-                    )
+                owned.add(asyncio.create_task(self._owned(dead, ids)))
+                if len(owned) >= LISTING:
+                    done, owned = await asyncio.wait(owned, return_when=asyncio.FIRST_COMPLETED)
                     for task in done:
                         yield task.result()
-            for finished in asyncio.as_completed(described):
+            for finished in asyncio.as_completed(owned):
                 yield await finished
         finally:
-            for task in described:
+            for task in owned:
                 task.cancel()
-            await asyncio.gather(*described, return_exceptions=True)
+            await asyncio.gather(*owned, return_exceptions=True)
             await pages.aclose()
 
-    async def _owned(self, dead: str, ids: list[str]) -> list[tuple[SessionInfo, Owner]]:
-        """Of clients ``ids``, (description, claim) of those whose persistent session
-        ``dead`` still owns."""
-        store, subscriptions = self._lifecycle.store, self._lifecycle.subscriptions
-        infos = [i for i in await store.describe_many(ids) if i and i.expiry]
-        candidates = [i for i in infos if i.node_id == dead]
-        owners = await subscriptions.owners([i.client_id for i in candidates])
+    async def _owned(self, dead: str, ids: list[str]) -> list[tuple[str, Owner]]:
+        """Of clients ``ids``, (client id, claim) of those whose session ``dead`` still
+        owns (whether it is persistent, the claim's script reads)."""
+        owners = await self._lifecycle.subscriptions.owners(ids)
         return [
-            (info, owner)
-            for info, owner in zip(candidates, owners, strict=True)
+            (client_id, owner)
+            for client_id, owner in zip(ids, owners, strict=True)
             if owner is not None and owner.node_id == dead
         ]
 
@@ -210,7 +206,7 @@ class Adoption:
 
     async def _adopt_batch(
         self,
-        batch: list[tuple[SessionInfo, Owner]],
+        batch: list[tuple[str, Owner]],
         gate: asyncio.Semaphore,
         claimed: asyncio.Future[list[CountChange] | None],
         recovered: asyncio.Future[dict[str, list[Delivery]]],
@@ -221,8 +217,8 @@ class Adoption:
         were adopted."""
         lifecycle = self._lifecycle
         async with contextlib.AsyncExitStack() as locks:
-            for info, _ in batch:
-                await locks.enter_async_context(lifecycle.locks.hold(info.client_id))
+            for client_id, _ in batch:
+                await locks.enter_async_context(lifecycle.locks.hold(client_id))
             opened: list[tuple[ClientSession, Owner, list[CountChange]] | None] = []
             try:
                 async with gate:

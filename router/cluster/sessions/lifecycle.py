@@ -433,40 +433,33 @@ class SessionLifecycle:
     # -- adoption (router.cluster.sessions.adoption) ---------------------------------------
 
     async def adopt_claims(
-        self, orphans: list[tuple[SessionInfo, Owner]]
+        self, orphans: list[tuple[str, Owner]]
     ) -> list[tuple[ClientSession, Owner, list[CountChange]] | None]:
-        """Claim each session of ``orphans`` (its description, and the claim its dead
-        owner held) and open it here with its stored subscriptions, holding back the
-        copies that reach it (:meth:`adopt_finish_all` lets them go). For each: the session,
-        its new claim and the route changes to write (:meth:`adopt_routes`), or None when
-        the dead node no longer holds it (the client resumed it somewhere) or this node
-        serves it. The claims go to Redis together (pipelined). The caller holds the
-        clients' locks until :meth:`adopt_finish_all`."""
-        wanted = [(info, dead) for info, dead in orphans if not self.serves(info.client_id)]
-        for info, _ in wanted:
-            await self._drop_unclaimed(info.client_id)
-        expiries = [min(info.expiry, NEVER) for info, _ in wanted]
-        claims = await self.subscriptions.adopt_many(
-            [
-                (info.client_id, dead, -1 if expiry >= NEVER else expiry * 1000)
-                for (info, dead), expiry in zip(wanted, expiries, strict=True)
-            ],
-            self.node_id,
-        )
+        """Claim the session of each (client id, the claim its dead owner held) of
+        ``orphans`` and open it here as Redis describes it, with its stored
+        subscriptions, holding back the copies that reach it (:meth:`adopt_finish_all`
+        lets them go). For each: the session, its new claim and the route changes to
+        write (:meth:`adopt_routes`), or None when the dead node no longer holds it (the
+        client resumed it somewhere), it is not persistent, or this node serves it. The
+        claims go to Redis together (pipelined). The caller holds the clients' locks
+        until :meth:`adopt_finish_all`."""
+        wanted = [(client_id, dead) for client_id, dead in orphans if not self.serves(client_id)]
+        for client_id, _ in wanted:
+            await self._drop_unclaimed(client_id)
+        claims = await self.store.adopt_many(wanted, self.node_id)
         opened: dict[str, tuple[ClientSession, Owner, list[CountChange]]] = {}
-        for (info, _), expiry, adopted in zip(wanted, expiries, claims, strict=True):
+        for (client_id, _), adopted in zip(wanted, claims, strict=True):
             if adopted is None:
                 continue
-            client_id = info.client_id
-            owner, filters = adopted
-            self.claims.adopted(client_id, owner)
+            info = adopted.info
+            self.claims.adopted(client_id, adopted.owner)
             session = self.sessions.open(client_id, (info.protocol, info.keepalive, info.username))
-            session.expiry = expiry
+            session.expiry = min(info.expiry, NEVER)
             session.hold()
-            stored = {validate_filter(f): options for f, options in filters.items()}
+            stored = {validate_filter(f): options for f, options in adopted.filters.items()}
             await self._policy.attached(ClientInfo(client_id, info.username), new=True)
-            opened[client_id] = (session, owner, self._restore(client_id, stored))
-        return [opened.get(info.client_id) for info, _ in orphans]
+            opened[client_id] = (session, adopted.owner, self._restore(client_id, stored))
+        return [opened.get(client_id) for client_id, _ in orphans]
 
     async def adopt_routes(self, changes: list[CountChange]) -> None:
         """Write the route changes of adopted sessions, announced once. Should Redis fail,
