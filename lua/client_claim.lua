@@ -20,7 +20,8 @@
 -- returns {previous owner node or false, previous epoch or false, new epoch as a decimal string,
 --          the server time in milliseconds written as since (with 'open') or false}
 -- errors: ROUTER_INVALID (malformed ARGV or KEYS), ROUTER_CORRUPT (stored epoch not an
---         integer), ROUTER_OTHER_USER (bound to another user); nothing is changed then
+--         integer; opening with keep, a session key that holds no hash), ROUTER_OTHER_USER
+--         (bound to another user); nothing is changed then
 --
 -- The epoch is max(old epoch + 1, server time in microseconds): it grows with every claim,
 -- and keeps growing after remove_client deleted the owner hash (the clock has moved on), so a
@@ -53,6 +54,12 @@ if current[2] then
   end
   if old >= epoch then
     epoch = old + 1
+  end
+end
+if opening and ARGV[2] == 'keep' then  -- (the session hash is written after the owner's)
+  local kind = redis.call('TYPE', KEYS[8])['ok']
+  if kind ~= 'none' and kind ~= 'hash' then
+    return redis.error_reply('ROUTER_CORRUPT the session key holds a ' .. kind .. ', not a hash')
   end
 end
 if ARGV[2] == 'fresh' then

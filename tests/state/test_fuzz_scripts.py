@@ -30,6 +30,7 @@ from router.state.scripts import ERROR_CODES, RedisClient, Scripts, script_sourc
 from tests.state.test_scripts import lua_files
 from tests.support import script_fuzz
 from tests.support.script_fuzz import (
+    CLIENT_KEYS,
     SPECS,
     State,
     Value,
@@ -287,3 +288,15 @@ async def test_a_wake_up_channel_of_another_channel_is_refused_before_any_write(
     assert isinstance(
         await refused(redis_client, keys, "channel_publish", state, roles, args), ScriptError
     )
+
+
+@BACKENDS
+async def test_a_claim_that_opens_over_a_session_key_of_another_type_is_refused_before_any_write(
+    redis_client: RedisClient, keys: Keys
+) -> None:
+    """Before: client_claim (keep, open) wrote the owner hash, then HSET on the session
+    key, which held a string, failed: the session was claimed and not opened."""
+    state = {**script_fuzz.CLIENT, "session": s("not a hash")}
+    args = ["n2", "keep", "", "shared", "open", "expiry", "60"]
+    error = await refused(redis_client, keys, "client_claim", state, list(CLIENT_KEYS), args)
+    assert isinstance(error, CorruptStateError)
