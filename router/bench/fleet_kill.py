@@ -27,7 +27,8 @@ other than 0, the connection closed, or no CONNACK within :data:`RECONNECT_TIMEO
 reconnect whose CONNACK said no session: the session was lost), ``claimed_within_s``
 (from the kill until no session belonged to A: B holds each, and what is published to it
 from then on), ``adopted_within_s`` (until the adoption finished: every session put
-away in its Redis queue; None if not within the adoption deadline, and
+away in its Redis queue, as B stamps the adoption's end; ``adopted_seen_within_s``: when
+the bench's polls saw it; both None if not within the adoption deadline, and
 ``left_with_dead_node`` says how many sessions still belong to A at the end),
 ``reconnect_p50_ms`` / ``p99_ms`` (CONNECT to CONNACK of the reconnects that got in), the
 storms' timeline (each storm's own p50 and p99 too) and B's counters from its
@@ -230,6 +231,17 @@ def finish(
     return None
 
 
+def adoption_end(node: RunningNode, killed_at: float) -> float | None:
+    """Seconds from the kill (Unix time ``killed_at``) until ``node``'s last adoption
+    ended, by the node's own stamp (``router_adoption_last_finished_ms``): the polls
+    that see the adoption finished come up to :data:`POLL` and a scrape of a busy node
+    later. None if the node stamped none."""
+    finished_ms = scrape(node.metrics or "").get("router_adoption_last_finished_ms", 0)
+    if not finished_ms:
+        return None
+    return round(finished_ms / 1000 - killed_at, 3)
+
+
 def _spec(spec: ConnectSpec, indices: tuple[int, ...]) -> ConnectSpec:
     """A storm: ``indices`` at once, clean session 0 and no SUBSCRIBE."""
     return replace(
@@ -333,7 +345,7 @@ def run_kill(url: str, config: FleetConfig, pool: WorkerPool) -> dict[str, Any]:
                 retry_delay=RETRY_DELAY,
             )
             before, refused_first = start_stream(pool, spec, b, config)
-            killed = time.monotonic()
+            killed, killed_at = time.monotonic(), time.time()
             a.process.kill()
             a.process.wait()
             watch = OwnerWatch(url, prefix, ids, count, dead)
@@ -343,6 +355,7 @@ def run_kill(url: str, config: FleetConfig, pool: WorkerPool) -> dict[str, Any]:
             )
             if adopted_within is None:
                 adopted_within = finish(pool, b, watch, count, killed)
+            adopted_at = adoption_end(b, killed_at) if adopted_within is not None else None
             left = watch.with_dead()
             all_back = progress(pool)["acked"]
             wait_for(
@@ -384,7 +397,8 @@ def run_kill(url: str, config: FleetConfig, pool: WorkerPool) -> dict[str, Any]:
         "never_back": sum(line["gave_up"] for line in timeline),
         "sessions_not_present": resumed - sum(line["session_present"] for line in timeline),
         "claimed_within_s": claimed_within,
-        "adopted_within_s": adopted_within,
+        "adopted_within_s": adopted_at if adopted_at is not None else adopted_within,
+        "adopted_seen_within_s": adopted_within,
         "left_with_dead_node": left,
         "reconnect_p50_ms": round(percentile(latencies, 0.5), 3),
         "reconnect_p99_ms": round(percentile(latencies, 0.99), 3),

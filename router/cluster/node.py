@@ -605,6 +605,8 @@ class RouterNode:
             "mirror_resyncs": self._sync.resyncs,
             "nodes_purged": self._sync.purged,
             "sessions_adopted": self._adoption.sessions_adopted,
+            "adoption_last_finished_ms": self._adoption.last_finished_ms,
+            "adoption_last_took_ms": self._adoption.last_took_ms,
             "copies_recovered": self._lifecycle.copies_recovered,
             "routes": len(self.sessions.routes()),
             "route_batches_failed": self._writer.failed_batches,

@@ -12,7 +12,9 @@ The node's HTTP listener (:mod:`router.web.listener`: ``router node run --http H
   heartbeat withheld, Redis not answering).
 
 Counters are named ``router_<figure>_total`` (the figures count since the node started);
-the few figures that go up and down (routes, connections, the inbox lag) are gauges.
+the few figures that go up and down (routes, connections, the inbox lag) are gauges, and
+so are when the node's last adoption of a dead node's sessions ended (Unix time, ms) and
+how long it took.
 """
 
 from __future__ import annotations
@@ -36,7 +38,15 @@ from router.mqtt.server import MqttServer
 log = logging.getLogger(__name__)
 
 GAUGES: Final = frozenset(
-    {"routes", "route_changes_unwritten", "tasks_failing", "mqtt_connections", "mqtt_clients"}
+    {
+        "routes",
+        "route_changes_unwritten",
+        "tasks_failing",
+        "mqtt_connections",
+        "mqtt_clients",
+        "adoption_last_finished_ms",
+        "adoption_last_took_ms",
+    }
 )
 """Figures of ``stats()`` that go up and down; every other one is a counter."""
 PING_TIMEOUT: Final = 2.0

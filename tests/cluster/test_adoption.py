@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -106,12 +107,17 @@ async def kill_and_check(
         await waiting.eventually(
             lambda: a.stats()["session_queued"] >= SESSIONS, 10.0, "a queued the first round"
         )
+        assert b.stats()["adoption_last_finished_ms"] == 0  # (none yet)
+        died_ms = time.time() * 1000
         await die(a)
         await waiting.eventually(
             lambda: b.stats()["sessions_adopted"] == SESSIONS, 20.0, "b adopted every session"
         )
         await waiting.eventually(lambda: b.stats()["nodes_purged"] == 1, 10.0, "a purged")
         adopted.set()
+        stats = b.stats()  # (the adoption's end and length, as /metrics shows them)
+        assert died_ms < stats["adoption_last_finished_ms"] <= time.time() * 1000
+        assert 0 < stats["adoption_last_took_ms"] < stats["adoption_last_finished_ms"] - died_ms
         await publisher
     finally:
         publisher.cancel()

@@ -46,6 +46,8 @@ def test_a_killed_node_under_2000_sessions_loses_nothing_and_refuses_no_reconnec
     assert result["sessions_not_present"] == 0, "a session was lost: CONNACK said none"
     assert result["left_with_dead_node"] == 0, "sessions neither adopted nor resumed"
     assert result["adopted_within_s"] is not None, "the adoption did not finish in time"
+    # (B stamps the adoption's end; the bench's polls see it at that moment or later)
+    assert 0 < result["adopted_within_s"] <= result["adopted_seen_within_s"]
     assert [group["clients"] for group in result["groups"]] == [667, 667, 666]
     assert sum(group["ok"] for group in result["groups"]) == SESSIONS
     assert result["connected_at_end"] == SESSIONS

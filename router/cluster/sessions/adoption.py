@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
@@ -96,6 +97,10 @@ class Adoption:
         self._grace = grace
         self.sessions_adopted = 0
         self.failed = 0
+        #: When the last adoption that found sessions ended (Unix time, ms; 0: none yet)
+        #: and how long it took from its start (ms).
+        self.last_finished_ms = 0
+        self.last_took_ms = 0
 
     async def adopt(self, dead: str) -> None:
         """Adopt ``dead``'s persistent sessions: those it still owns (a client that came
@@ -147,6 +152,8 @@ class Adoption:
         self.sessions_adopted += adopted
         self.failed += len(errors)
         phases["put away"] = loop.time() - began
+        self.last_finished_ms = int(time.time() * 1000)
+        self.last_took_ms = int(phases["put away"] * 1000)
         log.warning(
             "adopted %d persistent sessions of dead node %s (%s)",
             adopted,
