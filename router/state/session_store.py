@@ -43,7 +43,7 @@ from router.state.channels import Channel, ChannelMessage, FetchedMessage, Publi
 from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.reads import command, commands_each, read_each
-from router.state.scan import SCAN_COUNT, scan_keys, scan_pages
+from router.state.scan import SCAN_COUNT, scan_pages
 from router.state.scripts import RedisClient, Scripts
 from router.state.subscriptions import Owner, SubscriptionStore, _owner_args, unpack_filters
 
@@ -255,13 +255,6 @@ class SessionStore:
                 AdoptedSession(Owner(node_id, int(epoch)), info, unpack_filters(filters))
             )
         return adopted
-
-    async def client_ids(self, limit: int = 100_000) -> tuple[list[str], bool]:
-        """Clients with a session, sorted, at most ``limit``; and whether that is all of
-        them (SCAN: fine on a live cluster)."""
-        found = await scan_keys(self.redis, self.keys.client_sessions_pattern(), limit=limit)
-        ids = (self.keys.client_of_session_key(key) for key in found.keys)
-        return sorted(i for i in ids if i is not None), found.complete
 
     async def client_id_pages(
         self, page: int = 1_000, count: int = SCAN_COUNT

@@ -348,7 +348,6 @@ CALLS: dict[str, Call] = {
     "session_store.SessionStore.adopt_many": lambda r: _sessions(r).adopt_many(
         [("c1", OWNER)], "n2"
     ),
-    "session_store.SessionStore.client_ids": lambda r: _sessions(r).client_ids(),
     "session_store.SessionStore.client_id_pages": lambda r: _drain(_sessions(r).client_id_pages()),
     "session_store.SessionQueue.reset": lambda r: _queue(r).reset(),
     "session_store.SessionQueue.queued_bytes": lambda r: _queue(r).queued_bytes(),

@@ -34,6 +34,11 @@ FANCY = SubscriptionOptions(
 
 
 @pytest.fixture
+def sessions(redis_client: RedisClient, keys: Keys, store: SubscriptionStore) -> SessionStore:
+    return SessionStore(redis_client, keys, store)
+
+
+@pytest.fixture
 def store(redis_client: RedisClient, keys: Keys) -> SubscriptionStore:
     return SubscriptionStore(redis_client, keys)
 
@@ -228,9 +233,8 @@ async def test_a_garbage_epoch_in_redis_raises_corrupt_state(
 
 
 async def test_an_adoption_claims_marks_away_and_returns_the_session_in_one_step(
-    store: SubscriptionStore, redis_client: RedisClient, keys: Keys
+    store: SubscriptionStore, sessions: SessionStore, redis_client: RedisClient, keys: Keys
 ) -> None:
-    sessions = SessionStore(redis_client, keys, store)
     dead = await store.claim("c1", "node-a")
     await sessions.mark_open("c1", dead, expiry=60, protocol=5, keepalive=30, username="u")
     await store.subscribe("c1", "a/+", QOS1, owner=dead)
@@ -251,9 +255,8 @@ async def test_an_adoption_claims_marks_away_and_returns_the_session_in_one_step
 
 
 async def test_an_adopted_session_that_never_expires_keeps_its_keys(
-    store: SubscriptionStore, redis_client: RedisClient, keys: Keys
+    store: SubscriptionStore, sessions: SessionStore, redis_client: RedisClient, keys: Keys
 ) -> None:
-    sessions = SessionStore(redis_client, keys, store)
     dead = await store.claim("c1", "node-a")
     await sessions.mark_open("c1", dead, expiry=NEVER)
     await store.subscribe("c1", "a/+", QOS1, owner=dead)
@@ -264,9 +267,8 @@ async def test_an_adopted_session_that_never_expires_keeps_its_keys(
 
 
 async def test_an_adoption_leaves_a_session_its_client_resumed_meanwhile(
-    store: SubscriptionStore, redis_client: RedisClient, keys: Keys
+    store: SubscriptionStore, sessions: SessionStore
 ) -> None:
-    sessions = SessionStore(redis_client, keys, store)
     dead = await store.claim("c1", "node-a")
     await sessions.mark_open("c1", dead, expiry=60)
     await store.subscribe("c1", "a/+", QOS1, owner=dead)
@@ -278,9 +280,8 @@ async def test_an_adoption_leaves_a_session_its_client_resumed_meanwhile(
 
 
 async def test_an_adoption_leaves_a_session_that_is_not_persistent_as_it_is(
-    store: SubscriptionStore, redis_client: RedisClient, keys: Keys
+    store: SubscriptionStore, sessions: SessionStore, redis_client: RedisClient
 ) -> None:
-    sessions = SessionStore(redis_client, keys, store)
     clean = await store.claim("clean", "node-a")
     await sessions.mark_open("clean", clean, expiry=0)
     undescribed = await store.claim("undescribed", "node-a")
