@@ -12,7 +12,11 @@ on both brokers), the broker's RSS before and after, and what the floods sent.
 The probes live in this process's event loop and the floods in another process; on a
 2-core machine the floods, the broker and the probes share the cores, which is part of
 what is measured: a broker that lets one client take its loop shows it in the probes'
-p99.
+p99. How much of the flooded p99 is that sharing alone, the control tells: with
+mosquitto beside it (not ``--skip-mosquitto``), a third phase times the probes on the
+broker while the same floods go to another mosquitto, a sink (``floods_elsewhere``,
+``p99_floods_elsewhere_over_quiet``); ``p99_flooded_over_floods_elsewhere`` is then what
+the floods cost the probes by reaching the broker itself.
 """
 
 from __future__ import annotations
@@ -134,26 +138,37 @@ async def _phase(address: Address, config: HostileConfig) -> dict[str, Any]:
     }
 
 
-def _measure(address: Address, pid: int, config: HostileConfig) -> dict[str, Any]:
-    before = rss_kib(pid)
-    quiet = asyncio.run(_phase(address, config))
+def _beside_floods(
+    address: Address, target: Address, config: HostileConfig
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A phase of the probes on ``address`` while the flood process floods ``target``;
+    and what the floods sent."""
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
     floods = context.Process(
-        target=flood_main, args=(theirs, address, list(config.floods), config.seconds + 1)
+        target=flood_main, args=(theirs, target, list(config.floods), config.seconds + 1)
     )
     floods.start()
     try:
         if not ours.poll(60) or ours.recv() != "started":
             raise BenchSetupError("the flood process did not start")
-        flooded = asyncio.run(_phase(address, config))
+        probed = asyncio.run(_phase(address, config))
         sent = ours.recv() if ours.poll(config.seconds + 60) else {}
     finally:
         floods.join(10)
         if floods.is_alive():
             floods.kill()
+    return probed, sent
+
+
+def _measure(
+    address: Address, pid: int, config: HostileConfig, sink: Address | None
+) -> dict[str, Any]:
+    before = rss_kib(pid)
+    quiet = asyncio.run(_phase(address, config))
+    flooded, sent = _beside_floods(address, address, config)
     ratio = flooded["p99_ms"] / quiet["p99_ms"] if quiet["p99_ms"] else 0.0
-    return {
+    figures = {
         "quiet": quiet,
         "flooded": flooded,
         "p99_flooded_over_quiet": cut(ratio),
@@ -161,6 +176,16 @@ def _measure(address: Address, pid: int, config: HostileConfig) -> dict[str, Any
         "rss_mib_after": cut(rss_kib(pid) / 1024, 1),
         "floods_sent": sent,
     }
+    if sink is not None:
+        elsewhere, _ = _beside_floods(address, sink, config)
+        figures["floods_elsewhere"] = elsewhere
+        figures["p99_floods_elsewhere_over_quiet"] = cut(
+            elsewhere["p99_ms"] / quiet["p99_ms"] if quiet["p99_ms"] else 0.0
+        )
+        figures["p99_flooded_over_floods_elsewhere"] = cut(
+            flooded["p99_ms"] / elsewhere["p99_ms"] if elsewhere["p99_ms"] else 0.0
+        )
+    return figures
 
 
 def run(url: str | None = None, config: HostileConfig | None = None) -> dict[str, Any]:
@@ -184,12 +209,15 @@ def run(url: str | None = None, config: HostileConfig | None = None) -> dict[str
         if url is None:
             url = stack.enter_context(embedded_redis())
         pids: list[int] = []
-        with router_nodes(url, 1, pids, options=()) as [address]:
-            result["router"] = _measure(address, pids[-1], config)
-        if not config.skip_mosquitto:
-            result["mosquitto_version"] = mosquitto_version()
-            with mosquitto(pids) as address:
-                result["mosquitto"] = _measure(address, pids[-1], config)
+        sinks: list[int] = []
+        with contextlib.ExitStack() as brokers:
+            sink = None if config.skip_mosquitto else brokers.enter_context(mosquitto(sinks))
+            with router_nodes(url, 1, pids, options=()) as [address]:
+                result["router"] = _measure(address, pids[-1], config, sink)
+            if not config.skip_mosquitto:
+                result["mosquitto_version"] = mosquitto_version()
+                with mosquitto(pids) as address:
+                    result["mosquitto"] = _measure(address, pids[-1], config, sink)
     for broker in ("router", "mosquitto"):
         quiet = result.get(broker, {}).get("quiet")
         if quiet is not None and (quiet["missed"] or quiet["wrong"] or quiet["probe_failures"]):

@@ -1,5 +1,6 @@
 """``router bench hostile --json`` on a tiny size: its shape, the probes' answers on both
-brokers, and floods that reached them (a router node, then mosquitto, one second a phase).
+brokers, and floods that reached them (a router node, then mosquitto, one second a phase),
+and the control phase whose floods go to a mosquitto beside them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def test_bench_hostile_reports_both_brokers_quiet_and_flooded(redis_standalone_u
     assert report["mode"] == "hostile" and report["floods"] == list(FLOODS)
     for broker in ("router", "mosquitto"):
         figures = report[broker]
-        for phase in ("quiet", "flooded"):
+        for phase in ("quiet", "flooded", "floods_elsewhere"):
             assert set(figures[phase]) == PHASE_FIELDS
             assert figures[phase]["round_trips"] > 0 and figures[phase]["wrong"] == 0
         quiet = figures["quiet"]
@@ -31,3 +32,5 @@ def test_bench_hostile_reports_both_brokers_quiet_and_flooded(redis_standalone_u
         assert set(figures["floods_sent"]) == set(FLOODS)
         assert all(sent["packets"] > 0 for sent in figures["floods_sent"].values())
         assert figures["p99_flooded_over_quiet"] > 0
+        assert figures["p99_floods_elsewhere_over_quiet"] > 0
+        assert figures["p99_flooded_over_floods_elsewhere"] > 0
