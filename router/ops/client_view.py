@@ -42,7 +42,8 @@ from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
 from router.state.reads import server_ms
 from router.state.scripts import RedisClient
-from router.state.session_store import NEVER, SessionInfo, SessionQueue, SessionStore
+from router.state.session_queue import SessionQueue
+from router.state.session_store import NEVER, SessionInfo, SessionStore
 from router.state.subscriptions import SubscriptionStore
 
 #: Sessions found by SCAN at most, unless the caller says otherwise.

@@ -48,7 +48,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, NamedTuple
 
-from router.errors import ChannelArgumentError, MalformedAckHandleError, RouterError
+from router.errors import (
+    ChannelArgumentError,
+    CorruptStateError,
+    MalformedAckHandleError,
+    RouterError,
+)
 from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.reads import command, commands_each
@@ -350,6 +355,39 @@ class Channel:
                 raise reply
             epoch = reply[1]
             channel.epoch = epoch.decode() if isinstance(epoch, bytes) else str(epoch)
+
+    @staticmethod
+    async def subscribed(
+        channels: Sequence[Channel], subscriber: str
+    ) -> list[tuple[int, int] | None]:
+        """:meth:`position` of ``subscriber`` on each of ``channels`` (of one client)
+        whose clock, epoch and ``subscriber``'s cursor all exist, learning the channel's
+        :attr:`epoch` there: the channels on which :meth:`add_subscriber` would change
+        nothing, read in one pipelined step (one MGET each). None for the others. Raises
+        :class:`CorruptStateError` for a clock or cursor that is not an integer."""
+        if not channels:
+            return []
+        replies = await commands_each(
+            channels[0]._redis,
+            [
+                [("MGET", c.keys.channel_cursor(c.name, subscriber), c._clock_key, c._epoch_key)]
+                for c in channels
+            ],
+        )
+        found: list[tuple[int, int] | None] = []
+        for channel, [(cursor, clock, epoch)] in zip(channels, replies, strict=True):
+            if cursor is None or clock is None or epoch is None:
+                found.append(None)
+                continue
+            try:
+                found.append((int(clock), int(cursor)))
+            except ValueError:
+                raise CorruptStateError(
+                    f"channel {channel.name!r}: clock {clock!r} or cursor {cursor!r} is not "
+                    "an integer clock"
+                ) from None
+            channel.epoch = epoch.decode() if isinstance(epoch, bytes) else str(epoch)
+        return found
 
     @staticmethod
     async def positions(

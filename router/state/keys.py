@@ -237,7 +237,7 @@ class Keys:
 
     def channel_bytes(self, name: str) -> str:
         """The bytes a channel's stored messages hold, where its owner counts them (a
-        session's queue: :class:`~router.state.session_store.SessionQueue`)."""
+        session's queue: :class:`~router.state.session_queue.SessionQueue`)."""
         return self.channel(name) + _BYTES
 
     def channel_clock(self, name: str) -> str:

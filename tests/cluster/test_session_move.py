@@ -23,7 +23,7 @@ from router.cluster.node import RouterNode
 from router.errors import StateUnavailableError
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
-from router.state.session_store import SessionQueue
+from router.state.session_queue import SessionQueue
 from tests.support import waiting
 from tests.support.nodes import StartNode, die, roamer_node, take
 

@@ -18,7 +18,7 @@ from router.core.messages import Delivery
 from router.errors import RouterError, StateUnavailableError
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
-from router.state.session_store import SessionQueue
+from router.state.session_queue import SessionQueue
 from tests.support import waiting
 from tests.support.nodes import StartNode, take
 

@@ -14,6 +14,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from router.errors import (
     ChannelArgumentError,
+    CorruptStateError,
     InvalidIdError,
     SubscriptionNotFoundError,
 )
@@ -142,6 +143,24 @@ async def test_cursor_without_clock_is_recreated(
     assert await channel.add_subscriber("s") is True
     assert await get_int(redis_client, keys.channel_cursor(NAME, "s")) == 0
     assert await get_int(redis_client, keys.channel_clock(NAME)) == 0
+
+
+async def test_subscribed_reads_what_add_subscriber_would_leave_as_it_is(
+    redis_client: RedisClient, keys: Keys
+) -> None:
+    made, fresh, corrupt = (Channel(redis_client, n, EXPIRE, keys) for n in ("a", "b", "c"))
+    await made.add_subscriber("s")
+    await made.publish([("m1", b"1"), ("m2", b"2")])
+    await corrupt.add_subscriber("s")
+    stored = await snapshot(redis_client, keys, "a")
+    reader = Channel(redis_client, "a", EXPIRE, keys)  # (a new object: learns the epoch)
+    assert await Channel.subscribed([reader, fresh], "s") == [await made.position("s"), None]
+    assert reader.epoch == made.epoch is not None and fresh.epoch is None
+    assert await snapshot(redis_client, keys, "a") == stored  # (read, nothing written)
+    assert await redis_client.exists(keys.channel_clock("b")) == 0
+    await redis_client.set(keys.channel_cursor("c", "s"), "not a clock")
+    with pytest.raises(CorruptStateError):
+        await Channel.subscribed([corrupt], "s")
 
 
 # -- publish -------------------------------------------------------------------------

@@ -69,7 +69,8 @@ from router.state.route_hints import RouteHints
 from router.state.routes import RouteStore
 from router.state.scan import scan_keys, scan_pages
 from router.state.scripts import RedisClient, Scripts
-from router.state.session_store import SessionQueue, SessionStore
+from router.state.session_queue import SessionQueue
+from router.state.session_store import SessionStore
 from router.state.subscriptions import Owner, SubscriptionStore
 from router.state.wakeups import WakeUps
 
@@ -214,6 +215,7 @@ CALLS: dict[str, Call] = {
     "channels.Channel.remove_subscriber": lambda r: _channel(r).remove_subscriber("s"),
     "channels.Channel.publish": lambda r: _channel(r).publish([("m1", b"x")]),
     "channels.Channel.add_subscribers": lambda r: Channel.add_subscribers([_channel(r)], "s"),
+    "channels.Channel.subscribed": lambda r: Channel.subscribed([_channel(r)], "s"),
     "channels.Channel.positions": lambda r: Channel.positions([_channel(r)], "s"),
     "channels.Channel.publish_each": lambda r: Channel.publish_each(
         [(_channel(r), [("m1", b"x")])]
@@ -349,22 +351,22 @@ CALLS: dict[str, Call] = {
         [("c1", OWNER)], "n2"
     ),
     "session_store.SessionStore.client_id_pages": lambda r: _drain(_sessions(r).client_id_pages()),
-    "session_store.SessionQueue.reset": lambda r: _queue(r).reset(),
-    "session_store.SessionQueue.queued_bytes": lambda r: _queue(r).queued_bytes(),
-    "session_store.SessionQueue.ensure": lambda r: _queue(r).ensure(),
-    "session_store.SessionQueue.backlog": lambda r: _queue(r).backlog(),
-    "session_store.SessionQueue.append": lambda r: _queue(r).append(
+    "session_queue.SessionQueue.reset": lambda r: _queue(r).reset(),
+    "session_queue.SessionQueue.queued_bytes": lambda r: _queue(r).queued_bytes(),
+    "session_queue.SessionQueue.ensure": lambda r: _queue(r).ensure(),
+    "session_queue.SessionQueue.backlog": lambda r: _queue(r).backlog(),
+    "session_queue.SessionQueue.append": lambda r: _queue(r).append(
         [_delivery()], 100, "drop_oldest"
     ),
-    "session_store.SessionQueue.ensure_each": lambda r: SessionQueue.ensure_each([_queue(r)]),
-    "session_store.SessionQueue.append_each": lambda r: SessionQueue.append_each(
+    "session_queue.SessionQueue.ensure_each": lambda r: SessionQueue.ensure_each([_queue(r)]),
+    "session_queue.SessionQueue.append_each": lambda r: SessionQueue.append_each(
         [(_queue(r), [_delivery()])], 100, "drop_oldest"
     ),
-    "session_store.SessionQueue.mark_handoff": lambda r: _queue(r).mark_handoff(2),
-    "session_store.SessionQueue.mark_tail_end": lambda r: _queue(r).mark_tail_end(2),
-    "session_store.SessionQueue.handed_off": lambda r: _queue(r).handed_off(2),
-    "session_store.SessionQueue.drain": lambda r: _queue(r).drain(),
-    "session_store.SessionQueue.delete": lambda r: _queue(r).delete(),
+    "session_queue.SessionQueue.mark_handoff": lambda r: _queue(r).mark_handoff(2),
+    "session_queue.SessionQueue.mark_tail_end": lambda r: _queue(r).mark_tail_end(2),
+    "session_queue.SessionQueue.handed_off": lambda r: _queue(r).handed_off(2),
+    "session_queue.SessionQueue.drain": lambda r: _queue(r).drain(),
+    "session_queue.SessionQueue.delete": lambda r: _queue(r).delete(),
     # subscriptions
     "subscriptions.SubscriptionStore.claim": lambda r: SubscriptionStore(r, KEYS).claim("c1", "n1"),
     "subscriptions.SubscriptionStore.claim_over": lambda r: SubscriptionStore(r, KEYS).claim_over(
@@ -419,7 +421,7 @@ NOT_CALLED = {
     "connection.refresh_slot_map",
     # closing what was never opened, waiting on an event
     "channels.Channel.aclose",
-    "session_store.SessionQueue.aclose",
+    "session_queue.SessionQueue.aclose",
     "wakeups.WakeUps.aclose",
     "wakeups.WakeUps.wait",
     "route_hints.RouteHints.close",

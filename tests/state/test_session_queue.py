@@ -9,7 +9,7 @@ import pytest
 from router.core.messages import Delivery
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
-from router.state.session_store import Handoff, SessionQueue
+from router.state.session_queue import READER, Handoff, SessionQueue
 
 pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
 
@@ -72,3 +72,25 @@ async def test_the_queue_limit_never_drops_a_marker_nor_what_comes_after_it(
 
     assert drained.handoffs == [Handoff(7, (), tail=True)]
     assert [d.payload for d in drained.deliveries] == [b"4", b"5", b"6"]
+
+
+async def test_queues_made_together_keep_the_readers_they_have_and_make_the_others(
+    redis_client: RedisClient, keys: Keys
+) -> None:
+    """An adoption makes the dead node's queues together: readers that exist are only
+    read (their backlog stays), a missing one is made at the clock."""
+    kept, lost = (
+        SessionQueue(redis_client, keys, "kept", 600),
+        SessionQueue(redis_client, keys, "lost", 600),
+    )
+    for queue in (kept, lost):
+        await queue.ensure()
+        await queue.append([copy(1), copy(2)], 100, "drop_oldest")
+    await redis_client.delete(keys.channel_cursor(keys.client_queue("lost"), READER))
+    again = [SessionQueue(redis_client, keys, c, 600) for c in ("kept", "lost", "new")]
+    await SessionQueue.ensure_each(again)
+    assert [await queue.backlog() for queue in again] == [2, 0, 0]
+    assert [d.payload for d in (await again[0].drain()).deliveries] == [b"1", b"2"]
+    assert all(queue.channel.epoch for queue in again)
+    for queue in (kept, lost, *again):
+        await queue.aclose()

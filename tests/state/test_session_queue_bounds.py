@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from router.core.messages import Delivery
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
-from router.state.session_store import SessionQueue, pack_delivery
+from router.state.session_queue import SessionQueue, pack_delivery
 from tests.conftest import delete_namespace
 
 LIMIT = 5

@@ -63,12 +63,8 @@ from router.core.messages import Delivery, Outgoing
 from router.errors import RouterError, StateFailureError
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
-from router.state.session_store import (
-    NEVER,
-    Drained,
-    SessionQueue,
-    SessionStore,
-)
+from router.state.session_queue import Drained, SessionQueue
+from router.state.session_store import NEVER, SessionStore
 from router.state.subscriptions import Owner
 
 log = logging.getLogger(__name__)

@@ -40,13 +40,8 @@ from router.core.topics import TopicFilter, validate_filter
 from router.errors import RouterError, SessionOwnershipError, SessionUserError
 from router.state.keys import Keys, check_id
 from router.state.scripts import RedisClient
-from router.state.session_store import (
-    NEVER,
-    SessionInfo,
-    SessionQueue,
-    SessionStore,
-    open_fields,
-)
+from router.state.session_queue import SessionQueue
+from router.state.session_store import NEVER, SessionInfo, SessionStore, open_fields
 from router.state.subscriptions import Owner, SubscriptionStore
 
 log = logging.getLogger(__name__)

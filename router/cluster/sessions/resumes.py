@@ -18,7 +18,7 @@ from typing import Final
 from router.cluster.sessions.recovery import Recovery
 from router.core.messages import Delivery
 from router.errors import RouterError, StateFailureError
-from router.state.session_store import READER, Drained, Handoff, SessionQueue
+from router.state.session_queue import READER, Drained, Handoff, SessionQueue
 from router.state.subscriptions import Owner
 
 

@@ -1,7 +1,7 @@
 """Copies of away sessions into their Redis queues, under the node's limit, counted.
 
 A session whose client is away keeps its QoS 1/2 copies in its Redis queue
-(:class:`~router.state.session_store.SessionQueue`); QoS 0 copies are not kept (as
+(:class:`~router.state.session_queue.SessionQueue`); QoS 0 copies are not kept (as
 Mosquitto's default) and are counted (``offline_qos0_skipped``). A queue keeps at most
 ``max_queued`` copies and follows the node's overflow policy past it; what it stored and
 dropped is counted (``session_queued``, ``session_queue_drops``). The copies of many
@@ -21,7 +21,7 @@ from router.cluster.local_sessions import ClientSession, Overflow
 from router.cluster.tasks import stop_task
 from router.core.messages import Delivery
 from router.errors import RouterError, StateFailureError
-from router.state.session_store import SessionQueue
+from router.state.session_queue import SessionQueue
 
 log = logging.getLogger(__name__)
 
