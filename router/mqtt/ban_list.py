@@ -24,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
+from router.cluster.tasks import stop_task
 from router.errors import RouterError
 from router.state.ban_store import Ban, BanStore
 
@@ -61,10 +62,11 @@ class BanList:
             self._task = asyncio.create_task(self._run(), name="bans")
 
     async def stop(self) -> None:
+        """Stop reading the bans and cancel the ban writes under way, waiting for each
+        a bounded time (:func:`~router.cluster.tasks.stop_task` logs one that does not
+        end)."""
         for task in [*self._writes, *filter(None, [self._task])]:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_task(task)
         self._task = None
 
     async def refresh(self) -> None:

@@ -279,6 +279,7 @@ class MqttServer:
 
     async def close(self) -> None:
         """Stop listening and end every connection with DISCONNECT 0x8B."""
+        log.info("node %s: closing its MQTT listeners", self.node.node_id)
         with contextlib.suppress(ValueError):
             self.node.remove_kicker(self.kick)
         self.node.liveness.forget_cut_off(self.end_all)
