@@ -23,12 +23,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import redis
 from redis.exceptions import ResponseError
 
 from router.core.options import SubscriptionOptions, make_options
 from router.core.topics import parse_shared, validate_filter
 from router.errors import ImportRowError, InvalidIdError, InvalidOptionsError, InvalidTopicError
+from router.state.blocking import BlockingClient, blocking_client
 from router.state.keys import Keys, check_id
 from router.state.scripts import script_source, translate_error
 from router.state.subscriptions import pack_options
@@ -174,26 +174,8 @@ def plan_clients(
     return plans
 
 
-SyncClient = redis.Redis | redis.RedisCluster
-"""The blocking client an executor writes with (standalone or cluster, as the server says)."""
-
-
-def sync_client(url: str) -> SyncClient:
-    """A blocking client for ``url``: ``RedisCluster`` when the server says
-    ``cluster_enabled:1``. The caller closes it."""
-    plain = redis.Redis.from_url(url)
-    try:
-        if int(plain.info("cluster").get("cluster_enabled", 0)) != 1:
-            return plain
-    except BaseException:
-        plain.close()
-        raise
-    plain.close()
-    return redis.RedisCluster.from_url(url)
-
-
 def write_clients(
-    client: SyncClient,
+    client: BlockingClient,
     keys: Keys,
     plans: dict[str, dict[str, SubscriptionOptions]],
     counts: ImportCounts,
@@ -225,7 +207,7 @@ def import_rows(url: str, prefix: str, rows: Iterable[Row]) -> ImportCounts:
     counts = ImportCounts()
     plans = plan_clients(rows, counts)
     if plans:
-        client = sync_client(url)
+        client = blocking_client(url)
         try:
             write_clients(client, Keys(prefix), plans, counts)
         finally:

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
 import pytest
-import redis
 from click.testing import CliRunner, Result
 
 from router.cli import app
 from router.core.options import SubscriptionOptions, make_options
+from router.state.blocking import BlockingRedisCluster, blocking_client
 from router.state.connection import open_redis
 from router.state.keys import Keys
 from router.state.retained_store import RetainedStore
@@ -98,14 +98,11 @@ def stored(url: str, keys: Keys, clients: list[str]) -> dict[str, dict[str, Subs
 
 def raw_dump(url: str, keys: Keys) -> dict[bytes, dict[bytes, bytes]]:
     """Every hash under the namespace, byte for byte (every primary of a cluster)."""
-    probe = redis.Redis.from_url(url)
-    cluster = int(probe.info("cluster").get("cluster_enabled", 0)) == 1
-    probe.close()
-    client: Any = redis.RedisCluster.from_url(url) if cluster else redis.Redis.from_url(url)
+    client = blocking_client(url)
     try:
         options: dict[str, Any] = {"match": keys.pattern()}
-        if cluster:
-            options["target_nodes"] = redis.RedisCluster.PRIMARIES
+        if isinstance(client, BlockingRedisCluster):
+            options["target_nodes"] = BlockingRedisCluster.PRIMARIES
         return {key: client.hgetall(key) for key in client.scan_iter(**options)}
     finally:
         client.close()

@@ -23,12 +23,12 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import redis
 from click.testing import CliRunner, Result
 
 from router.cli import app
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
+from router.state.blocking import BlockingRedisCluster, blocking_client
 from router.state.connection import open_redis
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
@@ -53,16 +53,11 @@ def invoke_json(url: str, prefix: str, *args: str) -> Any:
 
 def delete_namespace(url: str, keys: Keys) -> None:
     """Delete every key under the namespace (every primary of a cluster)."""
-    probe = redis.Redis.from_url(url)
-    try:
-        cluster = int(probe.info("cluster").get("cluster_enabled", 0)) == 1
-    finally:
-        probe.close()
-    client: Any = redis.RedisCluster.from_url(url) if cluster else redis.Redis.from_url(url)
+    client = blocking_client(url)
     try:
         options: dict[str, Any] = {"match": keys.pattern(), "count": 1000}
-        if cluster:
-            options["target_nodes"] = redis.RedisCluster.PRIMARIES
+        if isinstance(client, BlockingRedisCluster):
+            options["target_nodes"] = BlockingRedisCluster.PRIMARIES
         for key in list(client.scan_iter(**options)):
             client.delete(key)
     finally:
