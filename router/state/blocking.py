@@ -42,4 +42,4 @@ def blocking_client(url: str) -> BlockingClient:
         plain.close()
         raise
     plain.close()
-    return BlockingRedisCluster.from_url(url)
+    return BlockingRedisCluster(url=url)
