@@ -7,10 +7,11 @@ connection. The node that holds it:
   the client then expires after the interval, on Redis server time), moves what it held
   for the client into the session's Redis queue (the copies in flight first, keeping
   their packet ids, then the queue), and from then on a *spiller* task moves each new
-  QoS 1/2 copy there as it arrives. QoS 0 copies for an away client are not kept (as
-  Mosquitto's default) and are counted (``offline_qos0_skipped``). The node keeps the
-  session's subscriptions and routes, arms a timer for the session's end and, for a
-  will with a delay, one for the will (whichever comes first publishes it).
+  QoS 1/2 copy there as it arrives (:mod:`router.cluster.sessions.away`). QoS 0 copies
+  for an away client are not kept (as Mosquitto's default) and are counted
+  (``offline_qos0_skipped``). The node keeps the session's subscriptions and routes,
+  arms a timer for the session's end and, for a will with a delay, one for the will
+  (whichever comes first publishes it).
 * **client back** (:meth:`come_back`, on this node or another): the timers stop, the
   spiller finishes, and what the queue holds goes first into the session.
 * **taken over by another node** (:meth:`hand_off`): what the node holds goes to the
@@ -54,6 +55,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from router.cluster.local_sessions import ClientSession, Overflow
+from router.cluster.sessions.away import AwaySession, spill_forever
 from router.cluster.sessions.recovery import InboxRecovery, Recovery
 from router.cluster.sessions.resumes import Read, Resume, drain, tail_follows
 from router.cluster.sessions.spills import Spills
@@ -69,10 +71,6 @@ from router.state.subscriptions import Owner
 
 log = logging.getLogger(__name__)
 
-#: Deliveries the spiller moves to Redis in one call, at most.
-SPILL_BATCH = 500
-#: Seconds before the spiller tries again a batch Redis did not take.
-SPILL_RETRY = 0.5
 #: Seconds before a handoff's write that Redis refused is tried again (doubling).
 HANDOFF_RETRY: Final = 0.05
 
@@ -85,19 +83,6 @@ class _Move:
     task: asyncio.Task[None]
     leaving: ClientSession
     back: asyncio.Event
-
-
-@dataclass
-class _Away:
-    """The queue, timers and spiller of one away session."""
-
-    queue: SessionQueue
-    spiller: asyncio.Task[None] | None = None
-    spilling: asyncio.Future[bool] | None = None  # the batch on its way to Redis (taken?)
-    batch: tuple[Delivery, ...] = ()  # that batch (in this node's memory until taken)
-    end: asyncio.TimerHandle | None = None
-    will: asyncio.TimerHandle | None = None
-    pending_will: Outgoing | None = None
 
 
 class SessionKeeper:
@@ -138,7 +123,7 @@ class SessionKeeper:
         self._is_dead = is_dead
         self._fence = fence
         self.fence_bound = fence_bound
-        self._away: dict[str, _Away] = {}
+        self._away: dict[str, AwaySession] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._handoffs: dict[str, _Move] = {}  # sessions moving away
         self._tails: dict[str, asyncio.Task[None]] = {}  # sessions moving here
@@ -180,7 +165,7 @@ class SessionKeeper:
         client_id = session.client_id
         session.move_to(SessionState.AWAY)
         queue = self.queue(client_id, session.expiry)  # (one for the spiller's life)
-        away = self._away[client_id] = _Away(queue)
+        away = self._away[client_id] = AwaySession(queue)
         tail = self._tails.get(client_id)
         make_away = functools.partial(self._make_away, session, owner, queue, marked, tail)
         try:
@@ -224,7 +209,7 @@ class SessionKeeper:
         for session in sessions:
             queue = queues[session.client_id]
             session.move_to(SessionState.AWAY)
-            self._away[session.client_id] = _Away(queue)
+            self._away[session.client_id] = AwaySession(queue)
             if session.client_id not in self._tails and (held := session.take_all()):
                 batches.append((queue, held, session))
         await asyncio.gather(*(self.spills.write_together(*batch) for batch in batches))
@@ -235,7 +220,7 @@ class SessionKeeper:
     def _keep_away(
         self,
         session: ClientSession,
-        away: _Away,
+        away: AwaySession,
         tail: asyncio.Task[None] | None,
         will: Outgoing | None,
         will_delay: int,
@@ -252,70 +237,8 @@ class SessionKeeper:
             if will_delay < session.expiry:
                 away.will = loop.call_later(will_delay, self._spawn, self._will_due, client_id)
         away.spiller = asyncio.create_task(
-            self._spill_forever(session, away, tail, make_away), name=f"spill:{client_id}"
+            spill_forever(self.spills, session, away, tail, make_away), name=f"spill:{client_id}"
         )
-
-    async def _spill_forever(
-        self,
-        session: ClientSession,
-        away: _Away,
-        tail: asyncio.Task[None] | None,
-        make_away: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        """Move the session's copies to Redis as they come; with a ``tail`` under way,
-        everything the session holds once it is in, first. A batch taken from the session
-        is shielded from cancellation: :meth:`settle` waits for it instead. A batch that
-        Redis does not take goes back into the session, tried again after
-        :data:`SPILL_RETRY` seconds. It spills only while the session is AWAY: a batch
-        taken as the session stopped being away goes back into it, and the spiller ends.
-        With ``make_away``, that first, every :data:`SPILL_RETRY` seconds until Redis
-        takes it (the spiller ends if another node took the session over meanwhile)."""
-        if make_away is not None and not await self._retry_make_away(session, make_away):
-            return
-        batch: list[Delivery] = []
-        if tail is not None:
-            await asyncio.wait([tail])
-            batch = session.take_all()
-        while True:
-            if batch and session.state is not SessionState.AWAY:
-                session.put_first(batch)
-                return
-            if batch:
-                away.batch = tuple(batch)
-                away.spilling = asyncio.ensure_future(
-                    self.spills.write_together(away.queue, batch, session)
-                )
-                taken = await asyncio.shield(away.spilling)
-                away.batch = ()
-                if not taken:
-                    await asyncio.sleep(SPILL_RETRY)
-            delivery = await session.get()
-            if delivery is None:
-                return
-            batch = [delivery]
-            while session.pending() and len(batch) < SPILL_BATCH:
-                next_one = await session.get()
-                if next_one is not None:
-                    batch.append(next_one)
-
-    async def _retry_make_away(
-        self, session: ClientSession, make_away: Callable[[], Awaitable[None]]
-    ) -> bool:
-        """Run ``make_away`` until Redis takes it (True), or until it is refused for
-        another reason or the session stopped being away (False)."""
-        while session.state is SessionState.AWAY:
-            await asyncio.sleep(SPILL_RETRY)
-            try:
-                await make_away()
-            except StateFailureError as exc:
-                log.debug("session of %s not marked away yet: %r", session.client_id, exc)
-                continue
-            except RouterError:
-                log.warning("session of %s not marked away", session.client_id, exc_info=True)
-                return False
-            log.info("session of %s marked away at last", session.client_id)
-            return True
-        return False
 
     async def queue_copies(self, client_id: str, expiry: int, copies: list[Delivery]) -> None:
         """Append ``copies`` to the client's Redis queue (a session this node does not
