@@ -131,12 +131,17 @@ def node_run(
 
 @contextlib.contextmanager
 def router_nodes(
-    url: str, count: int, pids: list[int], options: tuple[str, ...] = ROUTER_OPTIONS
+    url: str,
+    count: int,
+    pids: list[int],
+    options: tuple[str, ...] = ROUTER_OPTIONS,
+    prefix: str | None = None,
 ) -> Iterator[list[Address]]:
-    """``count`` router nodes on ``url`` under a fresh prefix, run with ``options``;
-    yields their MQTT addresses (their process ids appended to ``pids``) and deletes the
-    prefix's keys after the nodes stopped."""
-    prefix = f"mb{uuid.uuid4().hex[:8]}"
+    """``count`` router nodes on ``url`` under ``prefix`` (default: a fresh one), node
+    ids ``<prefix>-1`` and on, run with ``options``; yields their MQTT addresses (their
+    process ids appended to ``pids``) and deletes the prefix's keys after the nodes
+    stopped."""
+    prefix = prefix if prefix is not None else fresh_prefix()
     addresses: list[Address] = []
     try:
         with contextlib.ExitStack() as stack:
@@ -149,6 +154,11 @@ def router_nodes(
             yield addresses
     finally:
         delete_prefix(url, prefix)
+
+
+def fresh_prefix() -> str:
+    """A key prefix no other run uses."""
+    return f"mb{uuid.uuid4().hex[:8]}"
 
 
 def delete_prefix(url: str, prefix: str) -> None:

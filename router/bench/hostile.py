@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import multiprocessing
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from router.cluster.config import NodeConfig
 from router.errors import BenchDisagreementError, BenchSetupError
 from router.mqtt.codec import PacketReader, encode
 from router.mqtt.packets import (
@@ -43,9 +46,10 @@ from router.mqtt.packets import (
 from router.ops.embedded_redis import embedded_redis
 
 from .broker_runs import cut, percentile
-from .brokers import mosquitto, mosquitto_binary, mosquitto_version, router_nodes
+from .brokers import fresh_prefix, mosquitto, mosquitto_binary, mosquitto_version, router_nodes
 from .checks import check_positive, check_redis
 from .fleet_nodes import rss_kib, sigterm_interrupts
+from .heartbeat_watch import HeartbeatWatch
 from .hostile_floods import FLOODS, flood_main
 
 STAMP: Final = struct.Struct("!Id")  # (probe seq, send time)
@@ -162,11 +166,22 @@ def _beside_floods(
 
 
 def _measure(
-    address: Address, pid: int, config: HostileConfig, sink: Address | None
+    address: Address,
+    pid: int,
+    config: HostileConfig,
+    sink: Address | None,
+    watch: Callable[[], HeartbeatWatch] | None = None,
 ) -> dict[str, Any]:
+    """The phases on the broker at ``address`` (process ``pid``): quiet, flooded and,
+    with a ``sink``, floods elsewhere; with ``watch``, each phase's ``heartbeat``."""
+    watching = watch if watch is not None else contextlib.nullcontext
     before = rss_kib(pid)
-    quiet = asyncio.run(_phase(address, config))
-    flooded, sent = _beside_floods(address, address, config)
+    with watching() as beats:
+        quiet = asyncio.run(_phase(address, config))
+    _heartbeats(quiet, beats)
+    with watching() as beats:
+        flooded, sent = _beside_floods(address, address, config)
+    _heartbeats(flooded, beats)
     ratio = flooded["p99_ms"] / quiet["p99_ms"] if quiet["p99_ms"] else 0.0
     figures = {
         "quiet": quiet,
@@ -177,7 +192,9 @@ def _measure(
         "floods_sent": sent,
     }
     if sink is not None:
-        elsewhere, _ = _beside_floods(address, sink, config)
+        with watching() as beats:
+            elsewhere, _ = _beside_floods(address, sink, config)
+        _heartbeats(elsewhere, beats)
         figures["floods_elsewhere"] = elsewhere
         figures["p99_floods_elsewhere_over_quiet"] = cut(
             elsewhere["p99_ms"] / quiet["p99_ms"] if quiet["p99_ms"] else 0.0
@@ -186,6 +203,11 @@ def _measure(
             flooded["p99_ms"] / elsewhere["p99_ms"] if elsewhere["p99_ms"] else 0.0
         )
     return figures
+
+
+def _heartbeats(phase: dict[str, Any], watch: HeartbeatWatch | None) -> None:
+    if watch is not None:
+        phase["heartbeat"] = watch.figures()
 
 
 def run(url: str | None = None, config: HostileConfig | None = None) -> dict[str, Any]:
@@ -212,8 +234,12 @@ def run(url: str | None = None, config: HostileConfig | None = None) -> dict[str
         sinks: list[int] = []
         with contextlib.ExitStack() as brokers:
             sink = None if config.skip_mosquitto else brokers.enter_context(mosquitto(sinks))
-            with router_nodes(url, 1, pids, options=()) as [address]:
-                result["router"] = _measure(address, pids[-1], config, sink)
+            prefix = fresh_prefix()
+            with router_nodes(url, 1, pids, options=(), prefix=prefix) as [address]:
+                watch = functools.partial(
+                    HeartbeatWatch, url, prefix, f"{prefix}-1", NodeConfig.heartbeat_interval
+                )
+                result["router"] = _measure(address, pids[-1], config, sink, watch)
             if not config.skip_mosquitto:
                 result["mosquitto_version"] = mosquitto_version()
                 with mosquitto(pids) as address:
