@@ -7,7 +7,9 @@ delivery, for ``seconds`` on a quiet broker, then for ``seconds`` while a flood 
 (:mod:`router.bench.hostile_floods`) runs every flood at once. Reported per broker:
 round-trip p50/p99 quiet and flooded and their ratio (the issue's target: flooded p99
 within 2x of quiet), messages the probes missed or got wrong (the answer check: none,
-on both brokers), the broker's RSS before and after, and what the floods sent.
+on both brokers), the broker's RSS before and after, what the floods sent, and for the
+router node its heartbeats in each phase (``heartbeat``: renewals seen, the longest gap
+between two, whether it expired, ``on_time``; :mod:`router.bench.heartbeat_watch`).
 
 The probes live in this process's event loop and the floods in another process; on a
 2-core machine the floods, the broker and the probes share the cores, which is part of
