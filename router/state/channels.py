@@ -34,6 +34,9 @@ polls of one :class:`Channel` until :meth:`Channel.aclose`, is
 Ack handles read ``"<clock>:<checksum>"``; the checksum (BLAKE2b over namespace, channel,
 subscriber and clock) binds a handle to its channel and subscriber. It catches mix-ups and
 tampering, it is not a secret: anyone who can write to Redis can forge one anyway.
+
+The messages themselves (:class:`ChannelMessage`, :class:`Published`, :class:`FetchResult`,
+an :class:`Announcement` ...) are :mod:`router.state.channel_messages`'s, named here too.
 """
 
 from __future__ import annotations
@@ -44,9 +47,8 @@ import hmac
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from router.errors import (
     ChannelArgumentError,
@@ -54,14 +56,23 @@ from router.errors import (
     MalformedAckHandleError,
     RouterError,
 )
+from router.state.channel_messages import (
+    CLOCK_LIMIT,
+    Announcement,
+    ChannelMessage,
+    FetchedMessage,
+    FetchResult,
+    Published,
+    decode_body,
+    next_clock,
+    parse_announcement,
+)
 from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.reads import command, commands_each
 from router.state.scripts import RedisClient, Scripts
 from router.state.wakeups import WakeUps
 
-CLOCK_LIMIT: Final = 2**53 - 1
-"""Clocks stay within +-CLOCK_LIMIT; the clock after CLOCK_LIMIT is -CLOCK_LIMIT."""
 CLOCK_DRIFT_MARGIN: Final = 1.0
 """Seconds added to the channel expiry before rounding up to the TTL of every channel key."""
 MAX_FETCH: Final = 10_000
@@ -76,58 +87,7 @@ PUSH_LIMIT: Final = 1 << 20
 announced by its clock only (followers fetch it)."""
 
 _HANDLE = re.compile(r"(0|-?[1-9][0-9]{0,15}):([0-9a-f]{20})")
-_CLOCK_BYTES = re.compile(rb"0|-?[1-9][0-9]{0,15}")
 _HANDLE_PERSON: Final = b"router-ack-v1"
-# Connection-pool plumbing that must not be copied into the listener's own pool.
-
-
-class ChannelMessage(NamedTuple):
-    """A message to publish: an id (the dedup key) and binary content."""
-
-    id: str
-    content: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Published:
-    """The outcome of publishing one message.
-
-    ``clock`` is where the message is stored; for a duplicate (its id was seen within the
-    dedup window, or earlier in the same batch) it is the clock of the original message.
-    """
-
-    id: str
-    clock: int
-    duplicate: bool
-
-
-@dataclass(frozen=True, slots=True)
-class FetchedMessage:
-    """A message read from a channel, with the clock it is stored at."""
-
-    id: str
-    content: bytes
-    clock: int
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    """What a fetch returns.
-
-    ``messages`` in iteration order; ``ack_handle`` acknowledges everything examined (None
-    when there was nothing after the cursor); ``more`` is True exactly when the fetch stopped
-    before the channel clock (fetch again after acknowledging). A result without messages
-    may still carry a handle: the clocks it examined had expired, and acking skips them.
-    """
-
-    messages: tuple[FetchedMessage, ...]
-    ack_handle: str | None
-    more: bool
-
-
-def next_clock(clock: int) -> int:
-    """The clock after ``clock`` in iteration order (CLOCK_LIMIT wraps to -CLOCK_LIMIT)."""
-    return -CLOCK_LIMIT if clock == CLOCK_LIMIT else clock + 1
 
 
 def channel_ttl(expire: float) -> int:
@@ -326,7 +286,7 @@ class Channel:
         for i, message_id in enumerate(ids):
             original = originals.get(i)
             if original is None:
-                clock = -CLOCK_LIMIT if clock == CLOCK_LIMIT else clock + 1
+                clock = next_clock(clock)
                 published.append(Published(message_id, clock, False))
             else:
                 published.append(Published(message_id, original, True))
@@ -500,7 +460,7 @@ class Channel:
                 last = position
             more = bool(reply[2])
             for i in range(3, len(reply), 2):
-                message = _decode_body(int(reply[i]), reply[i + 1])
+                message = decode_body(int(reply[i]), reply[i + 1])
                 if message is not None:
                     messages.append(message)
             if messages or not more or last is None:
@@ -558,63 +518,6 @@ class Channel:
                 f"of channel {self.name!r:.80}"
             )
         return clock
-
-
-def _decode_body(clock: int, body: bytes) -> FetchedMessage | None:
-    """The message in a stored body ("<id length>:<id><content>"), or None if malformed."""
-    digits, colon, rest = body.partition(b":")
-    if not colon or not digits.isdigit():
-        return None
-    size = int(digits)
-    if size > len(rest):
-        return None
-    try:
-        message_id = rest[:size].decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return FetchedMessage(message_id, rest[size:], clock)
-
-
-class Announcement(NamedTuple):
-    """What a publish announced: the clocks it stored, ``first`` to ``last``, and the
-    messages themselves when the publisher pushed them (empty when it announced only
-    ``last``, or when every pushed body was malformed)."""
-
-    first: int
-    last: int
-    messages: tuple[FetchedMessage, ...]
-    pushed: bool
-
-
-def parse_announcement(data: bytes) -> Announcement | None:
-    """The announcement in a wake-up message (see ``lua/channel_publish.lua``), or None."""
-    if not data.startswith(b"P"):
-        if _CLOCK_BYTES.fullmatch(data) is None:
-            return None
-        return Announcement(int(data), int(data), (), False)
-    head, colon, _ = data.partition(b":")
-    first = _CLOCK_BYTES.fullmatch(head, 1)
-    if not colon or first is None:
-        return None
-    first_clock = int(head[1:])
-    clock: int | None = None
-    position = len(head) + 1
-    messages = []
-    while position < len(data):
-        colon_at = data.find(b":", position, position + 12)
-        if colon_at < 0 or not data[position:colon_at].isdigit():
-            return None
-        end = colon_at + 1 + int(data[position:colon_at])
-        if end > len(data):
-            return None
-        clock = first_clock if clock is None else next_clock(clock)
-        message = _decode_body(clock, data[colon_at + 1 : end])
-        if message is not None:
-            messages.append(message)
-        position = end
-    if clock is None:
-        return None
-    return Announcement(first_clock, clock, tuple(messages), True)
 
 
 __all__ = [
