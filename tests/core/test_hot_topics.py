@@ -584,7 +584,11 @@ def test_the_benchmark_paho_peer_answers_like_a_full_match(ops: list[tuple[Any, 
 
 
 def test_the_hot_benchmark_runs_and_finds_no_wrong_answer() -> None:
-    result = run_hot(subscriptions=3000, publishes=12_000, warmup=4000, segment=4000)
+    # min_cost_ns=0: every topic that gets hot is kept, so the hit rate is the seeded
+    # workload's. With the default, a topic whose first match timed under 1 us is not
+    # kept, and how many do depends on the machine's speed at that moment (a clean CI
+    # run measured 0.46; 0.59-0.63 here).
+    result = run_hot(subscriptions=3000, publishes=12_000, warmup=4000, segment=4000, min_cost_ns=0)
     assert result["wrong_answers"] == 0
     assert result["subscription_changes"] == 16
     assert result["hit_rate"] > 0.5
