@@ -138,7 +138,7 @@ def router_nodes(
     prefix: str | None = None,
 ) -> Iterator[list[Address]]:
     """``count`` router nodes on ``url`` under ``prefix`` (default: a fresh one), node
-    ids ``<prefix>-1`` and on, run with ``options``; yields their MQTT addresses (their
+    ids :func:`router_node_id` 1 and on, run with ``options``; yields their MQTT addresses (their
     process ids appended to ``pids``) and deletes the prefix's keys after the nodes
     stopped."""
     prefix = prefix if prefix is not None else fresh_prefix()
@@ -146,7 +146,7 @@ def router_nodes(
     try:
         with contextlib.ExitStack() as stack:
             for number in range(1, count + 1):
-                node_id, port = f"{prefix}-{number}", free_port()
+                node_id, port = router_node_id(prefix, number), free_port()
                 args, env = node_run(url, prefix, node_id, port, *options)
                 ready = logged(f"node {node_id} ready")
                 pids.append(stack.enter_context(broker_process(node_id, args, ready, env)).pid)
@@ -154,6 +154,11 @@ def router_nodes(
             yield addresses
     finally:
         delete_prefix(url, prefix)
+
+
+def router_node_id(prefix: str, number: int) -> str:
+    """The id of node ``number`` (from 1) that :func:`router_nodes` runs under ``prefix``."""
+    return f"{prefix}-{number}"
 
 
 def fresh_prefix() -> str:

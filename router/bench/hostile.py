@@ -48,7 +48,14 @@ from router.mqtt.packets import (
 from router.ops.embedded_redis import embedded_redis
 
 from .broker_runs import cut, percentile
-from .brokers import fresh_prefix, mosquitto, mosquitto_binary, mosquitto_version, router_nodes
+from .brokers import (
+    fresh_prefix,
+    mosquitto,
+    mosquitto_binary,
+    mosquitto_version,
+    router_node_id,
+    router_nodes,
+)
 from .checks import check_positive, check_redis
 from .fleet_nodes import rss_kib, sigterm_interrupts
 from .heartbeat_watch import HeartbeatWatch
@@ -238,9 +245,8 @@ def run(url: str | None = None, config: HostileConfig | None = None) -> dict[str
             sink = None if config.skip_mosquitto else brokers.enter_context(mosquitto(sinks))
             prefix = fresh_prefix()
             with router_nodes(url, 1, pids, options=(), prefix=prefix) as [address]:
-                watch = functools.partial(
-                    HeartbeatWatch, url, prefix, f"{prefix}-1", NodeConfig.heartbeat_interval
-                )
+                node_id, interval = router_node_id(prefix, 1), NodeConfig.heartbeat_interval
+                watch = functools.partial(HeartbeatWatch, url, prefix, node_id, interval)
                 result["router"] = _measure(address, pids[-1], config, sink, watch)
             if not config.skip_mosquitto:
                 result["mosquitto_version"] = mosquitto_version()
