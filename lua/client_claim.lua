@@ -9,7 +9,8 @@
 -- ARGV[1] = the id of the node that takes the session over
 -- ARGV[2] = 'keep' (the session goes on with its stored state) or 'fresh' (subscriptions,
 --           aliases and session description are deleted first)
--- ARGV[3] = the user name of the connecting client ('' for none)
+-- ARGV[3] = the user name of the connecting client ('' for none; a single U+0000 for an empty
+--           user name, which MQTT allows: no user name holds U+0000)
 -- ARGV[4] = 'bound' (a session may be claimed only by the user its owner hash records,
 --           '' for a client without one; an owner hash written before users were recorded
 --           binds none) or 'shared' (any user may claim it); the hash records the claimer

@@ -115,6 +115,18 @@ def _decode(value: Any, what: str) -> str:
         raise CorruptStateError(f"a stored {what} is not UTF-8 text: {value!r}") from None
 
 
+#: How client_claim.lua records a claimer with an empty user name: '' records none (as
+#: owner hashes always did), and no user name holds U+0000 (MQTT-1.5.4-2).
+EMPTY_USER: Final = "\x00"
+
+
+def _claimer(user: str | None) -> str:
+    """The user name as client_claim.lua records it (see :data:`EMPTY_USER`)."""
+    if user is None:
+        return ""
+    return user or EMPTY_USER
+
+
 def _owner_of(node: Any, epoch: Any) -> Owner | None:
     """The :class:`Owner` an owner hash's (node, epoch) fields hold, None without a node."""
     if node is None:
@@ -171,12 +183,12 @@ class SubscriptionStore:
         session marked connected in the same step, as by :meth:`SessionStore.mark_open
         <router.state.session_store.SessionStore.mark_open>`."""
         check_id(node_id, "node id")
-        if user is not None and (type(user) is not str or not user):
-            raise InvalidIdError(f"a user name is a non-empty str, not {user!r}")
+        if user is not None and (type(user) is not str or "\x00" in user):
+            raise InvalidIdError(f"a user name is a str without U+0000, not {user!r}")
         args: list[str | int] = [
             node_id,
             "fresh" if fresh else "keep",
-            user or "",
+            _claimer(user),
             "shared" if shared else "bound",
         ]
         if open_session is not None:

@@ -16,7 +16,16 @@ from router.mqtt.codec import PacketReader, encode
 from router.mqtt.packets import MQTT_5, ConnAck, Connect, Disconnect
 from router.state.keys import Keys
 from tests.mqtt.conftest import Nodes
-from tests.support.mqtt import TIMEOUT, V5, V311, Paho, mqtt_node, routed_to, user_properties
+from tests.support.mqtt import (
+    TIMEOUT,
+    V5,
+    V311,
+    Paho,
+    connect_properties,
+    mqtt_node,
+    routed_to,
+    user_properties,
+)
 from tests.support.waiting import wait_until
 
 
@@ -114,6 +123,32 @@ def test_properties_cross_nodes_and_assigned_client_id(nodes: Nodes, clients: li
     pub.publish("p/x", b"hello", 1)
     [message] = sub.take(1)
     assert (message.topic, message.payload, message.qos) == ("p/x", b"hello", 1)
+
+
+@pytest.mark.parametrize("protocol", [V5, V311], ids=["5.0", "3.1.1"])
+def test_an_empty_user_name_connects_and_resumes_its_session_on_another_node(
+    nodes: Nodes, clients: list[Paho], protocol: int
+) -> None:
+    """MQTT 5.0 3.1.3.5 and 3.1.1 3.1.3.4 allow a zero-length User Name (MQTT.js with
+    ``username: ''``, gmqtt's suite by default). Before, CONNACK 0x85 / 0x02 (the claim
+    took an empty user name for an invalid id)."""
+    port_a, port_b = nodes
+    expiry = connect_properties(SessionExpiryInterval=60) if protocol == V5 else None
+    first = Paho(port_a, "blank", protocol, clean=False, user=("", None), properties=expiry)
+    clients.append(first)
+    assert first.connected()[0] == 0
+    assert first.subscribe("blank/#", 1) == [1]
+    first.close()
+    again = Paho(port_b, "blank", protocol, clean=False, user=("", None), properties=expiry)
+    clients.append(again)
+    assert again.connected()[0] == 0
+    assert again.sessions_present.get(timeout=TIMEOUT) is True
+    publisher = Paho(port_a, "blank-pub", protocol, user=("", None))
+    clients.append(publisher)
+    routed_to(publisher, "blank/probe", again)
+    publisher.publish("blank/x", b"for the empty user", 1)
+    [message] = again.take(1)
+    assert message.payload == b"for the empty user"
 
 
 def test_a_will_is_published_when_a_client_drops(nodes: Nodes, clients: list[Paho]) -> None:

@@ -319,7 +319,21 @@ async def test_a_session_is_claimed_only_by_the_user_it_records(
     await redis_client.hdel(store.keys.client_owner("kiosk"), "user")  # (written before users)
     await store.claim_over("kiosk", "node-b", user="mallory", shared=False)
     with pytest.raises(InvalidIdError):
-        await store.claim_over("kiosk", "node-b", user="", shared=False)
+        await store.claim_over("kiosk", "node-b", user="a\x00b", shared=False)
+
+
+async def test_an_empty_user_name_is_a_user_of_its_own(store: SubscriptionStore) -> None:
+    """Before, an empty user name (allowed by MQTT 5.0 3.1.3.5 and 3.1.1 3.1.3.4) was
+    refused as an invalid id, so its CONNECT got 0x85 / 0x02."""
+    _, empty = await store.claim_over("tablet", "node-a", user="", shared=False)
+    previous, again = await store.claim_over("tablet", "node-b", user="", shared=False)
+    assert previous == empty and again.epoch > empty.epoch
+    for other in (None, "bob"):
+        with pytest.raises(SessionUserError):
+            await store.claim_over("tablet", "node-a", user=other, shared=False)
+    await store.claim_over("desk", "node-a", shared=False)  # (no user name)
+    with pytest.raises(SessionUserError):
+        await store.claim_over("desk", "node-a", user="", shared=False)
 
 
 @pytest.mark.parametrize("client_id", ["c1", "a{b}%c", "ü/+#"])
