@@ -127,6 +127,18 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
         click.FloatRange(min=0.0, min_open=True),
         "Seconds a flapping client id stays banned.",
     ),
+    "--mqtt-max-unfinished-bytes": (
+        "max_unfinished_bytes",
+        click.IntRange(min=0),
+        "Bytes of packets begun and not yet whole, all the node's clients together; a "
+        "client that would take them past it gets DISCONNECT 0x97 (0: no limit).",
+    ),
+    "--mqtt-packet-timeout": (
+        "packet_timeout",
+        click.FloatRange(min=0.0),
+        "Seconds a packet may take to arrive whole from the read that began it "
+        "(DISCONNECT 0x8D after it; 0: no limit).",
+    ),
     "--mqtt-session-expiry-max": (
         "session_expiry_max",
         click.IntRange(min=0, max=0xFFFFFFFF),

@@ -401,8 +401,15 @@ class PacketReader:
 
     @property
     def buffered(self) -> int:
-        """Bytes received but not yet part of a whole packet."""
+        """Bytes received but not yet part of a whole packet (only what arrived: the
+        remaining length a fixed header announces allocates nothing)."""
         return len(self._buffer)
+
+    def discard(self) -> None:
+        """Let go of the unfinished packet's bytes: the connection ends, the reader is
+        fed no more."""
+        self._buffer = bytearray()
+        self._wanted = 0
 
     def feed(self, data: bytes | memoryview) -> list[Packet]:
         if self.error is not None:

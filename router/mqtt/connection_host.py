@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from router.cluster.node import RouterNode
 from router.mqtt.ban_list import BanList
 from router.mqtt.settings import MqttSettings
+from router.mqtt.unfinished import Unfinished
 
 
 class Transport(Protocol):
@@ -67,6 +68,7 @@ class ConnectionHost(DeliveryCounters, Protocol):
     messages_received: int
     subscriptions_refused: int
     publish_throttled: int
+    unfinished: Unfinished
 
     @property
     def topic_fields(self) -> Mapping[str, bytes]:

@@ -16,8 +16,16 @@ without a task either: :class:`~router.mqtt.outgoing.Outbox`).
 
 * The timer: until its first packet a connection has ``connect_timeout`` (else it
   closes, counted as ``connect_timeout``); once :meth:`Intake._watch_silence` is given a
-  keepalive, 1.5 x keepalive without bytes from the client (time spent handling its
-  packets does not count) ends it with 0x8D, counted as ``keep_alive_timeout``.
+  keepalive, 1.5 x keepalive without a whole control packet from the client (time spent
+  handling its packets does not count; the bytes of an unfinished one do not either,
+  MQTT-3.1.2-24) ends it with 0x8D, counted as ``keep_alive_timeout``.
+* Unfinished packets (a slow loris): the bytes of a packet begun and not yet whole are
+  counted for the whole node (:class:`~router.mqtt.unfinished.Unfinished`, the server's
+  ``unfinished``). A read that would take them past ``max_unfinished_bytes`` ends the
+  connection with 0x97 (counted as ``unfinished_bytes``); a packet not whole within
+  ``packet_timeout`` of the read that began it ends it with 0x8D (``packet_timeout``),
+  unless the node was not reading from it (its clock then starts again). A connection
+  that ends gives its unfinished bytes back at once.
 * The connection ends for one reason, set once (:meth:`Intake._end_with`): a bad packet
   (raised after the good ones before it are handled), the stream closing, silence,
   :meth:`~router.mqtt.protocol.MqttConnection.end` from outside, or what handling a
@@ -78,6 +86,7 @@ class Intake:
         "_finished",
         "_greeted",
         "_heard",
+        "_held",
         "_opened_at",
         "_paused",
         "_pending",
@@ -103,7 +112,8 @@ class Intake:
         self._reason: BaseException | None = None  # why the connection ends, once known
         self._worker: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._heard = 0.0  # loop time of the last bytes (or of the end of the last work)
+        self._heard = 0.0  # loop time of the last whole packet (or of the end of the last work)
+        self._held = 0  # unfinished bytes of the reader counted in the server's unfinished
         self._silence = 0.0  # seconds of silence that end the connection (0: none)
         self._paused = 0
         self._opened_at = 0.0
@@ -126,13 +136,14 @@ class Intake:
         """Bytes from the client (the reader copies them: ``data`` may be reused)."""
         if self._reason is not None:
             return
-        self._heard = asyncio.get_running_loop().time()
         try:
             packets = self.reader.feed(data)
         except MqttError as error:
             self._end_with(error)
             return
+        now = asyncio.get_running_loop().time()
         if packets:
+            self._heard = now
             if not self._greeted:
                 self._greeted = True
                 self._stop_timer()
@@ -146,6 +157,9 @@ class Intake:
                 self._worker = asyncio.get_running_loop().create_task(self._work())
             elif self._unhandled > READ_LIMIT:
                 self._pause(_WAITING)
+        held = self.reader.buffered
+        if held != self._held or (held and packets):
+            self._hold(held, now, bool(packets))
         if self.reader.error is not None:  # (raised once the packets before it are handled)
             self._end_with(self.reader.error)
 
@@ -197,6 +211,44 @@ class Intake:
         """Seconds to stop reading after the packets just handled (0: none)."""
         return 0.0
 
+    def packet_overdue(self, now: float) -> None:
+        """The packet begun ``packet_timeout`` ago is not whole (from the server's
+        :class:`~router.mqtt.unfinished.Unfinished`)."""
+        if self._reason is not None:
+            return
+        if self._paused & (_WAITING | _THROTTLED):  # (the node held it back)
+            self.server.unfinished.begin(self, now)
+            return
+        self.server.count_close("packet_timeout")
+        self._end_with(ConnectionEndedError(ReasonCode.KEEP_ALIVE_TIMEOUT))
+
+    # -- unfinished packets ----------------------------------------------------------------
+
+    def _hold(self, held: int, now: float, finished: bool) -> None:
+        """The reader now holds ``held`` unfinished bytes (``finished``: packets came
+        out of this read): count them for the node, or end the connection with 0x97
+        when they would take the node past ``max_unfinished_bytes``."""
+        unfinished = self.server.unfinished
+        if held > self._held and not unfinished.take(held - self._held):
+            self.server.count_close("unfinished_bytes")
+            self._end_with(ConnectionEndedError(ReasonCode.QUOTA_EXCEEDED))
+            return
+        if held < self._held:
+            unfinished.give(self._held - held)
+        if not held:
+            unfinished.end(self)
+        elif finished or not self._held:  # (a new packet began in this read)
+            unfinished.begin(self, now)
+        self._held = held
+
+    def _let_go(self) -> None:
+        """The connection ends: its unfinished bytes are given back (and dropped)."""
+        if self._held:
+            self.server.unfinished.give(self._held)
+            self.server.unfinished.end(self)
+            self._held = 0
+        self.reader.discard()
+
     # -- the worker ------------------------------------------------------------------------
 
     def _end_with(self, reason: BaseException) -> None:
@@ -205,6 +257,7 @@ class Intake:
         if self._reason is not None:
             return
         self._reason = reason
+        self._let_go()
         self._pause(_ENDING)
         if self._worker is None:
             self._worker = asyncio.get_running_loop().create_task(self._work())
@@ -231,6 +284,7 @@ class Intake:
                     break
         except BaseException as reason:
             self._reason = self._reason or reason
+            self._let_go()
             self._stop_timer()
             try:
                 await self._conclude(reason)

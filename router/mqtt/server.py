@@ -12,7 +12,9 @@ server knows which connection holds which client id on this node (a second CONNE
 the same id closes the first, MQTT-3.1.4-3). Sockets above ``max_connections`` are
 closed at accept, before a byte is read (counted: ``mqtt_refused``); the connections it
 ends for what a client did are counted by reason (``mqtt_closed_<reason>``: the reason
-code's name, or ``connect_timeout``). The node work of CONNECTs runs ``max_connecting``
+code's name, or ``connect_timeout``, ``packet_timeout``, ``unfinished_bytes``: the
+node's bound on packets begun and not yet whole, :mod:`router.mqtt.unfinished`, whose
+bytes are ``mqtt_unfinished_bytes``). The node work of CONNECTs runs ``max_connecting``
 at a time (:class:`~router.mqtt.settings.MqttSettings`): those that had to wait for a
 turn are counted (``mqtt_connect_waited``), and one whose turn did not come within
 ``connect_timeout`` of its accept is refused with 0x89 (``mqtt_closed_server_busy``).
@@ -43,6 +45,7 @@ from router.mqtt.reason_codes import ReasonCode
 from router.mqtt.settings import BACKLOG, DEFAULT_SETTINGS, MqttSettings
 from router.mqtt.sys_topics import SysTopics
 from router.mqtt.tcp import stream_factory
+from router.mqtt.unfinished import Unfinished
 from router.mqtt.websocket import DEFAULT_PATH, WebSocketServer, listen_websocket
 from router.state.ban_store import BanStore
 
@@ -58,12 +61,14 @@ CLOSE_REASONS: Final = (
     "malformed_packet",
     "maximum_connect_time",  # (the credentials expired: a JWT's exp)
     "not_authorized",
+    "packet_timeout",  # (0x8D: a packet begun was not whole within packet_timeout)
     "packet_too_large",
     "protocol_error",
     "quota_exceeded",
     "receive_maximum_exceeded",
     "topic_alias_invalid",
     "topic_name_invalid",
+    "unfinished_bytes",  # (0x97: past max_unfinished_bytes, the node's unfinished packets)
     "unsupported_protocol_version",
 )
 
@@ -134,6 +139,8 @@ class MqttServer:
         self.connect_rate_refused = 0  # connections closed at accept: their address's rate
         self.topic_fields = TopicFields()  # (the PUBLISH fields of topics, for every client)
         self.closed = dict.fromkeys(CLOSE_REASONS, 0)  # connections ended, by reason
+        #: The bytes of packets begun and not yet whole, of every connection (slow loris).
+        self.unfinished = Unfinished(settings.max_unfinished_bytes, settings.packet_timeout)
         self.sys_topics = SysTopics(self)  # $SYS/broker/...: started by serve()
         flapping = Flapping(
             settings.flapping_max_connects, settings.flapping_window, settings.flapping_ban
@@ -296,6 +303,7 @@ class MqttServer:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.settings.connect_timeout):
                     await asyncio.gather(*(c.finished() for c in connections))
+        self.unfinished.stop()
         for server in self._servers:
             await server.wait_closed()
         for listener in self._websockets:
@@ -321,6 +329,9 @@ class MqttServer:
             "mqtt_banned": self.bans.banned,
             "mqtt_connect_rate_refused": self.connect_rate_refused,
             "mqtt_flapping_banned": self.bans.flapping_banned,
+            "mqtt_unfinished_packets": len(self.unfinished),
+            "mqtt_unfinished_bytes": self.unfinished.held,
+            "mqtt_unfinished_bytes_peak": self.unfinished.peak,
             **{f"mqtt_closed_{name}": count for name, count in self.closed.items()},
         }
 

@@ -64,6 +64,17 @@ class MqttSettings:
     ``flapping_max_connects``: more CONNECTs of one client
     id within ``flapping_window`` seconds on one node ban it for ``flapping_ban`` seconds
     on every node (0: never, as EMQX ships it; :mod:`router.mqtt.ban_list`).
+    ``max_unfinished_bytes``: the bytes of packets begun and not yet whole, every
+    connection of the node together (a slow loris sends most of a large packet and
+    stops); a connection whose unfinished packet would take them past it ends with
+    DISCONNECT 0x97 Quota exceeded (0: no limit). The default is 256 MiB: 10,000 clients
+    each halfway through a 10 KiB message at once hold under 100 MiB, while 10,000 slow
+    lorises within ``max_packet_size`` would hold 10 GiB. ``packet_timeout``: a packet
+    must be whole this many seconds after the read that began it (time the node was not
+    reading from the client does not count), else DISCONNECT 0x8D (0: no limit); a 1 MiB
+    packet at 18 KiB/s still makes it. Either way the bytes of an unfinished packet do
+    not count as a sign of life against the keepalive (MQTT-3.1.2-24).
+    (:mod:`router.mqtt.unfinished`.)
     """
 
     max_connections: int = 10_000
@@ -90,6 +101,8 @@ class MqttSettings:
     flapping_max_connects: int = 0
     flapping_window: float = 60.0
     flapping_ban: float = 300.0
+    max_unfinished_bytes: int = 256 << 20
+    packet_timeout: float = 60.0
 
     def __post_init__(self) -> None:
         checks = {
@@ -116,6 +129,8 @@ class MqttSettings:
             "flapping_max_connects": self.flapping_max_connects >= 0,
             "flapping_window": 0 < self.flapping_window < float("inf"),
             "flapping_ban": 0 < self.flapping_ban < float("inf"),
+            "max_unfinished_bytes": self.max_unfinished_bytes >= 0,
+            "packet_timeout": 0 <= self.packet_timeout < float("inf"),
         }
         for name, good in checks.items():
             if not good:

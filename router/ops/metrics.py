@@ -44,6 +44,9 @@ GAUGES: Final = frozenset(
         "tasks_failing",
         "mqtt_connections",
         "mqtt_clients",
+        "mqtt_unfinished_packets",
+        "mqtt_unfinished_bytes",
+        "mqtt_unfinished_bytes_peak",
         "adoption_last_finished_ms",
         "adoption_last_took_ms",
     }

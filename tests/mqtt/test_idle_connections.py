@@ -1,7 +1,7 @@
 """Idle connections in process (a node on fakeredis, raw clients speaking bytes): an
 idle client holds no task on the node (:mod:`router.mqtt.intake`, the outbox's wait
 without one), and wakes up for its deliveries; silence is measured from the client's
-last bytes; a client that closes its sending side still gets its answers."""
+last whole packet; a client that closes its sending side still gets its answers."""
 
 from __future__ import annotations
 
