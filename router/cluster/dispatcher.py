@@ -98,15 +98,17 @@ class Dispatcher:
         self.unmatched = 0  # copies from the inbox that no local subscription matched
         self.latency = LatencyHistogram()  # seconds per publish call (a batch counts once)
 
-    async def publish(self, outgoing: Outgoing) -> PublishResult:
+    async def publish(self, outgoing: Outgoing, arrived_before: int | None = None) -> PublishResult:
         """See :meth:`RouterNode.publish <router.cluster.node.RouterNode.publish>`;
         raises :class:`PublishTimeoutError` after ``timeout`` seconds."""
-        return await self._bounded(self._publish(outgoing))
+        return await self._bounded(self._publish(outgoing, arrived_before))
 
-    async def publish_many(self, items: Iterable[Outgoing]) -> list[PublishResult]:
+    async def publish_many(
+        self, items: Iterable[Outgoing], arrived_before: int | None = None
+    ) -> list[PublishResult]:
         """See :meth:`RouterNode.publish_many <router.cluster.node.RouterNode.publish_many>`;
         raises :class:`PublishTimeoutError` after ``timeout`` seconds."""
-        return await self._bounded(self._publish_many(items))
+        return await self._bounded(self._publish_many(items, arrived_before))
 
     async def _bounded(self, work: Coroutine[Any, Any, T]) -> T:
         """``work`` within ``timeout`` seconds (its duration observed in ``latency``)."""
@@ -119,12 +121,12 @@ class Dispatcher:
         finally:
             self.latency.observe(time.monotonic() - started)
 
-    async def _publish(self, outgoing: Outgoing) -> PublishResult:
+    async def _publish(self, outgoing: Outgoing, arrived_before: int | None) -> PublishResult:
         message = self.message(outgoing)
         if message.publisher is not None and message.topic.startswith(SYSTEM_PREFIX):
             raise _system_topic(message)
         if self._arrivals.pending:  # (subscription changes that arrived first apply)
-            await self._arrivals.settled()
+            await self._arrivals.settled(arrived_before)
         if self._policy.guards_publish:
             [admitted] = await self._policy.admit_publish([message])
             if admitted is None:
@@ -136,7 +138,9 @@ class Dispatcher:
         await self._forward(per_node)
         return result
 
-    async def _publish_many(self, items: Iterable[Outgoing]) -> list[PublishResult]:
+    async def _publish_many(
+        self, items: Iterable[Outgoing], arrived_before: int | None
+    ) -> list[PublishResult]:
         items = list(items)
         ids = self._ids.new_bytes_many(len(items))
         now = time.monotonic()
@@ -145,7 +149,7 @@ class Dispatcher:
             if message.publisher is not None and message.topic.startswith(SYSTEM_PREFIX):
                 raise _system_topic(message)
         if self._arrivals.pending:  # (subscription changes that arrived first apply)
-            await self._arrivals.settled()
+            await self._arrivals.settled(arrived_before)
         admitted: Sequence[Message | None] = messages
         if self._policy.guards_publish:
             admitted = await self._policy.admit_publish(messages)

@@ -548,6 +548,7 @@ class RouterNode:
         publisher: str | None = None,
         expiry_interval: int | None = None,
         properties: MessageProperties | None = None,
+        arrived_before: int | None = None,
     ) -> PublishResult:
         """Route a message to every interested client in the cluster.
 
@@ -561,17 +562,23 @@ class RouterNode:
         ``expiry_interval`` (seconds; None: never) is the MQTT 5 Message Expiry Interval:
         a copy not delivered by then is dropped, on any node, and a retained message
         expires. ``properties`` (MQTT 5) travel with the message to every subscriber.
+        The subscription changes admitted before it (:attr:`arrivals`) apply to it first;
+        ``arrived_before`` limits that to those numbered below it (a listener's connection
+        passes its own oldest change still open: see
+        :class:`~router.cluster.visibility.ArrivalOrder`).
         """
         outgoing = Outgoing(topic, payload, qos, retain, publisher, expiry_interval, properties)
-        return await self._dispatcher.publish(outgoing)
+        return await self._dispatcher.publish(outgoing, arrived_before)
 
-    async def publish_many(self, items: Iterable[Outgoing]) -> list[PublishResult]:
+    async def publish_many(
+        self, items: Iterable[Outgoing], arrived_before: int | None = None
+    ) -> list[PublishResult]:
         """Publish a batch: like :meth:`publish` per item, with one inbox write per node.
 
         Every item is validated (and checked by the ACL) before anything is sent. Returns
         one result per item.
         """
-        return await self._dispatcher.publish_many(items)
+        return await self._dispatcher.publish_many(items, arrived_before)
 
     # -- repair ----------------------------------------------------------------------
 

@@ -101,10 +101,41 @@ class ArrivalOrder(InFlight):
     A change is opened when it is admitted (:meth:`open`; an MQTT listener opens one the
     moment it reads a SUBSCRIBE or UNSUBSCRIBE, :mod:`router.mqtt.subscribing`) and
     closed once the node's trie and route mirror hold it, or it failed (:meth:`close`,
-    exactly once). A publish waits for the changes open when it is handled
-    (:meth:`settled`), so whoever opens one must never wait for a publish before
-    closing it.
+    exactly once). Changes are numbered in the order they open (:meth:`number`). A
+    publish waits for the changes open when it is handled (:meth:`settled`), or, given
+    ``before``, only for those numbered below it: a connection passes the number of its
+    own oldest change still open, so that its PUBLISH never waits for its own SUBSCRIBE
+    read after it. Every wait then points at changes opened earlier, and no set of
+    connections can wait on each other in a circle; whoever opens a change must still
+    never wait for a publish before closing it.
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._numbers: dict[asyncio.Future[None], int] = {}
+        self._next = 0
+
+    def open(self) -> asyncio.Future[None]:
+        piece = super().open()
+        self._numbers[piece] = self._next
+        self._next += 1
+        return piece
+
+    def close(self, piece: asyncio.Future[None]) -> None:
+        self._numbers.pop(piece, None)
+        super().close(piece)
+
+    def number(self, piece: asyncio.Future[None]) -> int:
+        """The order in which the open ``piece`` was opened (KeyError once closed)."""
+        return self._numbers[piece]
+
+    async def settled(self, before: int | None = None) -> None:
+        """Return once every change open now (numbered below ``before``, if given) is
+        closed; later ones are not waited for."""
+        if before is None:
+            await super().settled()
+        elif pieces := [piece for piece, number in self._numbers.items() if number < before]:
+            await asyncio.wait(pieces)
 
 
 class ForwardsInFlight(InFlight):

@@ -152,8 +152,8 @@ class Intake:
             else:
                 self._pending += packets
             self._unhandled += len(data)
+            self._arrived(packets)
             if self._worker is None:
-                self._arrived(packets)
                 self._worker = asyncio.get_running_loop().create_task(self._work())
             elif self._unhandled > READ_LIMIT:
                 self._pause(_WAITING)
@@ -200,8 +200,8 @@ class Intake:
         raise NotImplementedError
 
     def _arrived(self, packets: list[Packet]) -> None:
-        """``packets`` were read while the connection was idle (no worker): they are
-        the next ones handled. Called before the worker starts on them."""
+        """``packets`` were just read, before any packet read after them (they are
+        handled after those read before them)."""
 
     async def _conclude(self, reason: BaseException) -> None:
         """Answer the reason the connection ends and let go of its client."""

@@ -298,7 +298,7 @@ class MqttConnection(Intake):
         self.keepalive = connect.keepalive
         self._session = self.node.sessions.session(client_id)
         self._acks = Acknowledgements(self._session.inflight, self._session.awaiting_release, v5)
-        self._subscribing = Subscribing(self.server, client_id, v5)
+        self._subscribing = Subscribing(self.server, client_id, v5, self._write, self._end_with)
         settings = self.settings
         self._limits = InboundLimits(
             settings.topic_alias_maximum,
@@ -438,7 +438,10 @@ class MqttConnection(Intake):
             self._rate.subscribed(filters)
 
     def _throttle(self) -> float:
-        return 0.0 if self._rate is None else self._rate.wait()
+        wait = 0.0 if self._rate is None else self._rate.wait()
+        if wait > 0 and self.client_id is not None:
+            self._subscribing.let_go()  # (a throttled client holds up no publisher)
+        return wait
 
     async def _handle(self, packet: Packet) -> None:
         kind = type(packet)
@@ -456,10 +459,10 @@ class MqttConnection(Intake):
             self._write(self._acks.on_pubrel(packet))
         elif kind is Subscribe:
             assert isinstance(packet, Subscribe)
-            self._write(await self._subscribing.subscribe(packet))
+            await self._subscribing.subscribe(packet)
         elif kind is Unsubscribe:
             assert isinstance(packet, Unsubscribe)
-            self._write(await self._subscribing.unsubscribe(packet))
+            await self._subscribing.unsubscribe(packet)
         elif kind is PingReq:
             self._write(PingResp())
         elif kind is Disconnect:
@@ -501,7 +504,7 @@ class MqttConnection(Intake):
                 error = refused  # (the packets before it still go)
                 break
         try:
-            results = await self.node.publish_many(items)
+            results = await self.node.publish_many(items, self._subscribing.arrived_before())
         except (InvalidTopicError, NotAuthorizedError):
             for packet, item in zip(packets, items, strict=False):
                 await self._on_publish(packet, item.topic)
@@ -541,6 +544,7 @@ class MqttConnection(Intake):
                 publisher=self.client_id,
                 expiry_interval=expiry,
                 properties=carried_properties(packet.properties),
+                arrived_before=self._subscribing.arrived_before(),
             )
             if v5 and not result.nodes:
                 code = RC.NO_MATCHING_SUBSCRIBERS

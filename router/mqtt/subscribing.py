@@ -8,29 +8,34 @@ ACL or a ``client.subscribe`` hook refuses it; 0x80 when its route could not be 
 yet (it is kept and written later). A 3.1.1 client gets 0x80 for any failure. A
 shared subscription with No Local is a protocol error (MQTT-3.8.3-4). SUBACK goes once
 every live node's route mirror holds what was granted (:mod:`router.cluster.visibility`);
-UNSUBACK at once (0x11 for a filter that was not held).
+UNSUBACK at once (0x11 for a filter that was not held), but never before the SUBACKs of
+the SUBSCRIBEs ahead of it.
 
 **From when.** A subscription change applies to every PUBLISH the node *reads* after it,
 from any connection, as on mosquitto, not merely to those handled after it: a
 publisher's connection still busy with earlier packets may come to a PUBLISH read after
-the SUBSCRIBE before the subscriber's connection starts on it. So when a connection
-that was idle reads SUBSCRIBE or UNSUBSCRIBE packets, each opens a change in the node's
-:class:`~router.cluster.visibility.ArrivalOrder` at once (:meth:`Subscribing.arrived`),
-closed once it applied (or failed, or the connection ended); a publish handled
-meanwhile waits for it. Two bounds keep that from ever waiting on itself:
+the SUBSCRIBE before the subscriber's connection starts on it. So each SUBSCRIBE and
+UNSUBSCRIBE opens a change in the node's
+:class:`~router.cluster.visibility.ArrivalOrder` the moment its bytes are read
+(:meth:`Subscribing.arrived`), closed once it applied on this node (or failed, or the
+connection ended); a publish handled meanwhile waits for the changes opened before it.
+Nothing may make that wait long or circular:
 
-* only the packets ahead of the first PUBLISH in what was read open one (a
-  connection's PUBLISH must not wait for its own SUBSCRIBE that comes after it);
-* only on an idle connection: a busy one's packets wait behind its earlier packets,
-  which may be publishes waiting for changes, and a client throttled for its publish
-  rate would hold every publisher of the node. A busy connection's SUBSCRIBE opens its
-  change when it is handled (:meth:`RouterNode.subscribe
-  <router.cluster.node.RouterNode.subscribe>`), as every embedding caller's does.
+* a connection's own PUBLISH waits only for changes numbered below its own oldest one
+  still open (:meth:`Subscribing.arrived_before`): never for its own SUBSCRIBE read
+  after it, so every wait points at an earlier change;
+* the SUBACK's wait for the other nodes' acks does not hold the connection: the
+  subscription applies, its change closes, the connection goes on with its next
+  packets, and the SUBACK is written once the acks came (after the answers before it);
+* a client throttled for its publish rate lets go of its open changes
+  (:meth:`Subscribing.let_go`): its subscriptions then apply when they are handled,
+  rather than holding every publisher of the node for as long as it is throttled.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from router.errors import (
     InvalidOptionsError,
@@ -40,59 +45,128 @@ from router.errors import (
     RouteWriteError,
 )
 from router.mqtt.connection_host import ConnectionHost
-from router.mqtt.packets import Packet, Publish, SubAck, Subscribe, UnsubAck, Unsubscribe
+from router.mqtt.packets import Packet, SubAck, Subscribe, UnsubAck, Unsubscribe
 from router.mqtt.reason_codes import ReasonCode as RC
 
 
 class Subscribing:
-    """The SUBSCRIBE and UNSUBSCRIBE packets of one attached client."""
+    """The SUBSCRIBE and UNSUBSCRIBE packets of one attached client: ``write`` sends an
+    answer, ``fail`` ends the connection for an error met while an answer waited."""
 
-    __slots__ = ("_arrived", "_client_id", "_node", "_server", "_v5")
+    __slots__ = (
+        "_answering",
+        "_arrived",
+        "_client_id",
+        "_fail",
+        "_node",
+        "_server",
+        "_v5",
+        "_write",
+    )
 
-    def __init__(self, server: ConnectionHost, client_id: str, v5: bool) -> None:
+    def __init__(
+        self,
+        server: ConnectionHost,
+        client_id: str,
+        v5: bool,
+        write: Callable[[Packet], None],
+        fail: Callable[[BaseException], None],
+    ) -> None:
         self._server = server
         self._node = server.node
         self._client_id = client_id
         self._v5 = v5
-        # The changes opened, in packet order; a list made when needed and dropped when
-        # empty (an idle connection holds none).
-        self._arrived: list[asyncio.Future[None]] | None = None
+        self._write = write
+        self._fail = fail
+        # The changes opened, each with the packet that opened it, in packet order; a
+        # list made when needed and dropped when empty (an idle connection holds none).
+        self._arrived: list[tuple[Packet, asyncio.Future[None]]] | None = None
+        # The last answer waiting to be written (the others before it wait in it).
+        self._answering: asyncio.Task[None] | None = None
 
     def arrived(self, packets: list[Packet]) -> None:
-        """``packets`` were read while the connection was idle: open a change for each
-        SUBSCRIBE and UNSUBSCRIBE ahead of the first PUBLISH among them."""
+        """``packets`` were just read: open a change for each SUBSCRIBE and UNSUBSCRIBE."""
         for packet in packets:
             kind = type(packet)
-            if kind is Publish:
-                return
             if kind is Subscribe or kind is Unsubscribe:
                 if self._arrived is None:
                     self._arrived = []
-                self._arrived.append(self._node.arrivals.open())
+                self._arrived.append((packet, self._node.arrivals.open()))
 
-    def _applied(self) -> None:
-        """The oldest packet that opened a change is handled: close its change."""
+    def arrived_before(self) -> int | None:
+        """What the connection's next PUBLISH waits for: the changes numbered below its
+        own oldest one still open (None: every change open, it has none)."""
+        arrived = self._arrived
+        return self._node.arrivals.number(arrived[0][1]) if arrived else None
+
+    def _applied(self, packet: Packet) -> None:
+        """``packet`` is handled: close the change it opened (if it still holds one)."""
         arrived = self._arrived
         if arrived:
-            self._node.arrivals.close(arrived.pop(0))
+            for index, (opened_by, change) in enumerate(arrived):
+                if opened_by is packet:
+                    del arrived[index]
+                    self._node.arrivals.close(change)
+                    break
             if not arrived:
                 self._arrived = None
 
-    def close(self) -> None:
-        """The connection ends: the changes of packets it will not handle close."""
+    def let_go(self) -> None:
+        """Close the changes of packets not handled yet (they apply when handled)."""
         arrived, self._arrived = self._arrived or [], None
-        for change in arrived:
+        for _packet, change in arrived:
             self._node.arrivals.close(change)
 
-    async def subscribe(self, packet: Subscribe) -> SubAck:
-        """Subscribe each filter; the SUBACK once what was granted is in effect everywhere."""
+    def close(self) -> None:
+        """The connection ends: the changes of packets it will not handle close, and
+        answers still waiting are not written."""
+        self.let_go()
+        if self._answering is not None:
+            self._answering.cancel()
+            self._answering = None
+
+    async def subscribe(self, packet: Subscribe) -> None:
+        """Subscribe each filter; the SUBACK goes once what was granted is in effect
+        everywhere (without holding the connection meanwhile)."""
         try:
             codes = await self._subscribe_each(packet)
         finally:
-            self._applied()
-        if any(code < 0x80 for code in codes):
-            await self._node.confirm_routes()
-        return SubAck(packet.packet_id, tuple(codes))
+            self._applied(packet)
+        granted = any(code < 0x80 for code in codes)
+        self._answer(
+            SubAck(packet.packet_id, tuple(codes)), self._node.confirm_routes if granted else None
+        )
+
+    def _answer(self, packet: Packet, wait: Callable[[], Awaitable[object]] | None) -> None:
+        """Write ``packet`` after the answers before it and once ``wait`` returned."""
+        before = self._answering
+        if before is None and wait is None:
+            self._write(packet)
+            return
+        self._answering = asyncio.get_running_loop().create_task(
+            self._answer_later(before, packet, wait)
+        )
+
+    async def _answer_later(
+        self,
+        before: asyncio.Task[None] | None,
+        packet: Packet,
+        wait: Callable[[], Awaitable[object]] | None,
+    ) -> None:
+        try:
+            if before is not None:
+                await before
+            if wait is not None:
+                await wait()
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # (Redis failing meanwhile: the connection ends)
+            self._fail(error)
+            return
+        finally:
+            if self._answering is asyncio.current_task():
+                self._answering = None
+        self._write(packet)
 
     async def _subscribe_each(self, packet: Subscribe) -> list[int]:
         v5, server, node, client_id = self._v5, self._server, self._node, self._client_id
@@ -139,7 +213,7 @@ class Subscribing:
                 codes.append(RC.UNSPECIFIED_ERROR)
         return codes
 
-    async def unsubscribe(self, packet: Unsubscribe) -> UnsubAck:
+    async def unsubscribe(self, packet: Unsubscribe) -> None:
         """Remove each filter; in effect on this node once the UNSUBACK goes."""
         codes = []
         try:
@@ -150,5 +224,5 @@ class Subscribing:
                 except InvalidTopicError:
                     codes.append(RC.TOPIC_FILTER_INVALID)
         finally:
-            self._applied()
-        return UnsubAck(packet.packet_id, tuple(codes))
+            self._applied(packet)
+        self._answer(UnsubAck(packet.packet_id, tuple(codes)), None)
