@@ -155,3 +155,32 @@ async def test_subscribes_and_publishes_read_together_never_wait_on_each_other(
         finally:
             one.drop()
             two.drop()
+
+
+async def test_a_throttled_client_s_subscribe_holds_up_no_other_publisher(
+    start_node: StartNode,
+) -> None:
+    """A client past its publish rate sends, in one read, far more PUBLISHes than its rate
+    allows and then a SUBSCRIBE: its connection sleeps off the debt (tens of seconds)
+    before it comes to the SUBSCRIBE, whose change opened when it was read. Another
+    client's publish meanwhile is not held for that long: a throttled connection lets go
+    of its changes (its subscriptions then apply when they are handled)."""
+    node = await start_node("n1")
+    settings = MqttSettings(sys_interval=0, max_publish_rate=10)
+    async with serve(node, ["127.0.0.1:0"], settings) as server:
+        port = server.addresses[0][1]
+        greedy = await RawClient.connect(port, "greedy", clean_start=True, expiry=0)
+        other = await RawClient.connect(port, "other", clean_start=True, expiry=0)
+        try:
+            connection = server.owner("greedy")
+            assert connection is not None
+            flood = [Publish("flood", b"", 0)] * 600
+            late = Subscribe(1, (Subscription("late", 0),))
+            connection.feed(b"".join(encode(packet, MQTT_5) for packet in (*flood, late)))
+            other.writer.write(encode(Publish("elsewhere", b"x", 1, packet_id=1), MQTT_5))
+            [puback] = await other.next(PubAck, 1)
+            assert isinstance(puback, PubAck) and puback.packet_id == 1
+            assert server.publish_throttled >= 1  # (the greedy client was held)
+        finally:
+            greedy.drop()
+            other.drop()
