@@ -248,6 +248,7 @@ class RouterNode:
         await self._retainer.stop()
         await self._forwarder.stop()
         await self._inbox.stop()
+        await self._lifecycle.locks.stop()
         await self._keeper.stop()
         try:
             await self.registry.purge(self.node_id, self.incarnation)

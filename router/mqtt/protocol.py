@@ -77,6 +77,7 @@ from router.errors import (
     MqttProtocolError,
     NotAuthorizedError,
     RouterError,
+    SessionOwnershipError,
     StateError,
     UnsupportedProtocolVersionError,
 )
@@ -218,7 +219,7 @@ class MqttConnection(Intake):
                     await self.node.put_away(
                         client_id, expiry=self._session_expiry, will=will, will_delay=delay
                     )
-                elif will is not None and not delay:
+                elif will is not None and (not delay or self._session_ended()):
                     await self.node.publish(
                         will.topic,
                         will.payload,
@@ -233,6 +234,12 @@ class MqttConnection(Intake):
         finally:
             self.server.forget(self)
             self.transport.close()
+
+    def _session_ended(self) -> bool:
+        """Whether a takeover ended the connection's session (a clean start, or an
+        interval of 0, took it over elsewhere): its will goes whatever its delay
+        [MQTT-3.1.3-9]; a session that goes on elsewhere drops a delayed one."""
+        return self._session.close_reason == "takenover_ended"
 
     def _will(self) -> tuple[Outgoing | None, int]:
         """The connection's will as a message, and its delay in seconds."""
@@ -378,12 +385,25 @@ class MqttConnection(Intake):
         except (InvalidIdError, NotAuthorizedError) as error:
             self._refuse(refusal(connect, error))
             return None
+        except SessionOwnershipError:  # (a CONNECT on another node claimed it meanwhile)
+            self._taken_over_at_once(client_id)
+            return None
         except StateError as error:  # (Redis refused or is gone)
             log.warning("refusing MQTT client %s: %s", client_id, error)
             self._refuse(refusal(connect, error))
             return None
         finally:
             turns.release()
+
+    def _taken_over_at_once(self, client_id: str) -> None:
+        """The CONNECT was accepted and its session taken over by a newer CONNECT of the
+        client on another node before the CONNACK went: CONNACK 0 and (5.0) DISCONNECT
+        0x8E, as for a takeover that comes after it (the newer one's node goes on with
+        the session, handed on by this node)."""
+        log.info("MQTT client %s was taken over while it connected", client_id)
+        self._write(ConnAck(False, RC.SUCCESS))
+        if self.level >= MQTT_5:
+            self._write(Disconnect(RC.SESSION_TAKEN_OVER))
 
     def _refuse(self, code: int) -> bool:
         self.server.count_close(code)

@@ -149,3 +149,52 @@ async def test_a_kick_and_the_client_attaching_again_at_once_leave_it_attached(
         assert a.serves("phone"), turns
         assert set(await a.subscriptions.subscriptions("phone")) == {"home/#"}
         await a.disconnect("phone")
+
+
+async def test_a_session_of_interval_0_ends_with_its_connection_taken_over_elsewhere(
+    start_node: StartNode,
+) -> None:
+    """Clean start 0 on another node while the old connection (Session Expiry 0) is
+    attached: no session is resumed (it ends with the connection the takeover closes),
+    and the connect neither fails nor waits for a handoff; it used to fail (0x88) on a
+    queue the old node never made."""
+    a, b = await start_node("a"), await start_node("b")
+    closed_on_a = downs(a)
+    await a.connect("phone", clean_start=False, expiry=0)
+    await a.subscribe("phone", "home/#")
+    async with asyncio.timeout(2):  # (well within handoff_timeout: no wait for one)
+        assert await b.connect("phone", clean_start=False, expiry=0) is False
+    await waiting.eventually(lambda: closed_on_a, 5, "the takeover notice on a")
+    assert closed_on_a == [("phone", "takenover")]
+    assert await b.subscriptions.subscriptions("phone") == {}
+    assert b.sessions.routes() == {}
+    await waiting.eventually(lambda: a.sessions.routes() == {}, 5, "a's routes gone")
+
+
+async def test_a_notice_that_comes_while_the_client_connects_here_waits_for_the_connect(
+    start_node: StartNode, redis_connect: Any, keys: Keys
+) -> None:
+    """A takeover notice read while a connect of the same client runs on the node (a
+    CONNECT that raced another node's) is handled once the connect has run, not under
+    it (closing the session half-way made the connect fail: SessionStateError), and the
+    inbox reader goes on meanwhile."""
+    a, b = await start_node("a"), await start_node("b")
+    closed = downs(a)
+    await a.connect("phone")
+    await a.subscribe("probe", "p")
+    await waiting.eventually(lambda: "a" in b.mirror.match("p").nodes, 5, "a's route")
+    owner = await a.subscriptions.owner("phone")
+    assert owner is not None
+    sender = Forwarder(await redis_connect(), keys, expire=60)
+    async with a._lifecycle.locks.hold("phone"):  # (as a connect of phone would)
+        try:
+            await sender.notify("a", Takeover("phone", owner.epoch + 1))
+        finally:
+            await sender.stop()
+        await b.publish("p", b"after the notice")
+        await take(a, "probe", 1)  # (the inbox reader read the notice, and went on)
+        assert closed == []
+        assert a.serves("phone")
+    await waiting.eventually(lambda: closed, 5, "the notice handled after the connect")
+    assert closed == [("phone", "takenover")]
+    assert not a.serves("phone")

@@ -119,6 +119,7 @@ async def die(node: RouterNode) -> None:
     await node._sync.stop()
     await node._inbox.stop()
     await node.close_urgent()
+    await node._lifecycle.locks.stop()
     keeper = node._keeper
     tasks = [*keeper._tails.values(), *keeper._tasks]
     tasks += [move.task for move in keeper._handoffs.values()]

@@ -22,10 +22,16 @@ A client that connects to another node is taken over there (MQTT-3.1.4-3):
    catches up after an outage of Redis: :attr:`SessionClaims.notices_heard` False): the
    notice may then be in the inbox, unread, and closing the copy would drop what it
    holds instead of handing it on.
+
+A notice or an audit closes the copy in the client's turn (``in_turn``, see
+:meth:`ClientLocks.in_turn <router.cluster.sessions.client_locks.ClientLocks.in_turn>`):
+a connect of the client under way here (a CONNECT that raced the other node's) runs whole
+first, then the newer claim is judged.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -57,7 +63,8 @@ class SessionClaims:
 
     ``close_taken_over(client_id, notice)`` closes the local copy of a session that
     another node took over (``notice`` None: found by an audit or a claim, not told); it
-    is called after the claim is forgotten here.
+    is called after the claim is forgotten here. ``in_turn(client_id, step)`` runs a
+    notice's or an audit's step in the client's turn (by default: at once).
     """
 
     def __init__(
@@ -68,12 +75,14 @@ class SessionClaims:
         close_taken_over: Callable[[str, Takeover | None], Awaitable[None]],
         *,
         shared: bool = False,
+        in_turn: Callable[[str, Callable[[], Awaitable[None]]], Awaitable[None]] | None = None,
     ) -> None:
         self.node_id = node_id
         self.shared = shared
         self._store = store
         self._forwarder = forwarder
         self._close_taken_over = close_taken_over
+        self._in_turn = in_turn or (lambda _client_id, step: step())
         self._held: dict[str, Owner] = {}
         self._audit_queue: list[str] = []  # local clients whose claim is checked next
         self._claimed_elsewhere: dict[str, Owner] = {}  # newer claims one audit has seen
@@ -173,7 +182,11 @@ class SessionClaims:
 
     async def on_notice(self, notice: Takeover) -> None:
         """Another node claimed a client's session: close the local copy, unless this
-        node's own claim is the newer one. The client's Redis state is the new owner's."""
+        node's own claim is the newer one, in the client's turn (a connect of the client
+        under way here first). The client's Redis state is the new owner's."""
+        await self._in_turn(notice.client_id, functools.partial(self._on_notice, notice))
+
+    async def _on_notice(self, notice: Takeover) -> None:
         owner = self._held.get(notice.client_id)
         if owner is not None and owner.epoch < notice.epoch:
             await self._drop(notice.client_id, notice)
@@ -204,6 +217,11 @@ class SessionClaims:
                 self._audit_queue.append(client_id)  # (checked again at the next audit)
                 continue
             log.warning("client %s was taken over by node %s", client_id, claim.node_id)
+            await self._in_turn(client_id, functools.partial(self._drop_held, client_id, held))
+
+    async def _drop_held(self, client_id: str, held: Owner) -> None:
+        """:meth:`_drop`, unless the claim held is no longer ``held`` (reconnected)."""
+        if self._held.get(client_id) == held:
             await self._drop(client_id, None)
 
     async def _drop(self, client_id: str, notice: Takeover | None) -> None:

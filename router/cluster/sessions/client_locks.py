@@ -12,14 +12,27 @@ The lock is reentrant for the task that holds it (an adoption holds it across a 
 and a put away, which take it too). Every step that holds it is bounded (Redis calls by
 their timeouts, the handoff wait by ``handoff_timeout``), so a wait for it is too. A
 client's lock exists while some task holds or waits for it.
+
+A takeover notice (or an audit that finds a newer claim) may come while a connect of the
+same client runs here: another node's CONNECT raced this one and claimed the session
+after it. Closing the session under the connect made it fail half-way (a session closed
+while attaching cannot be connected, nor put away). :meth:`ClientLocks.in_turn` runs such
+a step in the client's turn instead: at once when nothing of the client runs, else once
+the connect has run, in the background (the inbox reader that read the notice goes on
+with the copies after it).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+
+from router.errors import RouterError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -34,6 +47,7 @@ class ClientLocks:
 
     def __init__(self) -> None:
         self._locks: dict[str, _Lock] = {}
+        self._waiting: set[asyncio.Task[None]] = set()  # steps in_turn waits to run
 
     def __len__(self) -> int:
         """Clients whose lock is held or awaited now."""
@@ -74,3 +88,30 @@ class ClientLocks:
             entry.users -= 1
             if not entry.users:
                 del self._locks[client_id]
+
+    async def in_turn(self, client_id: str, step: Callable[[], Awaitable[None]]) -> None:
+        """Run ``step`` holding the client's lock: now when no other task holds or awaits
+        it (its errors raised), else in the background once the steps before it have run
+        (a :class:`RouterError` it raises then is logged)."""
+        entry = self._locks.get(client_id)
+        if entry is None or entry.holder is asyncio.current_task():
+            async with self.hold(client_id):
+                await step()
+            return
+        task = asyncio.create_task(self._later(client_id, step), name=f"in-turn:{client_id}")
+        self._waiting.add(task)
+        task.add_done_callback(self._waiting.discard)
+
+    async def _later(self, client_id: str, step: Callable[[], Awaitable[None]]) -> None:
+        try:
+            async with self.hold(client_id):
+                await step()
+        except RouterError:
+            log.warning("a step of the session of %s failed", client_id, exc_info=True)
+
+    async def stop(self) -> None:
+        """Cancel the steps :meth:`in_turn` still waits to run (the node stops)."""
+        waiting = list(self._waiting)
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)

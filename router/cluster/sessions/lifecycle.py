@@ -84,14 +84,15 @@ class SessionLifecycle:
         self._publish_will = publish_will
         self._running = running
         self._is_dead = is_dead
+        self.locks = ClientLocks()
         self.claims = SessionClaims(
             self.node_id,
             subscriptions,
             forwarder,
             self._on_taken_over,
             shared=config.shared_sessions,
+            in_turn=self.locks.in_turn,
         )
-        self.locks = ClientLocks()
         self.recovery = InboxRecovery(
             redis, keys, self.node_id, config.inbox_expire, sessions, is_dead
         )
@@ -138,7 +139,10 @@ class SessionLifecycle:
         client (on this node or another) goes on here: its subscriptions, and what was
         queued for it first (:mod:`router.cluster.sessions.keeper`). ``expiry`` is the
         Session Expiry Interval (0: the session ends with the connection). A session that
-        another node served is taken over: that node gets a notice in its inbox.
+        another node served is taken over: that node gets a notice in its inbox. A stored
+        session whose interval is 0 is not resumed: it ends with its connection, which the
+        takeover closes (MQTT 5.0 3.1.2.11.2), so the client starts a new one (Session Present
+        0, as when the old connection was on this node).
         ``authenticate=False``: the node resumes a stored session itself (see Policy.authenticate).
 
         One connect or put away of a client at a time on a node (:attr:`locks`).
@@ -231,6 +235,8 @@ class SessionLifecycle:
         info = await self.store.describe(client_id)
         if info is not None and not self.claims.shared and info.username != user:
             raise SessionUserError(client_id)  # (before its routes are written here)
+        if info is not None and not info.expiry:
+            info = None  # (it ends with its connection, which this connect takes over)
         if info is None:
             await self._drop_unclaimed(client_id)
         session = self.sessions.open(client_id, profile)
@@ -384,8 +390,8 @@ class SessionLifecycle:
         if session is not None and notice is not None and notice.resume and session.expiry:
             leaving = self.sessions.hand_on(session)
             self.keeper.hand_off(session, leaving, notice.epoch, lambda: self._handed(leaving))
-        else:
-            changes = self.sessions.disconnect(client_id, "takenover")
+        else:  # (the session ends: its connection publishes its will, delayed or not)
+            changes = self.sessions.disconnect(client_id, "takenover_ended")
             await self.keeper.settle(client_id, publish_will=True)
             await self._write_routes(changes)
         await self._policy.detached(client_id, "takenover")
