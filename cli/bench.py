@@ -270,6 +270,34 @@ def bench_fleet(url: str | None, as_json: bool, **sizes: Any) -> None:
     help="The floods run at once (comma-separated).",
 )
 @click.option("--skip-mosquitto", is_flag=True, help="Leave mosquitto out.")
+@click.option(
+    "--lorises",
+    default=10_000,
+    show_default=True,
+    help="Slow lorises: connections that each send the start of a 1 MiB PUBLISH and stop "
+    "(0: no slow-loris phase; fewer if the open-file limit is lower).",
+)
+@click.option(
+    "--loris-bytes", default=65_536, show_default=True, help="Bytes of it each loris sends."
+)
+@click.option(
+    "--loris-hold",
+    default=70.0,
+    show_default=True,
+    help="Seconds the lorises hold on after sending (past the router's packet timeout).",
+)
+@click.option(
+    "--node-max-unfinished-bytes",
+    type=int,
+    default=None,
+    help="The router node's --mqtt-max-unfinished-bytes [default: its default].",
+)
+@click.option(
+    "--node-packet-timeout",
+    type=float,
+    default=None,
+    help="The router node's --mqtt-packet-timeout [default: its default].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_hostile(url: str | None, floods: str, as_json: bool, **sizes: Any) -> None:
     """Well-behaved clients' round trips on a quiet broker and beside floods of
@@ -292,6 +320,13 @@ def bench_hostile(url: str | None, floods: str, as_json: bool, **sizes: Any) -> 
                 f"RSS {figures['rss_mib_before']} -> {figures['rss_mib_after']} MiB; "
                 f"floods sent {figures['floods_sent']}"
             )
+            if "lorises" in figures:
+                lorises = figures["lorises"]
+                click.echo(
+                    f"{broker}: {lorises['accepted']} lorises, RSS {lorises['rss_mib_before']} "
+                    f"-> {lorises['rss_mib_peak']} (peak) -> {lorises['rss_mib_after']} MiB; "
+                    f"ended {lorises['ended']}, open at the end {lorises['open_at_end']}"
+                )
 
 
 @bench.command("backends")

@@ -19,6 +19,13 @@ mosquitto beside it (not ``--skip-mosquitto``), a third phase times the probes o
 broker while the same floods go to another mosquitto, a sink (``floods_elsewhere``,
 ``p99_floods_elsewhere_over_quiet``); ``p99_flooded_over_floods_elsewhere`` is then what
 the floods cost the probes by reaching the broker itself.
+
+Last, the slow-loris phase (``lorises``, unless ``--lorises 0``), on a fresh router node
+and a fresh mosquitto: ``lorises`` connections (10,000, fewer if the open-file limit is
+lower) each send the start of a 1 MiB PUBLISH and stop; the broker's RSS before, during,
+at its peak and after, how many it ended and why, and the probes' round trips beside them
+(:mod:`router.bench.hostile_loris`). The router node runs with its default limits, or
+the ``--node-max-unfinished-bytes`` and ``--node-packet-timeout`` given.
 """
 
 from __future__ import annotations
@@ -57,26 +64,47 @@ from .brokers import (
     router_nodes,
 )
 from .checks import check_positive, check_redis
+from .fleet_clients import raise_fd_limit
 from .fleet_nodes import rss_kib, sigterm_interrupts
 from .heartbeat_watch import HeartbeatWatch
 from .hostile_floods import FLOODS, flood_main
+from .hostile_loris import measure_lorises
 
 STAMP: Final = struct.Struct("!Id")  # (probe seq, send time)
 ROUND_TIMEOUT: Final = 10.0
+FD_SPARE: Final = 500
+"""Open files of the bench beside its lorises (probes, pipes, Redis)."""
 Address = tuple[str, int]
 
 
 @dataclass(frozen=True)
 class HostileConfig:
-    """The sizes of one run: probes, seconds per phase, the floods to run."""
+    """The sizes of one run: probes, seconds per phase, the floods to run, the slow
+    lorises (0: no such phase), the bytes each sends, the seconds they hold on, and the
+    router node's bounds on unfinished packets (None: its defaults)."""
 
     probes: int = 20
     seconds: float = 10.0
     floods: tuple[str, ...] = FLOODS
     skip_mosquitto: bool = False
+    lorises: int = 10_000
+    loris_bytes: int = 64 << 10
+    loris_hold: float = 70.0
+    node_max_unfinished_bytes: int | None = None
+    node_packet_timeout: float | None = None
 
     def __post_init__(self) -> None:
         check_positive(probes=self.probes, seconds=self.seconds)
+        check_positive(loris_bytes=self.loris_bytes, loris_hold=self.loris_hold)
+        if not 0 <= self.lorises <= 50_000:
+            raise BenchSetupError("--lorises takes 0..50,000")
+        if self.loris_hold > 3_600:
+            raise BenchSetupError("at most 3,600 seconds of --loris-hold")
+        if self.node_max_unfinished_bytes is not None and self.node_max_unfinished_bytes < 0:
+            raise BenchSetupError("--node-max-unfinished-bytes takes 0 or more")
+        timeout = self.node_packet_timeout
+        if timeout is not None and not 0 <= timeout < float("inf"):
+            raise BenchSetupError("--node-packet-timeout takes 0 or more seconds")
         unknown = [f for f in self.floods if f not in FLOODS]
         if unknown or not self.floods:
             raise BenchSetupError(f"--floods takes some of {', '.join(FLOODS)}, not {unknown}")
@@ -214,6 +242,34 @@ def _measure(
     return figures
 
 
+def _node_options(config: HostileConfig) -> tuple[str, ...]:
+    """The router node's options of the slow-loris phase (none: its defaults)."""
+    options: list[str] = []
+    if config.node_max_unfinished_bytes is not None:
+        options += ["--mqtt-max-unfinished-bytes", str(config.node_max_unfinished_bytes)]
+    if config.node_packet_timeout is not None:
+        options += ["--mqtt-packet-timeout", str(config.node_packet_timeout)]
+    return tuple(options)
+
+
+def _lorises(url: str, config: HostileConfig, result: dict[str, Any]) -> None:
+    """The slow-loris phase on a fresh router node, then on a fresh mosquitto."""
+    count = min(config.lorises, raise_fd_limit() - FD_SPARE)
+    if count <= 0:
+        return
+
+    def phase(address: Address, pid: int) -> dict[str, Any]:
+        probe = functools.partial(_phase, address, config)
+        return measure_lorises(address, pid, count, config.loris_bytes, config.loris_hold, probe)
+
+    pids: list[int] = []
+    with router_nodes(url, 1, pids, options=_node_options(config)) as [address]:
+        result["router"]["lorises"] = phase(address, pids[-1])
+    if not config.skip_mosquitto:
+        with mosquitto(pids) as address:
+            result["mosquitto"]["lorises"] = phase(address, pids[-1])
+
+
 def _heartbeats(phase: dict[str, Any], watch: HeartbeatWatch | None) -> None:
     if watch is not None:
         phase["heartbeat"] = watch.figures()
@@ -252,6 +308,8 @@ def run(url: str | None = None, config: HostileConfig | None = None) -> dict[str
                 result["mosquitto_version"] = mosquitto_version()
                 with mosquitto(pids) as address:
                     result["mosquitto"] = _measure(address, pids[-1], config, sink)
+        if config.lorises:
+            _lorises(url, config, result)
     for broker in ("router", "mosquitto"):
         quiet = result.get(broker, {}).get("quiet")
         if quiet is not None and (quiet["missed"] or quiet["wrong"] or quiet["probe_failures"]):

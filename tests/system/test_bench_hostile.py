@@ -1,7 +1,9 @@
 """``router bench hostile --json`` on a tiny size: its shape, the probes' answers on both
 brokers, and floods that reached them (a router node, then mosquitto, one second a phase),
-the control phase whose floods go to a mosquitto beside them, and the router node's
-heartbeats watched in each phase (:mod:`router.bench.heartbeat_watch`).
+the control phase whose floods go to a mosquitto beside them, the router node's
+heartbeats watched in each phase (:mod:`router.bench.heartbeat_watch`), and 40 slow
+lorises against a node whose bounds on unfinished packets are small (1 MiB, 1 s): it
+ends every one of them (0x97 past the bytes, 0x8D past the time), mosquitto none.
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ from router.state.keys import Keys
 from tests.support.waiting import wait_until
 
 PHASE_FIELDS = {"round_trips", "p50_ms", "p99_ms", "missed", "wrong", "probe_failures"}
+LORIS_FIELDS = {
+    *("lorises", "loris_bytes", "announced_bytes", "hold_s", "accepted", "refused"),
+    *("ended_while_sending", "open_at_end", "ended", "ended_after_s", "probes"),
+    *("rss_mib_before", "rss_mib_during", "rss_mib_peak", "rss_mib_held", "rss_mib_after"),
+}
 HEARTBEAT_FIELDS = {
     "heartbeats",
     "max_gap_ms",
@@ -31,7 +38,9 @@ HEARTBEAT_FIELDS = {
 
 def test_bench_hostile_reports_both_brokers_quiet_and_flooded(redis_standalone_url: str) -> None:
     args = ["bench", "hostile", "--redis", redis_standalone_url, "--probes", "3"]
-    result = CliRunner().invoke(app, [*args, "--seconds", "1", "--json"])
+    lorises = ["--lorises", "40", "--loris-hold", "3", "--node-packet-timeout", "1"]
+    lorises += ["--node-max-unfinished-bytes", str(1 << 20)]
+    result = CliRunner().invoke(app, [*args, *lorises, "--seconds", "1", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["mode"] == "hostile" and report["floods"] == list(FLOODS)
@@ -54,6 +63,17 @@ def test_bench_hostile_reports_both_brokers_quiet_and_flooded(redis_standalone_u
         assert figures["p99_flooded_over_quiet"] > 0
         assert figures["p99_floods_elsewhere_over_quiet"] > 0
         assert figures["p99_flooded_over_floods_elsewhere"] > 0
+        loris = figures["lorises"]
+        assert set(loris) == LORIS_FIELDS
+        assert loris["accepted"] == 40 and loris["refused"] == 0
+        assert loris["probes"]["round_trips"] > 0 and loris["probes"]["wrong"] == 0
+        assert loris["rss_mib_before"] > 0 and loris["rss_mib_peak"] >= loris["rss_mib_during"]
+    router, mosquitto = report["router"]["lorises"], report["mosquitto"]["lorises"]
+    assert router["open_at_end"] == 0 and sum(router["ended"].values()) == 40
+    # (16 x 64 KiB fill the 1 MiB; on a busy machine the first ones may time out, 0x8D,
+    # before the last ones connect, and free their bytes for them)
+    assert router["ended"]["disconnect 0x97"] >= 1 and router["ended"]["disconnect 0x8d"] >= 1
+    assert mosquitto["open_at_end"] == 40 and mosquitto["ended"] == {}
 
 
 def test_the_heartbeat_watch_measures_gaps_on_redis_time_and_sees_an_expiry(
