@@ -39,6 +39,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any
 
@@ -428,6 +429,13 @@ class RouterNode:
     async def settled(self, client_id: str) -> None:
         """Wait until the steps of the client's session under way here have run."""
         await self._lifecycle.locks.released(client_id)
+
+    def admitting(self, client_id: str) -> AbstractAsyncContextManager[None]:
+        """Held by a listener from its takeover of the client's connection here to the
+        attach of the new one: CONNECTs of one client id on this node are answered one at
+        a time (a second one waits, then takes the first over: MQTT-3.1.4-3), never both
+        attached to the one session."""
+        return self._lifecycle.admissions.hold(client_id)
 
     async def _on_notice(self, notice: Notice) -> None:
         if isinstance(notice, Kick):

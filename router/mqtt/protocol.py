@@ -288,20 +288,10 @@ class MqttConnection(Intake):
             )
         except (InvalidIdError, NotAuthorizedError) as error:
             return self._refuse(refusal(connect, error))
-        previous = self.server.owner(client_id)
-        if previous is not None:
-            previous.end(RC.SESSION_TAKEN_OVER)
-            try:
-                async with asyncio.timeout(self.settings.connect_timeout):
-                    await previous.finished()
-            except TimeoutError:  # (the old one is still letting go: the client may retry)
-                return self._refuse(RC.SERVER_BUSY)
         self._session_expiry = admitted.expiry
-        present = await self._connect_node(connect, client_id, previous is None)
+        present = await self._admitted(connect, client_id)
         if present is None:
             return False
-        self.client_id = client_id
-        self.server.attach(self)
         self.keepalive = connect.keepalive
         self._session = self.node.sessions.session(client_id)
         self._acks = Acknowledgements(self._session.inflight, self._session.awaiting_release, v5)
@@ -342,6 +332,37 @@ class MqttConnection(Intake):
             left = max(0.0, accepted.expires_at - time.time())  # (wall clock to loop time)
             self._expiry = loop.call_at(loop.time() + left, self._credentials_expired)
         return True
+
+    async def _admitted(self, connect: Connect, client_id: str) -> bool | None:
+        """Take the client id over from its connection on this node, if any (DISCONNECT
+        0x8E, MQTT-3.1.4-3), connect it to the node and attach this connection; returns
+        Session Present, None when refused (the CONNACK written). CONNECTs of one client
+        id are admitted one at a time (:meth:`RouterNode.admitting`): a second one waits
+        until the first is attached, at most until ``connect_timeout`` after its accept
+        (then 0x89, the client may retry), then takes it over. Nothing is awaited between
+        the attach and the CONNACK, so that takeover's DISCONNECT comes after it."""
+        admission = contextlib.AsyncExitStack()
+        try:
+            async with asyncio.timeout_at(self._opened_at + self.settings.connect_timeout):
+                await admission.enter_async_context(self.node.admitting(client_id))
+        except TimeoutError:
+            self._refuse(RC.SERVER_BUSY)
+            return None
+        async with admission:
+            previous = self.server.owner(client_id)
+            if previous is not None:
+                previous.end(RC.SESSION_TAKEN_OVER)
+                try:
+                    async with asyncio.timeout(self.settings.connect_timeout):
+                        await previous.finished()
+                except TimeoutError:  # (the old one is still letting go: the client may retry)
+                    self._refuse(RC.SERVER_BUSY)
+                    return None
+            present = await self._connect_node(connect, client_id, previous is None)
+            if present is not None:
+                self.client_id = client_id
+                self.server.attach(self)
+            return present
 
     def _credentials_expired(self) -> None:
         """The credentials of the CONNECT expired: DISCONNECT 0xA0 (3.1.1: closed); the

@@ -85,6 +85,10 @@ class SessionLifecycle:
         self._running = running
         self._is_dead = is_dead
         self.locks = ClientLocks()
+        #: One admission of a client id at a time (a listener's takeover of the client's
+        #: connection on this node, its connect and its attach: :meth:`RouterNode.admitting
+        #: <router.cluster.node.RouterNode.admitting>`).
+        self.admissions = ClientLocks()
         self.claims = SessionClaims(
             self.node_id,
             subscriptions,
