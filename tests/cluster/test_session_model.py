@@ -2,15 +2,23 @@
 
 A hypothesis state machine drives nodes on a real ``redis-server`` (append-only file,
 fsync always) through random sequences of: a client connecting (to any node: a resume, a
-move or a takeover), a client leaving (its session stays), QoS 1 publishes from any node,
-a node dying (as ``kill -9``: no goodbye; its sessions are adopted by a survivor), new
-nodes joining, and Redis killed and restarted. An operation that fails while Redis is
+move or a takeover), a connected client taken over on another node with Clean Start and
+Session Expiry drawn, CONNECTs of one client racing on two nodes (as the MQTT front end
+makes them: a node first ends the client's connection there), a client leaving (its
+session stays), QoS 1 publishes from any node, a node dying (as ``kill -9``: no goodbye;
+its sessions are adopted by a survivor), new nodes joining, and Redis killed and
+restarted. An operation that fails while Redis is
 away is one the client saw fail: a publish that raised was not acknowledged, a connect
 that raised left the client disconnected. The model is
 what MQTT promises a persistent QoS 1 subscriber: every message acknowledged to its
 publisher after the subscription was acknowledged reaches the client at least once,
-whatever happened in between. At the end every client connects once more and must get
-all of it (duplicates are allowed and counted; none may be missing).
+whatever happened in between, as long as its session lasts: a clean start, or a
+connection with a Session Expiry Interval of 0 that ends (left, taken over, its node
+dead), ends the session and what it was promised (the client subscribes again in the
+next). Of racing CONNECTs exactly one node serves the client once they settled, none
+fails but as Redis may (a claim lost to the other: SessionOwnershipError). At the end
+every client connects once more and must get all of it (duplicates are allowed and
+counted; none may be missing).
 
 CI runs a few bounded examples, the same ones each time (derandomized: a failure there is
 a change's, not the search's luck); ``ROUTER_MODEL_EXAMPLES=200 pytest
@@ -40,7 +48,7 @@ from hypothesis.stateful import (
 
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
-from router.errors import RouterError
+from router.errors import RouterError, SessionStateError, StateError, StateFailureError
 from router.state.connection import open_redis
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
@@ -79,6 +87,9 @@ class SessionModel(RuleBasedStateMachine):
         self.at_risk: dict[str, set[int]] = {c: set() for c in CLIENTS}
         self.seq = 0
         self.subscribed: set[str] = set()
+        # The Session Expiry Interval of each client's last connection (0: its session
+        # ends with that connection).
+        self.expiry: dict[str, int] = {}
         # Clients a connect was drawn for: what the rules draw from depends only on the
         # draws, never on what the run did (a connect Redis refused), so hypothesis can
         # replay and shrink a run (else: FlakyStrategyDefinition).
@@ -124,6 +135,39 @@ class SessionModel(RuleBasedStateMachine):
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
+    def _session_ends(self, client: str) -> None:
+        """The client's session ended: nothing more is promised to it (its next session
+        subscribes again)."""
+        self.subscribed.discard(client)
+        self.expected[client] = set()
+
+    async def _attach(
+        self,
+        client: str,
+        node: RouterNode,
+        clean: bool = False,
+        expiry: int = EXPIRY,
+        failing: tuple[type[RouterError], ...] = (RouterError,),
+    ) -> bool | None:
+        """Connect the client to ``node`` (the first time in its session, subscribe);
+        returns Session Present. A connect that fails with one of ``failing`` leaves it
+        disconnected (None)."""
+        self.where[client] = None
+        try:
+            present = await node.connect(client, clean_start=clean, expiry=expiry)
+            if client not in self.subscribed:
+                await node.subscribe(client, "model/#", qos=1)
+                self.subscribed.add(client)
+        except failing:
+            return None  # (refused, as CONNACK 0x88: the MQTT front end does nothing more)
+        self._attached(client, node, expiry)
+        return present
+
+    def _attached(self, client: str, node: RouterNode, expiry: int) -> None:
+        self.where[client] = node.node_id
+        self.expiry[client] = expiry
+        self._read(client, node)
+
     # -- rules ---------------------------------------------------------------------------
 
     @initialize()
@@ -142,18 +186,83 @@ class SessionModel(RuleBasedStateMachine):
 
         async def connect() -> None:
             await self._stop_reading(client)
-            self.where[client] = None
-            try:
-                await node.connect(client, clean_start=False, expiry=EXPIRY)
-                if client not in self.subscribed:
-                    await node.subscribe(client, "model/#", qos=1)
-                    self.subscribed.add(client)
-            except RouterError:
-                return  # (refused, as CONNACK 0x88: the MQTT front end does nothing more)
-            self.where[client] = node.node_id
-            self._read(client, node)
+            if self.where.get(client) != node.node_id and not self.expiry.get(client, 1):
+                self._session_ends(client)  # (its connection elsewhere is taken over)
+            await self._attach(client, node)
 
         self.run(connect())
+
+    @precondition(lambda self: len(self.live) >= 2)
+    @rule(
+        client=st.sampled_from(CLIENTS),
+        pick=st.integers(0, 9),
+        clean=st.booleans(),
+        expiry=st.sampled_from([0, EXPIRY]),
+    )
+    def take_over(self, client: str, pick: int, clean: bool, expiry: int) -> None:
+        """A connected client connects on another node, its old connection still open:
+        the old node closes it; the session goes on unless ``clean`` or the old
+        connection's interval was 0 (nothing, for a client not connected now). Only
+        Redis may fail it (Redis back from a restart just now)."""
+        if self.where.get(client) is None:
+            return
+        others = sorted(n for n in self.live if n != self.where[client])
+        node = self.live[others[pick % len(others)]]
+
+        async def take_over() -> None:
+            await self._stop_reading(client)
+            lasting = not clean and self.expiry[client] > 0
+            if not lasting or not expiry:
+                self._session_ends(client)  # (a connect of interval 0 may fail half-way)
+            present = await self._attach(client, node, clean, expiry, (StateFailureError,))
+            assert present in (None, lasting), f"{client}: Session Present {present}"
+
+        self.run(take_over())
+
+    @precondition(lambda self: len(self.live) >= 2)
+    @rule(
+        client=st.sampled_from(CLIENTS),
+        pick=st.integers(0, 9),
+        clean=st.booleans(),
+        expiry=st.sampled_from([0, EXPIRY]),
+    )
+    def race(self, client: str, pick: int, clean: bool, expiry: int) -> None:
+        """CONNECTs of the client on two nodes at once; a node where it is connected
+        first ends that connection (as the MQTT front end does). Each ends attached or
+        fails as Redis may; once the notices are read, exactly one node serves it."""
+        names = sorted(self.live)
+        racing = [self.live[names[(pick + k) % len(names)]] for k in (0, 1)]
+        self.drawn.add(client)
+
+        async def connect(node: RouterNode) -> bool:
+            if self.where.get(client) == node.node_id:
+                await node.put_away(client)
+            return await node.connect(client, clean_start=clean, expiry=expiry)
+
+        async def race() -> None:
+            await self._stop_reading(client)
+            if clean or not expiry or not self.expiry.get(client, 1):
+                self._session_ends(client)
+            outcomes = await asyncio.gather(*map(connect, racing), return_exceptions=True)
+            self.where[client] = None
+            for outcome in outcomes:
+                if isinstance(outcome, SessionStateError) or not isinstance(
+                    outcome, bool | StateError
+                ):
+                    raise AssertionError(f"racing connects of {client}: {outcomes}")
+            if all(isinstance(outcome, StateError) for outcome in outcomes):
+                self._session_ends(client)  # (left half-way: what it keeps is not told)
+                return
+            await waiting.eventually(
+                lambda: sum(n.serves(client) for n in self.live.values()) == 1,
+                5,
+                f"one node serving {client}",
+            )
+            [winner] = [n for n in self.live.values() if n.serves(client)]
+            assert winner in racing, f"{client} is served by {winner.node_id}"
+            await self._attach(client, winner, False, expiry, (StateFailureError,))
+
+        self.run(race())
 
     @precondition(lambda self: bool(self.drawn))
     @rule(data=st.data())
@@ -168,6 +277,8 @@ class SessionModel(RuleBasedStateMachine):
         async def leave() -> None:
             await self._stop_reading(client)
             self.where[client] = None
+            if not self.expiry[client]:
+                self._session_ends(client)
             with contextlib.suppress(RouterError):  # (as the MQTT front end)
                 await node.put_away(client)
 
@@ -201,6 +312,9 @@ class SessionModel(RuleBasedStateMachine):
                 if where == node.node_id:
                     await self._stop_reading(client)
                     self.where[client] = None
+                    if not self.expiry[client]:
+                        self._session_ends(client)  # (with its connection)
+                        continue
                     session = node.sessions.find(client)
                     if session is not None and session.holding:
                         # A session that just moved here holds its new copies in memory
@@ -274,6 +388,9 @@ class SessionModel(RuleBasedStateMachine):
     async def _final_check(self) -> None:
         node = self.live[sorted(self.live)[0]]
         for client in sorted(self.subscribed):
+            if not self.expiry[client]:  # (the connect below takes over and ends it)
+                self._session_ends(client)
+        for client in sorted(self.subscribed):
             await self._stop_reading(client)
             await waiting.retried(  # (Redis may be back from a restart just now)
                 functools.partial(node.connect, client, clean_start=False, expiry=EXPIRY),
@@ -317,6 +434,34 @@ def awaiting(coroutine: Any) -> str:
             frames.append(f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}")
         coroutine = getattr(coroutine, "cr_await", None) or getattr(coroutine, "gi_yieldfrom", None)
     return " > ".join(frames)
+
+
+@pytest.mark.redis
+def test_takeovers_and_racing_connects_keep_what_a_lasting_session_was_promised(
+    redis_server_factory: Callable[..., RedisServer],
+) -> None:
+    """The model through one chosen run of takeovers with every Clean Start and interval,
+    and racing connects (the search above draws them among the rest)."""
+    SessionModel.server = redis_server_factory(aof=True)
+    model = SessionModel()
+    try:
+        model.start()
+        model.connect("c1", 0)
+        model.connect("c2", 1)
+        model.publish(0, 3)
+        for clean, expiry in [(False, EXPIRY), (False, 0), (False, EXPIRY), (True, EXPIRY)]:
+            model.take_over("c1", 0, clean, expiry)
+            model.publish(1, 2)
+        for clean, expiry in [(False, EXPIRY), (True, EXPIRY), (False, 0), (False, EXPIRY)]:
+            model.race("c2", 0, clean, expiry)
+            model.publish(0, 2)
+        model.join()
+        model.race("c1", 1, False, EXPIRY)
+        model.kill(0)
+        model.race("c2", 1, False, EXPIRY)
+        model.publish(0, 2)
+    finally:
+        model.teardown()
 
 
 @pytest.mark.redis
