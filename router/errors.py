@@ -486,9 +486,12 @@ class MqttError(RouterError):
 
     ``reason_code`` is the MQTT 5 reason code the specification names for it (the server
     sends it in CONNACK or DISCONNECT before closing; 3.1.1 clients are just closed).
+    ``level`` is the protocol level of the CONNECT it was raised decoding, once that
+    CONNECT's level was read (its refusal is a CONNACK of that level); None otherwise.
     """
 
     reason_code = 0x80
+    level: int | None = None
 
     def __init__(self, message: str, reason_code: int | None = None) -> None:
         if reason_code is not None:
@@ -517,12 +520,12 @@ class PacketTooLargeError(MqttError):
 class UnsupportedProtocolVersionError(MqttError):
     """A CONNECT with a protocol name or level the server does not speak (0x84).
 
-    ``level`` is the protocol level the client sent (None if it did not get that far).
+    ``level`` is the protocol level the client sent.
     """
 
     reason_code = 0x84
 
-    def __init__(self, message: str, level: int | None = None) -> None:
+    def __init__(self, message: str, level: int) -> None:
         self.level = level
         super().__init__(message)
 

@@ -11,14 +11,25 @@ What a decoding error becomes (reason codes of 5.0, section 4.13):
 
 * :class:`MalformedPacketError` (0x81): reserved flag bits set, a QoS of 3, a remaining
   length or a field that runs short or long, bad UTF-8, a packet identifier 0, a
-  reason code that packet may not carry, a property not allowed there;
+  reason code that packet may not carry, a property not allowed there, a topic filter
+  of zero length (MQTT-4.7.3-1, as mosquitto);
 * :class:`MqttProtocolError` (0x82): a well-formed packet the protocol forbids (a first
   packet other than CONNECT, a second CONNECT is left to the session; an empty
-  SUBSCRIBE in 5.0, retain handling 3, a property given twice, AUTH below 5.0);
+  SUBSCRIBE or UNSUBSCRIBE in 5.0, MQTT-3.8.3-2 and 3.10.3-2, retain handling 3, a
+  property given twice, AUTH below 5.0, an empty will topic, Authentication Data
+  without an Authentication Method, a Response Topic that is empty or has a wildcard);
+* :class:`MqttProtocolError` with 0x90 (Topic Name invalid): a wildcard in the topic
+  name of a PUBLISH or a will;
 * :class:`UnsupportedProtocolVersionError` (0x84): a protocol name or level other than
   ``MQIsdp``/3, ``MQTT``/4 or ``MQTT``/5;
 * :class:`MqttProtocolError` with 0x97 (Quota exceeded): a property block with more user
   properties than the reader's :class:`~router.mqtt.properties.PropertyLimits` allow.
+
+An error raised decoding a CONNECT, once its protocol level was read, carries that
+level (:attr:`MqttError.level <router.errors.MqttError>`): a 5.0 CONNECT is refused
+with a CONNACK of its reason code, a 3.1.1 one closed without CONNACK (MQTT-3.1.4-1).
+What the server supports (no Authentication Method at all, its own limits) is judged
+once the CONNECT is decoded (:func:`router.mqtt.exchange.admit`).
 """
 
 from __future__ import annotations
@@ -69,6 +80,7 @@ from router.mqtt.properties import (
     WILL,
     Properties,
     PropertyLimits,
+    check_topic_name,
     read_properties,
 )
 from router.mqtt.reason_codes import ALLOWED
@@ -133,13 +145,13 @@ def decode(
         properties, at = read_properties(body, at, kind, limits) if v5 else (NO_PROPERTIES, at)
         filters = []
         while at < len(body):
-            topic_filter, at = read_string(body, at)
+            topic_filter, at = _read_filter(body, at)
             filters.append(topic_filter)
         if not filters:
             raise _empty(v5, "UNSUBSCRIBE needs at least one topic filter")
         return Unsubscribe(packet_id, tuple(filters), properties)
     if kind == PacketType.CONNACK:
-        return _decode_connack(body, v5, limits)
+        return _decode_connack(body, level, limits)
     if kind == PacketType.SUBACK:
         return _decode_suback(body, v5, limits)
     if kind == PacketType.UNSUBACK:
@@ -174,6 +186,17 @@ def _decode_connect(body: memoryview, limits: PropertyLimits) -> Connect:
         raise UnsupportedProtocolVersionError(
             f"protocol {name!r} level {level} is not MQTT 3.1, 3.1.1 or 5.0", level
         )
+    try:
+        return _decode_connect_fields(body, at, level, limits)
+    except MqttError as error:
+        error.level = level  # (refused with a CONNACK of that level: MqttError.level)
+        raise
+
+
+def _decode_connect_fields(
+    body: memoryview, at: int, level: int, limits: PropertyLimits
+) -> Connect:
+    """The CONNECT of ``level`` whose flags start at ``at``."""
     v5 = level == MQTT_5
     flags, at = read_byte(body, at)
     if flags & 0x01:
@@ -190,11 +213,16 @@ def _decode_connect(body: memoryview, limits: PropertyLimits) -> Connect:
     properties, at = (
         read_properties(body, at, PacketType.CONNECT, limits) if v5 else (NO_PROPERTIES, at)
     )
+    if properties.authentication_data is not None and properties.authentication_method is None:
+        raise MqttProtocolError("Authentication Data without an Authentication Method")
     client_id, at = read_string(body, at)
     will = None
     if will_flag:
         will_properties, at = read_properties(body, at, WILL, limits) if v5 else (NO_PROPERTIES, at)
         topic, at = read_string(body, at)
+        if not topic:
+            raise MqttProtocolError("the will topic is empty")
+        check_topic_name(topic)  # (0x90)
         payload, at = read_binary(body, at)
         will = Will(topic, payload, will_qos, will_retain, will_properties)
     username = password = None
@@ -208,9 +236,10 @@ def _decode_connect(body: memoryview, limits: PropertyLimits) -> Connect:
     )
 
 
-def _decode_connack(body: memoryview, v5: bool, limits: PropertyLimits) -> ConnAck:
+def _decode_connack(body: memoryview, level: int, limits: PropertyLimits) -> ConnAck:
+    v5 = level >= MQTT_5
     ack_flags, at = read_byte(body, 0)
-    if ack_flags & 0xFE:
+    if ack_flags & (0xFE if level >= MQTT_3_1_1 else 0xFF):  # (3.1 has no Session Present)
         raise MalformedPacketError("CONNACK has reserved acknowledge flags set")
     code, at = read_byte(body, at)
     if not v5:
@@ -243,6 +272,7 @@ def _decode_publish(
         raise MalformedPacketError("a string is not well-formed UTF-8") from None
     if "\x00" in topic:
         raise MalformedPacketError("a string contains U+0000")
+    check_topic_name(topic)
     at = topic_end
     packet_id = None
     if qos:
@@ -294,7 +324,7 @@ def _decode_subscribe(body: memoryview, v5: bool, limits: PropertyLimits) -> Sub
         properties, at = read_properties(body, at, PacketType.SUBSCRIBE, limits)
     subscriptions = []
     while at < len(body):
-        topic_filter, at = read_string(body, at)
+        topic_filter, at = _read_filter(body, at)
         options, at = read_byte(body, at)
         qos = options & 0x03
         if qos == 3 or options & (0xC0 if v5 else 0xFC):
@@ -310,6 +340,15 @@ def _decode_subscribe(body: memoryview, v5: bool, limits: PropertyLimits) -> Sub
     if not subscriptions:
         raise _empty(v5, "SUBSCRIBE needs at least one topic filter")
     return Subscribe(packet_id, tuple(subscriptions), properties)
+
+
+def _read_filter(body: memoryview, at: int) -> tuple[str, int]:
+    """A topic filter of a SUBSCRIBE or UNSUBSCRIBE: at least one character
+    (MQTT-4.7.3-1; its syntax is judged per filter, 0x8F, once it is decoded)."""
+    topic_filter, at = read_string(body, at)
+    if not topic_filter:
+        raise MalformedPacketError("a topic filter is empty")
+    return topic_filter, at
 
 
 def _code_and_properties(

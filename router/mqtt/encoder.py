@@ -4,15 +4,18 @@
 :func:`encode` writes any packet; the delivery path writes PUBLISH and PUBACK packets
 through :func:`encode_publish` (with the topic's field made once: :func:`topic_field`)
 and :func:`encode_puback`, which make the same bytes without a packet object to build
-first. Fields that only 5.0 has are left out below 5.
+first. Fields that only 5.0 has are left out below 5, and CONNACK's Session Present
+below 3.1.1 (protocol level 3 reserves that byte).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Final
 
 from router.mqtt.packets import (
+    MQTT_3_1_1,
     MQTT_5,
     PROTOCOL_NAMES,
     Auth,
@@ -55,6 +58,8 @@ def encode(packet: Packet, level: int = MQTT_5) -> bytes:
     writer = _WRITERS.get(type(packet))
     if writer is None:
         raise TypeError(f"not an MQTT packet: {packet!r}")
+    if type(packet) is ConnAck and level < MQTT_3_1_1 and packet.session_present:
+        packet = replace(packet, session_present=False)  # (3.1 reserves the flag: always 0)
     body = bytearray()
     flags = writer(body, packet, level >= MQTT_5)
     if len(body) > MAX_VARINT:

@@ -6,10 +6,12 @@ and the session's acknowledgement state, so that every order of packets can be t
 without a socket or a node (tests/mqtt/test_exchange.py drives random ones against a
 model of what the client must see).
 
-* **CONNECT** (:func:`admit`): the client id (assigned for an empty 5.0 id; 3.1.1 with
+* **CONNECT** (:func:`admit`): an Authentication Method (0x8C: the server supports no
+  enhanced authentication), the client id (assigned for an empty 5.0 id; 3.1.1 with
   clean session 0 and no id is refused, 0x02), anonymous clients when they are not
   allowed (0x87), the Session Expiry Interval granted; :func:`refusal` maps what the node
   answered instead (a bad id, a refused login, Redis failing) to the CONNACK code;
+  :func:`connect_refused` answers a CONNECT the decoder refused (a CONNACK in 5.0);
   :func:`connack_properties` says what a 5.0 CONNACK announces.
 * **Acknowledgements** (:class:`Acknowledgements`): the QoS 1/2 exchange both ways over a
   session's ``inflight`` (sent, not yet acknowledged) and ``awaiting_release`` (received
@@ -32,12 +34,17 @@ from router.core.messages import Delivery
 from router.errors import (
     ConnectionEndedError,
     InvalidIdError,
+    MqttError,
     MqttProtocolError,
     NotAuthorizedError,
     SessionUserError,
+    UnsupportedProtocolVersionError,
 )
 from router.mqtt.packets import (
+    MQTT_3_1,
+    MQTT_3_1_1,
     MQTT_5,
+    ConnAck,
     Connect,
     Disconnect,
     Packet,
@@ -48,7 +55,7 @@ from router.mqtt.packets import (
     PubRel,
 )
 from router.mqtt.properties import Properties
-from router.mqtt.reason_codes import ReasonCode
+from router.mqtt.reason_codes import ALLOWED, ReasonCode
 from router.mqtt.settings import MqttSettings
 
 RC = ReasonCode
@@ -84,6 +91,8 @@ Action = Packet | Release
 def admit(connect: Connect, settings: MqttSettings, new_id: Callable[[], str]) -> Admit | Refuse:
     """Whether the connection may go on with ``connect`` (before the node is asked)."""
     v5 = connect.protocol_level >= MQTT_5
+    if connect.properties.authentication_method is not None:  # (no enhanced authentication)
+        return Refuse(RC.BAD_AUTHENTICATION_METHOD)  # MQTT-4.12.0-1
     client_id, assigned = connect.client_id, None
     if not client_id:
         if not v5 and not connect.clean_start:
@@ -95,6 +104,26 @@ def admit(connect: Connect, settings: MqttSettings, new_id: Callable[[], str]) -
     if not v5:
         requested = 0 if connect.clean_start else settings.session_expiry_max
     return Admit(client_id, assigned, min(requested or 0, settings.session_expiry_max))
+
+
+def connect_refused(error: MqttError) -> tuple[ConnAck, int] | None:
+    """The CONNACK, and the protocol level to write it at, for a connection that ends
+    with ``error`` before its CONNECT was accepted; None to close without one. A CONNECT
+    refused as it was decoded (``error.level`` set): 5.0 gets a CONNACK of the error's
+    reason code (0x80 for one a CONNACK may not carry), 3.1.1 and 3.1 none
+    (MQTT-3.1.4-1) except for an unsupported protocol version (return code 0x01; a
+    level it does not know is answered as 5.0: CONNACK 0x84)."""
+    level = error.level
+    if level is None:
+        return None
+    if isinstance(error, UnsupportedProtocolVersionError):
+        return ConnAck(False, RC.UNSUPPORTED_PROTOCOL_VERSION), (
+            MQTT_3_1_1 if level in (MQTT_3_1, MQTT_3_1_1) else MQTT_5
+        )
+    if level < MQTT_5:
+        return None
+    code = error.reason_code
+    return ConnAck(False, code if code in ALLOWED[ConnAck.type] else RC.UNSPECIFIED_ERROR), MQTT_5
 
 
 def refusal(connect: Connect, error: Exception) -> int:

@@ -9,6 +9,8 @@ Topic aliases (3.3.2.3.4), per connection only (MQTT-3.3.2-7):
   empty topic and no alias is 0x82 (MQTT-3.3.2-1);
 * a topic name with a wildcard is 0x90 Topic Name invalid, also when it binds an alias.
 
+A PUBLISH from a client carrying a Subscription Identifier is 0x82 (MQTT-3.3.4-6).
+
 The table holds at most ``topic_alias_maximum`` topics of at most 65535 bytes each: a
 client that keeps re-mapping aliases replaces entries, it never adds any.
 
@@ -27,7 +29,7 @@ from collections.abc import Collection
 from router.core.aliases import AliasTable
 from router.core.messages import Outgoing
 from router.errors import InvalidTopicError, MqttProtocolError
-from router.mqtt.outgoing import carried_properties
+from router.mqtt.outgoing import carried_properties, message_expiry
 from router.mqtt.packets import Publish
 from router.mqtt.properties import NO_PROPERTIES
 from router.mqtt.reason_codes import ReasonCode
@@ -72,7 +74,7 @@ class InboundLimits:
             packet.qos,
             packet.retain,
             publisher,
-            properties.message_expiry_interval,
+            message_expiry(properties),
             carried_properties(properties),
         )
 
@@ -87,6 +89,8 @@ class InboundLimits:
     def topic(self, packet: Publish) -> str:
         """The topic of ``packet``, its alias resolved (or bound, when it has both), at
         most ``max_levels`` levels deep and ``max_length`` characters long."""
+        if packet.properties.subscription_identifiers:  # MQTT-3.3.4-6: the server's to send
+            raise MqttProtocolError("a client's PUBLISH carries a Subscription Identifier")
         alias = packet.properties.topic_alias
         if packet.topic:
             self.check_topic(packet.topic)

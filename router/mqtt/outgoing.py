@@ -19,7 +19,9 @@ wait is counted). A slot of the window, and its bytes, are taken *before* a deli
 leaves the session, so a delivery is always queued there or in flight, never in between
 (a session handed on takes both). Packets gathered while more
 deliveries wait go out in one write. A packet above the client's Maximum Packet Size is
-not sent (MQTT-3.1.2-25) and a message whose expiry passed neither; both are counted. It
+not sent, as if it had been (MQTT-3.1.2-25: its packet id and slot are free again, and
+so is the topic alias it would have bound), and a message whose expiry passed neither;
+both are counted. It
 sends from a task only while there is something to send: an idle client's outbox waits
 for the next delivery without one.
 """
@@ -126,6 +128,19 @@ class PublishEncoder:
         delivery.encoded = (v5, data)
         return data
 
+    def encode_within(self, delivery: Delivery, packet_id: int | None, most: int) -> bytes | None:
+        """As :meth:`encode` (no DUP), or None for a PUBLISH above ``most`` bytes (0: no
+        limit), which is not sent: nothing of it stays, so an alias it bound is free
+        again (the client never saw it) and the next PUBLISH of its topic carries the
+        topic (MQTT-3.1.2-25: as if it had been sent)."""
+        bound = 0 if self._aliases is None else len(self._aliases)
+        data = self.encode(delivery, packet_id, dup=False)
+        if not most or len(data) <= most:
+            return data
+        if self._aliases is not None and len(self._aliases) > bound:
+            del self._aliases[delivery.topic]  # (the newest alias: the numbering holds)
+        return None
+
     def _alias(self, topic: str) -> tuple[int, bool] | None:
         """(alias, already known to the client) for ``topic``, None to send it plainly."""
         aliases = self._aliases
@@ -154,6 +169,14 @@ def carried_properties(properties: Properties) -> MessageProperties | None:
         properties.user_properties,
     )
     return None if carried == _NOTHING_CARRIED else carried
+
+
+def message_expiry(properties: Properties) -> int | None:
+    """The lifetime in seconds a PUBLISH or a will asks for with its Message Expiry
+    Interval; None (it never expires) when it has none, or 0: as on mosquitto, an
+    interval of 0 is no expiry (the specification gives 0 no meaning of its own, and a
+    message that expired as it arrived could not even be retained)."""
+    return properties.message_expiry_interval or None
 
 
 def publish_properties(delivery: Delivery, now: float) -> Properties:
@@ -397,8 +420,8 @@ class Outbox:
         if delivery.qos:
             packet_id = self._allocate()
             self._session.inflight[packet_id] = delivery
-        data = self._encoder.encode(delivery, packet_id, dup=False)
-        if self._max_packet and len(data) > self._max_packet:
+        data = self._encoder.encode_within(delivery, packet_id, self._max_packet)
+        if data is None:
             self._counters.oversized_dropped += 1  # discarded as if sent
             if packet_id is not None:
                 self.release(packet_id)

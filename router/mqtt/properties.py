@@ -9,7 +9,8 @@ Rules enforced when reading, with the reason code a violation gets:
   order, [3.3.2-17/18]) and Subscription Identifier in PUBLISH (one per subscription).
 * Values outside their range are a Protocol Error: Receive Maximum 0, Maximum Packet Size
   0, a Subscription Identifier 0, a flag (Payload Format Indicator, Request Problem
-  Information, ...) other than 0 or 1, Maximum QoS other than 0 or 1.
+  Information, ...) other than 0 or 1, Maximum QoS other than 0 or 1, a Response Topic
+  that is empty or holds a wildcard (it is a topic name, MQTT-3.3.2-14, 4.7.3-1).
 * More User Properties in one property block than :class:`PropertyLimits` allow, by
   count or by the UTF-8 bytes of their names and values, is Quota exceeded (0x97, a limit
   of ours: each costs decoding, memory and an encoding per subscriber). It is judged as
@@ -46,6 +47,7 @@ from router.mqtt.wire import (
 WILL: Final = 0
 """The pseudo packet type of the will properties inside CONNECT."""
 QUOTA_EXCEEDED: Final = 0x97
+TOPIC_NAME_INVALID: Final = 0x90
 
 
 class Kind(Enum):
@@ -234,10 +236,22 @@ def read_properties(
             continue
         if spec.field in values:
             raise MqttProtocolError(f"{spec.field.replace('_', ' ')} is given twice")
+        if spec.field == "response_topic":
+            check_topic_name(value, MqttProtocolError.reason_code, empty=True)
         values[spec.field] = value
     return Properties(
         **values, user_properties=tuple(pairs), subscription_identifiers=tuple(identifiers)
     ), end
+
+
+def check_topic_name(topic: str, code: int = TOPIC_NAME_INVALID, *, empty: bool = False) -> None:
+    """Raise :class:`MqttProtocolError` with ``code`` for a topic name that holds a
+    wildcard (``+`` or ``#``: a topic name has none, MQTT-3.3.2-2) or, with ``empty``,
+    that is empty (MQTT-4.7.3-1; a PUBLISH may leave it empty for its topic alias)."""
+    if "+" in topic or "#" in topic:
+        raise MqttProtocolError(f"topic name {topic!r} holds a wildcard", code)
+    if empty and not topic:
+        raise MqttProtocolError("a topic name is empty", code)
 
 
 def write_properties(out: bytearray, properties: Properties) -> None:
@@ -295,6 +309,7 @@ __all__ = [
     "WILL",
     "Properties",
     "PropertyLimits",
+    "check_topic_name",
     "properties_size",
     "read_properties",
     "varint_size",

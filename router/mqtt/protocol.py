@@ -79,7 +79,6 @@ from router.errors import (
     RouterError,
     SessionOwnershipError,
     StateError,
-    UnsupportedProtocolVersionError,
 )
 from router.mqtt.codec import encode, encode_puback
 from router.mqtt.connection_host import ConnectionHost, Transport
@@ -90,16 +89,15 @@ from router.mqtt.exchange import (
     Release,
     admit,
     connack_properties,
+    connect_refused,
     disconnect,
     disconnect_ends,
     refusal,
 )
 from router.mqtt.inbound import InboundLimits
 from router.mqtt.intake import READ_PAUSE, Intake
-from router.mqtt.outgoing import Outbox, PublishEncoder, carried_properties
+from router.mqtt.outgoing import Outbox, PublishEncoder, carried_properties, message_expiry
 from router.mqtt.packets import (
-    MQTT_3_1,
-    MQTT_3_1_1,
     MQTT_5,
     ConnAck,
     Connect,
@@ -195,13 +193,21 @@ class MqttConnection(Intake):
         if isinstance(reason, ConnectionEndedError):
             keep_will = reason.keep_will
             self._send_disconnect(reason.disconnect_code)
-        elif isinstance(reason, UnsupportedProtocolVersionError):
+        elif isinstance(reason, MqttError):  # (what the client sent: counted, told, logged)
             self.server.count_close(reason.reason_code)
-            v3 = reason.level in (MQTT_3_1, MQTT_3_1_1)
-            self.transport.write(encode(ConnAck(False, reason.reason_code), 4 if v3 else 5))
-        elif isinstance(reason, MqttError):
-            self.server.count_close(reason.reason_code)
-            self._send_disconnect(reason.reason_code)
+            log.info(
+                "closing MQTT client %s (%s): 0x%02x %s",
+                self.client_id,
+                self.transport.peer,
+                reason.reason_code,
+                reason,
+            )
+            if self.client_id is None:
+                refused = connect_refused(reason)
+                if refused is not None:
+                    self.transport.write(encode(*refused))
+            else:
+                self._send_disconnect(reason.reason_code)
         elif isinstance(reason, StateError):  # (Redis refused or is gone: no ack)
             log.warning("closing MQTT client %s: %s", self.client_id, reason)
             self._send_disconnect(RC.SERVER_BUSY)
@@ -253,7 +259,7 @@ class MqttConnection(Intake):
             will.qos,
             will.retain,
             self.client_id,
-            will.properties.message_expiry_interval,
+            message_expiry(will.properties),
             carried_properties(will.properties),
         )
         return outgoing, will.properties.will_delay_interval or 0
@@ -574,7 +580,7 @@ class MqttConnection(Intake):
         if again is not None:  # (published already)
             self._write(again)
             return
-        expiry = packet.properties.message_expiry_interval
+        expiry = message_expiry(packet.properties)
         code = RC.SUCCESS
         try:
             result = await self.node.publish(

@@ -61,6 +61,12 @@ LEVELS = (MQTT_3_1, MQTT_3_1_1, MQTT_5)
 texts = st.text(
     st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=20
 )
+# Topic names (a PUBLISH may leave its empty for an alias) hold no wildcard; filters, a
+# will topic and a Response Topic are never empty (the decoder refuses what these do not).
+names = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00+#"), max_size=20
+)
+filters = texts.filter(bool)
 blobs = st.binary(max_size=40)
 packet_ids = st.integers(1, 0xFFFF)
 
@@ -97,8 +103,12 @@ def properties(draw: st.DrawFn, packet: int, level: int = MQTT_5) -> Properties:
             most = 3 if packet == PacketType.PUBLISH else 1
             identifier = st.integers(1, 268_435_455)
             values[spec.field] = tuple(draw(st.lists(identifier, min_size=1, max_size=most)))
+        elif spec.field == "response_topic":
+            values[spec.field] = draw(names.filter(bool))
         else:
             values[spec.field] = draw(value_of(spec.kind, spec.flag, spec.minimum))
+    if "authentication_data" in values and "authentication_method" not in values:
+        del values["authentication_data"]  # (data needs a method: a Protocol Error)
     return Properties(**values)
 
 
@@ -107,7 +117,7 @@ def connects(draw: st.DrawFn, level: int) -> Connect:
     will = None
     if draw(st.booleans()):
         will = Will(
-            draw(texts),
+            draw(names.filter(bool)),
             draw(blobs),
             draw(st.integers(0, 2)),
             draw(st.booleans()),
@@ -131,7 +141,7 @@ def connects(draw: st.DrawFn, level: int) -> Connect:
 def publishes(draw: st.DrawFn, level: int) -> Publish:
     qos = draw(st.integers(0, 2))
     return Publish(
-        draw(texts),
+        draw(names),
         draw(blobs),
         qos,
         draw(st.booleans()),
@@ -149,9 +159,9 @@ def acks(cls: type, level: int) -> st.SearchStrategy[Packet]:
 
 def subscriptions(level: int) -> st.SearchStrategy[Subscription]:
     if level < MQTT_5:
-        return st.builds(Subscription, texts, st.integers(0, 2))
+        return st.builds(Subscription, filters, st.integers(0, 2))
     return st.builds(
-        Subscription, texts, st.integers(0, 2), st.booleans(), st.booleans(), st.integers(0, 2)
+        Subscription, filters, st.integers(0, 2), st.booleans(), st.booleans(), st.integers(0, 2)
     )
 
 
@@ -165,7 +175,12 @@ def packets(level: int) -> st.SearchStrategy[Packet]:
         connects(level),
         publishes(level),
         *(acks(cls, level) for cls in (PubAck, PubRec, PubRel, PubComp)),
-        st.builds(ConnAck, st.booleans(), connack_codes, properties(PacketType.CONNACK, level)),
+        st.builds(  # (3.1 has no Session Present)
+            ConnAck,
+            st.booleans() if level >= MQTT_3_1_1 else st.just(False),
+            connack_codes,
+            properties(PacketType.CONNACK, level),
+        ),
         st.builds(
             Subscribe,
             packet_ids,
@@ -181,7 +196,7 @@ def packets(level: int) -> st.SearchStrategy[Packet]:
         st.builds(
             Unsubscribe,
             packet_ids,
-            st.lists(texts, min_size=1, max_size=3).map(tuple),
+            st.lists(filters, min_size=1, max_size=3).map(tuple),
             properties(PacketType.UNSUBSCRIBE, level),
         ),
         st.builds(
@@ -359,6 +374,28 @@ ERRORS: list[tuple[str, bytes, int | None, type[MqttError]]] = [
     ("remaining length of 5 bytes", b"\x30\xff\xff\xff\xff\x01", MQTT_5, MalformedPacketError),
     ("overlong remaining length", b"\xc0\x80\x00", MQTT_5, MalformedPacketError),
     ("overlong property length", b"\x30\x05\x00\x01a\x80\x00", MQTT_5, MalformedPacketError),
+    ("zero-length filter", b"\x82\x05\x00\x01\x00\x00\x00", MQTT_3_1_1, MalformedPacketError),
+    ("zero-length unsubscribe", b"\xa2\x05\x00\x01\x00\x00\x00", MQTT_5, MalformedPacketError),
+    ("5.0 empty UNSUBSCRIBE", b"\xa2\x03\x00\x01\x00", MQTT_5, MqttProtocolError),
+    (
+        "empty will topic",
+        b"\x10\x11\x00\x04MQTT\x04\x06\x00\x3c\x00\x01c\x00\x00\x00\x00",
+        None,
+        MqttProtocolError,
+    ),
+    (
+        "authentication data without a method",
+        b"\x10\x12\x00\x04MQTT\x05\x02\x00\x3c\x04\x16\x00\x01d\x00\x01c",
+        None,
+        MqttProtocolError,
+    ),
+    (
+        "response topic with a wildcard",
+        b"\x30\x09\x00\x01a\x05\x08\x00\x02a#",
+        MQTT_5,
+        MqttProtocolError,
+    ),
+    ("3.1 CONNACK with Session Present", b"\x20\x02\x01\x00", MQTT_3_1, MalformedPacketError),
 ]
 
 
@@ -381,6 +418,47 @@ def test_decoding_errors_map_to_the_specified_reason_code(
             UnsupportedProtocolVersionError: 0x84,
         }[error]
     )
+
+
+@pytest.mark.parametrize(
+    ("bytes_in", "level"),
+    [
+        (b"\x30\x06\x00\x03a/+x", MQTT_3_1_1),
+        (b"\x30\x05\x00\x01#\x00x", MQTT_5),
+        (b"\x10\x12\x00\x04MQTT\x04\x06\x00\x3c\x00\x01c\x00\x01#\x00\x00", None),
+    ],
+    ids=["publish", "publish 5.0", "will"],
+)
+def test_a_wildcard_in_a_topic_name_is_topic_name_invalid(
+    bytes_in: bytes, level: int | None
+) -> None:
+    reader = PacketReader()
+    reader.level = level
+    with pytest.raises(MqttProtocolError) as raised:
+        reader.feed(bytes_in)
+    assert raised.value.reason_code == 0x90
+
+
+def test_an_error_in_a_connect_carries_its_protocol_level() -> None:
+    """Its refusal is a CONNACK of that level (5.0) or none (3.1.1: MQTT-3.1.4-1)."""
+    for level, connect in (
+        (MQTT_5, b"\x10\x0f\x00\x04MQTT\x05\x02\x00\x3c\x00\x00\x01cX"),
+        (MQTT_3_1_1, b"\x10\x0e\x00\x04MQTT\x04\x02\x00\x3c\x00\x01cX"),
+    ):
+        with pytest.raises(MalformedPacketError) as raised:
+            PacketReader().feed(connect)
+        assert raised.value.level == level
+    reader = PacketReader()
+    reader.level = MQTT_5
+    with pytest.raises(MalformedPacketError) as raised:
+        reader.feed(b"\x82\x05\x00\x01\x00\x00\x00")
+    assert raised.value.level is None
+
+
+def test_a_3_1_connack_never_carries_session_present() -> None:
+    """Protocol level 3 reserves the byte (3.1.1 made bit 0 Session Present)."""
+    assert encode(ConnAck(True, 0), MQTT_3_1) == b"\x20\x02\x00\x00"
+    assert encode(ConnAck(True, 0), MQTT_3_1_1) == b"\x20\x02\x01\x00"
 
 
 def test_an_oversized_packet_is_refused_from_its_fixed_header() -> None:

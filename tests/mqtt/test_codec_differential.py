@@ -462,15 +462,16 @@ _QOS: Final = st.integers(0, 2)
 _PACKET_ID: Final = st.integers(1, 0xFFFF)
 _BOOL: Final = st.booleans()
 _IDENTIFIER: Final = st.integers(1, (1 << 28) - 1)
-# mqtt5 checks wildcards when a packet is built (not when one is read; nor does our
-# codec, which leaves topic syntax to router.core), so drawn names and filters obey them.
+# mqtt5 checks wildcards when a packet is built (not when one is read), and our codec
+# refuses a wildcard in a topic name and an empty filter, will topic or Response Topic
+# (the rest of a filter's syntax is router.core's), so drawn names and filters obey them.
 _LEVEL: Final = st.text(st.characters(codec="utf-8", exclude_characters="\x00+#/"), max_size=5)
-_TOPIC: Final = st.lists(_LEVEL, min_size=1, max_size=3).map("/".join)
+_TOPIC: Final = st.lists(_LEVEL, min_size=1, max_size=3).map("/".join).filter(bool)
 _FILTER: Final = st.builds(
     lambda levels, multi: "/".join([*levels, "#"] if multi else levels),
     st.lists(_LEVEL | st.just("+"), min_size=1, max_size=3),
     _BOOL,
-)
+).filter(bool)
 _VALUES: Final[dict[str, st.SearchStrategy[Any]]] = {
     "payload_format_indicator": _FLAG,
     "message_expiry_interval": _U32,
@@ -541,7 +542,15 @@ def _props(kind: type, **fixed: st.SearchStrategy[Any]) -> st.SearchStrategy[Pro
         name = _MQTT5_NAMES.get(f.name, f.name)  # or without its "s": SUBSCRIBE's one id
         if f.name not in fixed and (hasattr(model, name) or hasattr(model, name[:-1])):
             optional[f.name] = _VALUES[f.name]
-    return st.fixed_dictionaries(fixed, optional=optional).map(lambda d: Properties(**d))
+    return st.fixed_dictionaries(fixed, optional=optional).map(_consistent)
+
+
+def _consistent(values: dict[str, Any]) -> Properties:
+    """Properties of ``values``, less Authentication Data without an Authentication
+    Method (a Protocol Error: our decoder refuses it)."""
+    if "authentication_method" not in values:
+        values = {k: v for k, v in values.items() if k != "authentication_data"}
+    return Properties(**values)
 
 
 def _codes(kind: type) -> st.SearchStrategy[int]:

@@ -78,3 +78,12 @@ def test_receive_maximum(awaiting: set[int], packet: Publish, refused: bool) -> 
     with pytest.raises(MqttProtocolError) as error:
         limits.check_quota(packet, awaiting)
     assert error.value.reason_code == 0x93
+
+
+def test_a_subscription_identifier_from_a_client_is_a_protocol_error() -> None:
+    """MQTT-3.3.4-6: only the server sends one (before: taken and ignored)."""
+    limits = InboundLimits(topic_alias_maximum=4, receive_maximum=10)
+    packet = Publish("t", b"", 1, packet_id=1, properties=Properties(subscription_identifiers=(3,)))
+    with pytest.raises(MqttProtocolError) as raised:
+        limits.outgoing(packet, "c", set())
+    assert raised.value.reason_code == 0x82
