@@ -5,7 +5,9 @@ close codes are a protocol of their own; a well-kept library beats writing them)
 listener serves one ``path`` (default ``/mqtt``; any other gets HTTP 404), selects the
 ``mqtt`` subprotocol, and carries MQTT bytes in binary messages: a text message ends the
 connection (MQTT-6.0.0-1). Messages are a byte stream to the MQTT side: a packet may
-span messages and a message may hold several packets (MQTT-6.0.0-2/3).
+span messages and a message may hold several packets (MQTT-6.0.0-2/3). When the MQTT
+connection ends the server sends a Close frame and closes the socket once the client
+answers it, or after ``CLOSE_TIMEOUT`` (as promptly as TCP, for a client that does not).
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ DEFAULT_PATH: Final = "/mqtt"
 #: Frames a connection buffers before it stops reading its socket (each up to the
 #: maximum packet size; the library's default of 16 let a client park 16 MiB a socket).
 QUEUED_FRAMES: Final = 2
+#: Seconds the server waits for the client's answer to its Close frame before it closes
+#: the socket: once the MQTT connection ended (its DISCONNECT sent) nothing more is owed,
+#: and clients that never answer (paho) held the socket for the library's default, 10 s.
+CLOSE_TIMEOUT: Final = 0.5
 WebSocketServer = Server
 
 
@@ -123,6 +129,7 @@ async def listen_websocket(
             ssl=tls,
             open_timeout=server.settings.connect_timeout,
             ping_interval=None,
+            close_timeout=CLOSE_TIMEOUT,
             max_size=server.settings.max_packet_size + 8,
             max_queue=QUEUED_FRAMES,
             compression=None,

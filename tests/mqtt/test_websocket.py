@@ -4,11 +4,15 @@ for another path gets HTTP 404."""
 
 from __future__ import annotations
 
+import os
 import socket
+import time
 from collections.abc import Iterator
 
 import pytest
 
+from router.mqtt.codec import PacketReader, encode
+from router.mqtt.packets import MQTT_5, ConnAck, Connect, Disconnect
 from router.state.keys import Keys
 from tests.support.mqtt import TIMEOUT, V5, V311, Paho, listener_ports, mqtt_node, routed_to
 
@@ -57,3 +61,60 @@ def test_another_path_gets_404(ports: tuple[int, int]) -> None:
             b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: mqtt\r\n\r\n"
         )
         assert sock.recv(100).startswith(b"HTTP/1.1 404")
+
+
+def _masked(payload: bytes, opcode: int = 0x2) -> bytes:
+    """One client frame (clients mask theirs, RFC 6455 5.3), FIN set; binary by default."""
+    mask = os.urandom(4)
+    size = len(payload)
+    length = bytes([0x80 | size]) if size < 126 else bytes([0x80 | 126]) + size.to_bytes(2, "big")
+    return (
+        bytes([0x80 | opcode])
+        + length
+        + mask
+        + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    )
+
+
+def _frames(data: bytes) -> list[tuple[int, bytes]]:
+    """(opcode, payload) of each whole server frame (unmasked, under 64 KiB) in ``data``."""
+    frames, at = [], 0
+    while at + 2 <= len(data):
+        size, start = data[at + 1] & 0x7F, at + 2
+        if size == 126:
+            size, start = int.from_bytes(data[at + 2 : at + 4], "big"), at + 4
+        frames.append((data[at] & 0x0F, data[start : start + size]))
+        at = start + size
+    return frames
+
+
+def test_the_socket_closes_promptly_after_the_servers_disconnect(ports: tuple[int, int]) -> None:
+    """A client that does not answer the server's WebSocket Close frame (paho's does not)
+    is closed at once after DISCONNECT, as over TCP. Before: ~10 s later (the websockets
+    library's close timeout)."""
+    ws_port, _ = ports
+    with socket.create_connection(("127.0.0.1", ws_port), timeout=TIMEOUT) as sock:
+        sock.sendall(
+            b"GET /mqtt HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: mqtt\r\n\r\n"
+        )
+        response = b""
+        while b"\r\n\r\n" not in response:
+            response += sock.recv(4096)
+        assert response.startswith(b"HTTP/1.1 101")
+        received = response.split(b"\r\n\r\n", 1)[1]
+        sock.sendall(_masked(encode(Connect("ws-closing", MQTT_5, keepalive=60))))
+        sock.sendall(_masked(b"\x30\xff\xff\x7f"))  # announces 2 MiB: above the maximum
+        started = time.monotonic()
+        while chunk := sock.recv(4096):
+            received += chunk
+        took = time.monotonic() - started
+    frames = _frames(received)
+    mqtt = PacketReader()
+    mqtt.level = MQTT_5
+    packets = mqtt.feed(b"".join(payload for opcode, payload in frames if opcode == 0x2))
+    assert [type(packet) for packet in packets] == [ConnAck, Disconnect]
+    assert packets[1] == Disconnect(0x95)
+    assert frames[-1][0] == 0x8  # a Close frame, then the socket closes
+    assert took < 2.0, f"closed {took:.1f} s after DISCONNECT"
