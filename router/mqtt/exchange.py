@@ -7,12 +7,14 @@ without a socket or a node (tests/mqtt/test_exchange.py drives random ones again
 model of what the client must see).
 
 * **CONNECT** (:func:`admit`): an Authentication Method (0x8C: the server supports no
-  enhanced authentication), the client id (assigned for an empty 5.0 id; 3.1.1 with
-  clean session 0 and no id is refused, 0x02), anonymous clients when they are not
-  allowed (0x87), the Session Expiry Interval granted; :func:`refusal` maps what the node
-  answered instead (a bad id, a refused login, Redis failing) to the CONNACK code;
-  :func:`connect_refused` answers a CONNECT the decoder refused (a CONNACK in 5.0);
-  :func:`connack_properties` says what a 5.0 CONNACK announces.
+  enhanced authentication), a will topic past ``max_topic_levels`` or
+  ``max_topic_length`` (0x90; 3.1.1: 5, Not authorized), the client id (assigned for an
+  empty 5.0 id; 3.1.1 with clean session 0 and no id is refused, 0x02), anonymous
+  clients when they are not allowed (0x87), the Session Expiry Interval granted;
+  :func:`refusal` maps what the node answered instead (a bad id, a refused login, Redis
+  failing) to the CONNACK code; :func:`connect_refused` answers a CONNECT the decoder
+  refused (a CONNACK in 5.0); :func:`connack_properties` says what a 5.0 CONNACK
+  announces.
 * **Acknowledgements** (:class:`Acknowledgements`): the QoS 1/2 exchange both ways over a
   session's ``inflight`` (sent, not yet acknowledged) and ``awaiting_release`` (received
   QoS 2 ids before their PUBREL): a resent QoS 2 PUBLISH is acknowledged again and not
@@ -98,6 +100,12 @@ def admit(connect: Connect, settings: MqttSettings, new_id: Callable[[], str]) -
         if not v5 and not connect.clean_start:
             return Refuse(RC.CLIENT_IDENTIFIER_NOT_VALID)
         client_id = assigned = new_id()
+    will = connect.will
+    if will is not None and (
+        will.topic.count("/") >= settings.max_topic_levels
+        or len(will.topic) > settings.max_topic_length
+    ):  # (our limits on a topic, as for a PUBLISH's)
+        return Refuse(RC.TOPIC_NAME_INVALID)
     if connect.username is None and not settings.allow_anonymous:
         return Refuse(RC.NOT_AUTHORIZED)
     requested = connect.properties.session_expiry_interval

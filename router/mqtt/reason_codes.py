@@ -130,6 +130,7 @@ _V3_RETURN_CODES: Final = {
     0x86: 0x04,  # bad user name or password
     0x87: 0x05,  # not authorized
     0x8A: 0x05,
+    0x90: 0x05,  # (a will topic past our limits: the nearest, as mosquitto's for a large will)
 }
 
 

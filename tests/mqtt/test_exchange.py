@@ -32,9 +32,10 @@ from router.mqtt.packets import (
     Publish,
     PubRec,
     PubRel,
+    Will,
 )
 from router.mqtt.properties import Properties
-from router.mqtt.reason_codes import ReasonCode as RC
+from router.mqtt.reason_codes import ReasonCode as RC, connack_return_code
 from router.mqtt.settings import MqttSettings
 
 SETTINGS = MqttSettings(max_keepalive=600, session_expiry_max=3600, allow_anonymous=True)
@@ -79,10 +80,36 @@ def connect(**fields: object) -> Connect:
         ),
         (connect(), MqttSettings(allow_anonymous=False), Refuse(RC.NOT_AUTHORIZED)),
         (connect(username="u"), MqttSettings(allow_anonymous=False), Admit("c", None, 0)),
+        (
+            connect(properties=Properties(authentication_method="SCRAM-SHA-256")),
+            SETTINGS,
+            Refuse(RC.BAD_AUTHENTICATION_METHOD),  # (no enhanced authentication)
+        ),
+        (
+            connect(will=Will("a/b/c", b"")),
+            MqttSettings(max_topic_levels=2, allow_anonymous=True),
+            Refuse(RC.TOPIC_NAME_INVALID),  # (a will topic past our limits, as a PUBLISH's)
+        ),
+        (
+            connect(will=Will("abcd", b"")),
+            MqttSettings(max_topic_length=3, allow_anonymous=True),
+            Refuse(RC.TOPIC_NAME_INVALID),
+        ),
+        (
+            connect(will=Will("a/b", b"")),
+            MqttSettings(max_topic_levels=2, max_topic_length=3, allow_anonymous=True),
+            Admit("c", None, 0),
+        ),
     ],
 )
 def test_admission(packet: Connect, settings: MqttSettings, expected: Admit | Refuse) -> None:
     assert admit(packet, settings, new_id) == expected
+
+
+def test_a_will_topic_past_our_limits_is_3_1_1_return_code_5() -> None:
+    """3.1.1 has no Topic Name invalid: the nearest is Not authorized (as mosquitto's
+    for a will too large), not 3, Server unavailable, which tells the client to retry."""
+    assert connack_return_code(RC.TOPIC_NAME_INVALID) == 0x05
 
 
 def test_what_the_node_refused_becomes_the_connack_code() -> None:

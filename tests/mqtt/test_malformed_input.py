@@ -146,6 +146,17 @@ def test_an_invalid_will_topic_is_refused_at_connect(node: Node, topic: str, cod
         assert exchange(port, connect(f"will-{level}", level, will=will), level=level) == []
 
 
+def test_a_will_topic_past_the_nodes_limits_is_refused_at_connect(node: Node) -> None:
+    """As a PUBLISH to that topic would be (``--mqtt-max-topic-levels``, 128): 5.0
+    CONNACK 0x90, 3.1.1 return code 5 (the nearest it has). Before: accepted."""
+    _, port = node
+    will = Will("/".join(["deep"] * 200), b"gone", 1)
+    assert exchange(port, connect("deep-5", will=will)) == [ConnAck(False, 0x90)]
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
+        sock.sendall(connect("deep-4", MQTT_3_1_1, will=will))
+        assert sock.recv(64) == b"\x20\x02\x00\x05"
+
+
 # -- SUBSCRIBE and UNSUBSCRIBE -------------------------------------------------------------------
 
 SUBSCRIBE_PACKETS = {
