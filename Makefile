@@ -11,7 +11,7 @@ EXT    := $(VENV)/.compiled
 # registry and checked against their published digests; never kept in the repository.
 ASSETS := router/web/static/vendor/.fetched
 
-.PHONY: demo test check lint typecheck model web-assets system-deps clean
+.PHONY: demo test conformance check lint typecheck model web-assets system-deps clean
 
 demo: $(STAMP) $(EXT) $(ASSETS)
 	$(BIN)/router demo
@@ -22,6 +22,12 @@ TEST_WORKERS ?= 2
 
 test: system-deps $(STAMP) $(EXT) $(ASSETS) check
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS)
+
+# Suites written by others (../shared/conformance/*: zMQTT's broker tests, gmqtt's own
+# suite), each against one node, two nodes and two nodes on a Redis Cluster; their code
+# stays outside the repository (tests/conformance/suites.py starts the nodes and judges).
+conformance: system-deps $(STAMP) $(EXT)
+	$(BIN)/python -m tests.conformance.suites
 
 check: lint typecheck
 
