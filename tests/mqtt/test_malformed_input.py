@@ -47,6 +47,7 @@ from router.mqtt.properties import Properties
 from router.state.keys import Keys
 from tests.support.cli import Process
 from tests.support.mqtt import TIMEOUT, V5, Paho, mqtt_node
+from tests.support.waiting import wait_until
 
 Node = tuple[Process, int]
 
@@ -116,9 +117,16 @@ def test_an_authentication_method_is_refused_with_connack_0x8c(node: Node) -> No
 
 def test_an_auth_packet_is_a_protocol_error(node: Node) -> None:
     """No Authentication Method was agreed at CONNECT, so AUTH is a Protocol Error."""
-    _, port = node
+    process, port = node
     packets = exchange(port, connect("auth"), encode(Auth(0x19), MQTT_5))
     assert accepted(packets) == [Disconnect(0x82)]
+
+    def told() -> list[str]:
+        return [line for line in log_of(process) if "closing MQTT client auth " in line]
+
+    wait_until(lambda: bool(told()), TIMEOUT, "the INFO line of the refusal")
+    [line] = told()  # (once for the connection, with its id and reason)
+    assert " INFO " in line and "0x82" in line
 
 
 def test_authentication_data_without_a_method_is_a_protocol_error(node: Node) -> None:
