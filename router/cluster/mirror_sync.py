@@ -28,7 +28,8 @@ subscription only once every other live node acked its route change
 (:mod:`router.cluster.visibility`). The ack goes once the publishes this node matched
 before the change have their copies stored (``forwards``): an ack is a fence. It is sent
 in the background, so the mirror goes on applying changes meanwhile. This node's own acks
-channel is heard on the hints connection and handed to ``on_ack``.
+channel is heard on the hints connection and handed to ``on_ack``, and the route fences
+channel to ``on_fence`` (:mod:`router.cluster.route_fence`).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class MirrorSync:
         adopt_sessions: Callable[[str], Awaitable[None]] | None = None,
         on_ack: Callable[[RouteAck], None] | None = None,
         forwards: ForwardsInFlight | None = None,
+        on_fence: Callable[[bytes], None] | None = None,
     ) -> None:
         self._routes = routes
         self._registry = registry
@@ -95,7 +97,11 @@ class MirrorSync:
         # applied) landed; and the task sending a node's acks in order
         self._to_ack: dict[str, tuple[tuple[str, int], list[asyncio.Future[None]]]] = {}
         self._acking: dict[str, asyncio.Task[None]] = {}
-        self._hints = RouteHints(redis, keys, also=(self._acks.channel(node_id),))
+        self._on_fence = on_fence
+        self._fence_channel = keys.route_fences()
+        self._hints = RouteHints(
+            redis, keys, also=(self._acks.channel(node_id), self._fence_channel)
+        )
         self._adopting: dict[str, asyncio.Task[None]] = {}  # dead node -> its adoption
         self._lease = LEASE_INTERVALS * interval
         self.dead: frozenset[str] = frozenset()
@@ -131,12 +137,18 @@ class MirrorSync:
         after the call reached Redis (raises what the hint's PUBLISH raised). Callers
         that come before the next hint goes share it: a burst of route writes (a
         reconnect storm) sends a few hints, not one per write."""
+        await asyncio.shield(self.announce_soon())
+
+    def announce_soon(self) -> asyncio.Future[None]:
+        """:meth:`announce` without waiting for it: the future of the hint that will
+        carry the news (a hint that fails is logged; every node also reads every
+        stream once per interval)."""
         waiter = self._next_hint
         if waiter is None:
             waiter = self._next_hint = asyncio.get_running_loop().create_future()
             if self._hinting is None or self._hinting.done():
                 self._hinting = asyncio.ensure_future(self._send_hints())
-        await asyncio.shield(waiter)
+        return waiter
 
     async def _send_hints(self) -> None:
         while (waiter := self._next_hint) is not None:
@@ -144,6 +156,7 @@ class MirrorSync:
             try:
                 await self._hints.announce(self._node_id)
             except Exception as error:
+                log.warning("the route hint of node %s failed: %r", self._node_id, error)
                 waiter.set_exception(error)
                 waiter.exception()  # (retrieved: its callers may be gone)
                 continue
@@ -175,6 +188,18 @@ class MirrorSync:
                     return
         finally:
             self._running.pop(node_id, None)
+
+    async def caught_up(self) -> None:
+        """Return once every node this mirror follows had its change stream read by a
+        catch-up that began after the call (concurrent callers share the readers: one
+        per node, and at most one more read queued behind it). A read that fails is
+        logged, as any catch-up's, and counts as done (the periodic refresh retries)."""
+        peers = [node_id for node_id in self._mirror.nodes() if node_id != self._node_id]
+        for node_id in peers:
+            self.request(node_id)
+        readers = [self._running[node_id] for node_id in peers if node_id in self._running]
+        if readers:
+            await asyncio.wait(readers)
 
     async def catch_up(self, node_id: str) -> None:
         """Apply the node's changes after the mirrored version, or reload it; then ack
@@ -408,6 +433,10 @@ class MirrorSync:
                     self._listing()  # (what the hints missed: read now, not next round)
                 continue
             if heard is None:
+                continue
+            if heard.channel == self._fence_channel:
+                if self._on_fence is not None:
+                    self._on_fence(heard.data)
                 continue
             if heard.channel != self._hints.channel:
                 ack = parse_ack(heard.data)

@@ -54,6 +54,7 @@ from router.cluster.mirror_sync import MirrorSync
 from router.cluster.move_fence import MoveFence
 from router.cluster.policy import Policy
 from router.cluster.retainer import Retainer
+from router.cluster.route_fence import FENCE_BOUND, RouteFence
 from router.cluster.route_writer import Reconciliation, RouteWriter
 from router.cluster.sessions.adoption import Adoption
 from router.cluster.sessions.lifecycle import SessionLifecycle
@@ -74,6 +75,7 @@ from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
 from router.state.retained_store import RetainedStore
 from router.state.route_acks import RouteAcks
+from router.state.route_fence_channel import RouteFences
 from router.state.routes import RouteChange, RouteStore
 from router.state.scripts import RedisClient, redis_errors
 from router.state.subscriptions import SubscriptionStore
@@ -126,6 +128,15 @@ class RouterNode:
             adopt_sessions=lambda dead: self._adoption.adopt(dead),  # noqa: PLW0108 (made below)
             on_ack=self._visibility.on_ack,
             forwards=self.forwards,
+            on_fence=lambda data: self._fence.heard(data),  # noqa: PLW0108 (made below)
+        )
+        self._fence = RouteFence(
+            RouteFences(redis, self.keys),
+            self.node_id,
+            self.arrivals,
+            self._fenced_peers,
+            self._sync.caught_up,
+            min(config.heartbeat_ttl, FENCE_BOUND),
         )
         self._writer = RouteWriter(
             self.routes,
@@ -249,6 +260,7 @@ class RouterNode:
         await self._retainer.stop()
         await self._forwarder.stop()
         await self._inbox.stop()
+        await self._fence.stop()
         await self._lifecycle.locks.stop()
         await self._keeper.stop()
         try:
@@ -509,6 +521,17 @@ class RouterNode:
         self._policy.replace_acl(acl)
         self.sessions.replace_acl(acl)
 
+    def _fenced_peers(self) -> list[str]:
+        """The peers a route fence asks: every mirrored node alive but this one."""
+        dead = self._sync.dead
+        return [n for n in self.mirror.nodes() if n != self.node_id and n not in dead]
+
+    async def catch_up_routes(self) -> None:
+        """Return once every subscription any live peer had read before the call is in
+        this node's route mirror (bounded: :mod:`router.cluster.route_fence`), so that it
+        applies to a publish this node handles after it. Never raises."""
+        await self._fence.passed()
+
     async def confirm_routes(self) -> bool:
         """Wait until every other live node's route mirror holds the routes this node
         wrote so far (bounded by the heartbeat TTL); False when that bound passed first
@@ -539,7 +562,7 @@ class RouterNode:
             await self._writer.submit(*changes[0])
         else:
             await asyncio.gather(*(self._writer.submit(r, c) for r, c in changes))
-        await self._sync.announce()
+        self._sync.announce_soon()  # (the hint is a hint: the change is durable already)
 
     def messages(self, client_id: str) -> AsyncIterator[Delivery]:
         """The client's deliveries, in order, until it disconnects."""

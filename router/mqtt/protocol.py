@@ -132,6 +132,7 @@ class MqttConnection(Intake):
 
     __slots__ = (
         "_acks",
+        "_caught_up",
         "_disconnect_sent",
         "_expiry",
         "_kept",
@@ -164,6 +165,7 @@ class MqttConnection(Intake):
         self._kept: Connect | None = None  # its will and expiry, should it have either
         self._session_expiry = 0
         self._disconnect_sent = False
+        self._caught_up = False  # (the route mirror, before the first PUBLISH)
         self._rate: ClientRates | None = None  # (made at the first packet it counts)
         self._expiry: asyncio.TimerHandle | None = None  # (credentials that expire)
 
@@ -443,6 +445,9 @@ class MqttConnection(Intake):
         """Handle packets in order; a run of QoS 0/1 PUBLISH packets is published as one
         batch (one inbox write per node, one write of their acknowledgements)."""
         self._count_rates(packets)
+        if not self._caught_up and any(type(packet) is Publish for packet in packets):
+            self._caught_up = True  # (a new publisher sees what was subscribed before it)
+            await self.node.catch_up_routes()
         run: list[Publish] = []
         for packet in packets:
             if type(packet) is Publish and packet.qos < 2:

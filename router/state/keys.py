@@ -303,6 +303,11 @@ class Keys:
         """The pub/sub channel (not a key) where nodes announce route changes: a hint."""
         return f"{self.prefix}:route-hints"
 
+    def route_fences(self) -> str:
+        """The pub/sub channel (not a key) where a node asks its peers to settle the
+        subscriptions they have read, and they answer (:mod:`router.state.route_fence_channel`)."""
+        return f"{self.prefix}:route-fences"
+
     def route_acks_channel(self, node_id: str) -> str:
         """The pub/sub channel (not a key) where readers tell a node how far they hold
         its route set."""

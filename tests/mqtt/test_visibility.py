@@ -142,6 +142,40 @@ def test_subscribes_whose_suback_nobody_awaits_apply_to_publishes_received_after
         publisher.close()
 
 
+#: Rounds of a new publisher on another node, each with new clients.
+NEW_PUBLISHER_ROUNDS = 20
+
+
+def test_a_new_publisher_on_another_node_sees_what_was_subscribed_before_it(
+    nodes: Nodes,
+) -> None:
+    """gmqtt's test_shared_subscriptions across nodes: a client sends two SUBSCRIBEs to
+    node B without waiting for their SUBACKs, then a new client connects to node A and
+    at once publishes 10 messages on the second filter: every one is delivered (the
+    first PUBLISH of a connection passes the route fence, router.cluster.route_fence).
+    Before, the route change was often still on its way from B: 12 of 20 rounds got
+    all 10 here."""
+    port_a, port_b = nodes
+    for i in range(NEW_PUBLISHER_ROUNDS):
+        subscriber = RawClient(port_b, f"fence-sub-{i}")
+        try:
+            subscriber.send(
+                Subscribe(1, (Subscription(f"$share/g/fence/{i}/x", qos=0),)),
+                Subscribe(2, (Subscription(f"fence/{i}", qos=0),)),
+            )
+            publisher = RawClient(port_a, f"fence-pub-{i}")
+            try:
+                publisher.send(*(Publish(f"fence/{i}", b"%d" % n, 0) for n in range(10)))
+                got = subscriber.until(lambda p: isinstance(p, Publish), 10)
+                assert sorted(int(p.payload) for p in got if isinstance(p, Publish)) == list(
+                    range(10)
+                ), f"round {i}"
+            finally:
+                publisher.close()
+        finally:
+            subscriber.close()
+
+
 def test_an_unsubscribe_received_before_a_publish_applies_to_it(nodes: Nodes) -> None:
     """UNSUBSCRIBE, then at once a PUBLISH of that topic from another connection: none
     arrives (a message on a filter still held, sent last, shows the stream is read)."""
