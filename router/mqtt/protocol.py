@@ -415,7 +415,7 @@ class MqttConnection(Intake):
             self._refuse(refusal(connect, error))
             return None
         except SessionOwnershipError:  # (a CONNECT on another node claimed it meanwhile)
-            self._taken_over_at_once(client_id)
+            await self._taken_over_at_once(client_id)
             return None
         except StateError as error:  # (Redis refused or is gone)
             log.warning("refusing MQTT client %s: %s", client_id, error)
@@ -424,15 +424,22 @@ class MqttConnection(Intake):
         finally:
             turns.release()
 
-    def _taken_over_at_once(self, client_id: str) -> None:
+    async def _taken_over_at_once(self, client_id: str) -> None:
         """The CONNECT was accepted and its session taken over by a newer CONNECT of the
         client on another node before the CONNACK went: CONNACK 0 and (5.0) DISCONNECT
-        0x8E, as for a takeover that comes after it (the newer one's node goes on with
-        the session, handed on by this node)."""
+        0x8E, and its will if it has no delay, as for a takeover that comes after it (the
+        newer one's node goes on with the session, handed on by this node)."""
         log.info("MQTT client %s was taken over while it connected", client_id)
         self._write(ConnAck(False, RC.SUCCESS))
         if self.level >= MQTT_5:
             self._write(Disconnect(RC.SESSION_TAKEN_OVER))
+        will, delay = self._will()
+        if will is not None and not delay:
+            will.publisher = client_id
+            try:
+                await self.node.publish_many([will])
+            except RouterError as error:
+                log.warning("the will of MQTT client %s was not published: %s", client_id, error)
 
     def _refuse(self, code: int) -> bool:
         self.server.count_close(code)

@@ -24,8 +24,9 @@ The matrix is chosen, not full (the suite stays near ten minutes on two cores): 
 combination of Clean Start, Session Expiry (0, 300, the maximum) and protocol with the
 old connection open or away; a will delay of 0 and of 30 s each with every Clean Start
 and interval; the old node dead for four of them; each case on one backend, the two
-backends taking turns, so each backend sees each old state. Both node processes of a
-backend serve every case of it (one client id each): only a dead node is started for
+backends taking turns, so each backend sees each old state; and seven of them with the
+new connection on the old one's node (one node behaves as two). Both node processes of
+a backend serve every case of it (one client id each): only a dead node is started for
 its case.
 """
 
@@ -44,7 +45,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from router.mqtt.codec import encode
-from router.mqtt.packets import MQTT_5, ConnAck, Connect, Disconnect, PingReq, PingResp
+from router.mqtt.packets import MQTT_5, ConnAck, Connect, Disconnect, PingReq, PingResp, Will
 from router.mqtt.properties import Properties as MqttProperties
 from router.state.keys import Keys
 from tests.support.cli import Process, delete_namespace
@@ -70,6 +71,7 @@ class Case:
     old: str
     will_delay: int
     backend: str
+    same_node: bool = False  # (the new connection on the old one's node)
 
     @property
     def resumed(self) -> bool:
@@ -83,7 +85,10 @@ class Case:
         version = "v5" if self.protocol == V5 else "v311"
         expiry = {0: "0", NEVER: "max"}.get(self.expiry, str(self.expiry))
         clean = f"clean{int(self.clean)}"
-        return f"{version}-exp{expiry}-{clean}-{self.old}-delay{self.will_delay}-{self.backend}"
+        where = "-same-node" if self.same_node else ""
+        return (
+            f"{version}-exp{expiry}-{clean}-{self.old}{where}-delay{self.will_delay}-{self.backend}"
+        )
 
 
 def _matrix() -> list[Case]:
@@ -105,6 +110,15 @@ def _matrix() -> list[Case]:
         Case(V5, 0, False, "dead", 0, backends[1]),
         Case(V5, NEVER, True, "dead", 0, backends[1]),
         Case(V311, NEVER, False, "dead", 0, backends[0]),
+    ]
+    cases += [  # (one node behaves as two)
+        Case(V5, 0, False, "open", WILL_DELAY, backends[0], same_node=True),
+        Case(V5, 300, False, "open", WILL_DELAY, backends[1], same_node=True),
+        Case(V5, 300, False, "open", 0, backends[0], same_node=True),
+        Case(V5, 300, True, "open", WILL_DELAY, backends[1], same_node=True),
+        Case(V5, NEVER, False, "away", WILL_DELAY, backends[0], same_node=True),
+        Case(V311, NEVER, False, "open", 0, backends[1], same_node=True),
+        Case(V311, 0, False, "open", 0, backends[0], same_node=True),
     ]
     return cases
 
@@ -230,7 +244,7 @@ def test_a_client_id_connecting_again_takes_over_and_resumes_as_mqtt_says(
         old = old_connection(made, old_port, client_id, case, will_topic)
         assert old.subscribe(topic, 1) == [1]
         kept = leave_behind(case, old, publisher, topic, dying)
-        new = client(made, port_b, client_id, case, case.clean)
+        new = client(made, old_port if case.same_node else port_b, client_id, case, case.clean)
         assert new.connected()[0] == 0
         assert new.sessions_present.get(timeout=10) is case.resumed
         if case.old == "open":
@@ -249,16 +263,19 @@ def test_a_client_id_connecting_again_takes_over_and_resumes_as_mqtt_says(
 
 
 async def attempt(
-    opened: list[RawClient], port: int, client_id: str, clean: bool, expiry: int
+    opened: list[RawClient], port: int, client_id: str, clean: bool, expiry: int, side: int
 ) -> tuple[RawClient, ConnAck | None]:
-    """A 5.0 CONNECT of ``client_id`` (the connection joins ``opened``): the connection
-    and its CONNACK (None: the server closed the connection without one)."""
+    """A 5.0 CONNECT of ``client_id`` (the connection joins ``opened``) with a will on
+    ``race-will/ID`` that names its ``side``: the connection and its CONNACK (None: the
+    server closed the connection without one)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     raw = RawClient(client_id, reader, writer)
     opened.append(raw)
     raw.packets.level = MQTT_5
     properties = MqttProperties(session_expiry_interval=expiry)
-    writer.write(encode(Connect(client_id, MQTT_5, clean, keepalive=60, properties=properties)))
+    will = Will(f"race-will/{client_id}", b"%d" % side, qos=1)
+    connect = Connect(client_id, MQTT_5, clean, keepalive=60, will=will, properties=properties)
+    writer.write(encode(connect))
     try:
         [connack] = await raw.next(ConnAck, 1, 15)
     except ConnectionError:
@@ -284,12 +301,12 @@ async def survivor(pair: tuple[RawClient, RawClient]) -> RawClient:
 
 async def race(
     opened: list[RawClient], ports: list[int], client_id: str, clean: bool, expiry: int
-) -> RawClient:
-    """CONNECTs of ``client_id`` on both nodes at once: each gets a CONNACK, and exactly
-    one connection is left (the other refused, or accepted and then taken over); the
-    one left."""
+) -> tuple[RawClient, int | None]:
+    """CONNECTs of ``client_id`` on both ``ports`` at once: each gets a CONNACK, and
+    exactly one connection is left (the other refused, or accepted and then taken over).
+    Returns the one left and the side (0, 1) of the one taken over (None: refused)."""
     pair = await asyncio.gather(
-        *(attempt(opened, port, client_id, clean, expiry) for port in ports)
+        *(attempt(opened, port, client_id, clean, expiry, side) for side, port in enumerate(ports))
     )
     codes = [None if connack is None else connack.reason_code for _, connack in pair]
     assert None not in codes, f"{client_id}: a connection closed without CONNACK: {codes}"
@@ -300,8 +317,9 @@ async def race(
             await raw.closed(15)
     assert accepted, f"{client_id}: both refused: {codes}"
     if len(accepted) == 1:
-        return accepted[0]
-    return await survivor((accepted[0], accepted[1]))
+        return accepted[0], None
+    left = await survivor((accepted[0], accepted[1]))
+    return left, 1 - [raw for raw, _ in pair].index(left)
 
 
 @pytest.mark.parametrize("nodes", ["two nodes", "one node"])
@@ -310,23 +328,33 @@ async def test_racing_connects_of_one_client_id_leave_one_connection_and_no_trac
     backend: str, nodes: str, pairs: Callable[[str], Pair]
 ) -> None:
     """On two nodes, racing CONNECTs used to end in SessionStateError tracebacks and a
-    close without CONNACK; on one node, both were attached to the one session."""
+    close without CONNACK; on one node, both were attached to the one session. The
+    connection taken over publishes its will (no delay), the one left does not."""
     pair = pairs(backend)
     ports = pair.ports if nodes == "two nodes" else [pair.ports[0]] * 2
     prefix = uuid.uuid4().hex[:8]
-    opened: list[RawClient] = []
+    watcher = await RawClient.connect(ports[1], f"race-{prefix}-w", clean_start=True, expiry=0)
+    opened: list[RawClient] = [watcher]
+    await watcher.subscribe("race-will/#", 1)
     races = [
         race(opened, ports, f"race-{prefix}-{n}", n % 2 == 0, 0 if n % 4 < 2 else 300)
         for n in range(RACES)
     ]
     try:
         outcomes = await asyncio.gather(*races, return_exceptions=True)
-        failures = [outcome for outcome in outcomes if not isinstance(outcome, RawClient)]
+        failures = [outcome for outcome in outcomes if not isinstance(outcome, tuple)]
         assert not failures, failures
-        for raw in outcomes:  # (still attached: it answers)
-            assert isinstance(raw, RawClient)
-            raw.writer.write(encode(PingReq(), MQTT_5))
-            await raw.next(PingResp, 1, 10)
+        wills = set()
+        for left, taken in outcomes:  # (still attached: it answers)
+            assert isinstance(left, RawClient)
+            left.writer.write(encode(PingReq(), MQTT_5))
+            await left.next(PingResp, 1, 10)
+            if taken is not None:
+                wills.add((f"race-will/{left.client_id}", b"%d" % taken))
+        got = await watcher.take(len(wills), 15)
+        assert {(p.topic, p.payload) for p in got} == wills
+        with pytest.raises(TimeoutError):  # (no other will: the ones left are attached)
+            await watcher.take(1, 0.5)
     finally:
         for raw in opened:
             raw.drop()

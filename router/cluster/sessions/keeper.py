@@ -161,8 +161,13 @@ class SessionKeeper:
         the session is away here all the same: its timers run, and its spiller marks it
         away in Redis as soon as Redis takes it, then queues its copies there (they are
         never left in this node's memory only). Another error (the session was taken
-        over meanwhile) leaves it to the takeover notice."""
+        over meanwhile) leaves it to the takeover notice. A will without a delay is
+        published first (at the close of the connection, MQTT-3.1.3-9: not a loop turn
+        later, which a connection taking the session over at once would cancel)."""
         client_id = session.client_id
+        if will is not None and not will_delay:
+            await self._publish(will)
+            will = None
         session.move_to(SessionState.AWAY)
         queue = self.queue(client_id, session.expiry)  # (one for the spiller's life)
         away = self._away[client_id] = AwaySession(queue)
