@@ -65,6 +65,7 @@ from router.state.node_registry import NodeRegistry
 from router.state.reads import command, commands_each, read_each, read_with_ttl, server_ms
 from router.state.retained_store import RetainedStore
 from router.state.route_acks import RouteAcks
+from router.state.route_fence_channel import RouteFences
 from router.state.route_hints import RouteHints
 from router.state.routes import RouteStore
 from router.state.scan import scan_keys, scan_pages
@@ -317,6 +318,10 @@ CALLS: dict[str, Call] = {
     # route_acks, route_hints, routes
     "route_acks.RouteAcks.ack": lambda r: RouteAcks(r, KEYS).ack("n1", "n2", "g1", 1),
     "route_acks.RouteAcks.read": lambda r: RouteAcks(r, KEYS).read("n1"),
+    "route_fence_channel.RouteFences.ask": lambda r: RouteFences(r, KEYS).ask("n1", 1),
+    "route_fence_channel.RouteFences.settled": lambda r: RouteFences(r, KEYS).settled(
+        "n2", "n1", 1
+    ),
     "route_hints.RouteHints.announce": lambda r: RouteHints(r, KEYS).announce("n1"),
     "route_hints.RouteHints.subscribe": lambda r: RouteHints(r, KEYS).subscribe(),
     "route_hints.RouteHints.message": lambda r: RouteHints(r, KEYS).message(0.1),
