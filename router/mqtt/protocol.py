@@ -182,8 +182,8 @@ class MqttConnection(Intake):
         await self._handle_all(packets)
 
     def _arrived(self, packets: list[Packet]) -> None:
-        if self.client_id is not None:
-            self._subscribing.arrived(packets)
+        if self.client_id is not None and self._subscribing.arrived(packets):
+            self.transport.acknowledge()  # (the answer waits: the client's next packet need not)
 
     async def _conclude(self, reason: BaseException) -> None:
         """Answer why the connection ends; never raises for anything the client did."""

@@ -84,14 +84,18 @@ class Subscribing:
         # The last answer waiting to be written (the others before it wait in it).
         self._answering: asyncio.Task[None] | None = None
 
-    def arrived(self, packets: list[Packet]) -> None:
-        """``packets`` were just read: open a change for each SUBSCRIBE and UNSUBSCRIBE."""
+    def arrived(self, packets: list[Packet]) -> bool:
+        """``packets`` were just read: open a change for each SUBSCRIBE and UNSUBSCRIBE;
+        True if there was one (its answer waits for the peers)."""
+        opened = False
         for packet in packets:
             kind = type(packet)
             if kind is Subscribe or kind is Unsubscribe:
                 if self._arrived is None:
                     self._arrived = []
                 self._arrived.append((packet, self._node.arrivals.open()))
+                opened = True
+        return opened
 
     def arrived_before(self) -> int | None:
         """What the connection's next PUBLISH waits for: the changes numbered below its

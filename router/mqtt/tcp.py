@@ -17,6 +17,7 @@ Sockets beyond ``max_connections`` are closed as they are accepted, before a byt
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import Callable
 from typing import Final, cast
@@ -46,6 +47,22 @@ def keep_alive(sock: socket.socket) -> None:
         option = getattr(socket, name, None)
         if option is not None:
             sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
+#: Linux's option to send a pending TCP ACK at once (None where the platform has none).
+_QUICKACK: Final = getattr(socket, "TCP_QUICKACK", None)
+
+
+def acknowledge_now(sock: socket.socket | None) -> None:
+    """Send the TCP ACK of what ``sock`` received now, not up to 40 ms later (Linux
+    delays it to carry it on our answer). A client's TCP holds its next small packet
+    until the last is acknowledged (Nagle's algorithm, on in most client libraries:
+    paho-mqtt sets no TCP_NODELAY), so an answer that waits (a SUBACK waits for the
+    peers' acks) would hold back the client's next packet behind other clients' later
+    ones. No-op without the option, or once the socket is closed."""
+    if _QUICKACK is not None and sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
 
 
 def stream_factory(server: ConnectionHost) -> Callable[[], TcpStream]:
@@ -129,6 +146,10 @@ class TcpStream(asyncio.BufferedProtocol):
 
     def backlog(self) -> int:
         return 0 if self._transport is None else self._transport.get_write_buffer_size()
+
+    def acknowledge(self) -> None:
+        if self._transport is not None:
+            acknowledge_now(self._transport.get_extra_info("socket"))
 
     async def drain(self) -> None:
         """Return once the client has read enough of what it was sent (asyncio's

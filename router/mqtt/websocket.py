@@ -28,6 +28,7 @@ from router.errors import ListenerError
 from router.mqtt.connection_host import ConnectionHost
 from router.mqtt.protocol import MqttConnection
 from router.mqtt.settings import BACKLOG
+from router.mqtt.tcp import acknowledge_now
 
 SUBPROTOCOL: Final = Subprotocol("mqtt")
 DEFAULT_PATH: Final = "/mqtt"
@@ -60,6 +61,10 @@ class WebSocketTransport:
 
     def backlog(self) -> int:
         return self._queued
+
+    def acknowledge(self) -> None:
+        transport = self._websocket.transport
+        acknowledge_now(None if transport is None else transport.get_extra_info("socket"))
 
     async def drain(self) -> None:
         await self._outbox.join()

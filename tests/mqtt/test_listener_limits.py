@@ -188,6 +188,9 @@ class StalledTransport:
     def backlog(self) -> int:
         return self.written
 
+    def acknowledge(self) -> None:
+        pass
+
     async def drain(self) -> None:
         if self.written > 65536:
             await self._closed.wait()
