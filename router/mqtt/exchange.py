@@ -29,7 +29,7 @@ ended: the delivery window has room again).
 from __future__ import annotations
 
 from collections.abc import Callable, MutableMapping, MutableSet
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from router.core.messages import Delivery
@@ -75,9 +75,11 @@ class Admit:
 
 @dataclass(frozen=True, slots=True)
 class Refuse:
-    """A CONNECT answered with CONNACK ``code`` (the encoder maps it for 3.1.1)."""
+    """A CONNECT answered with CONNACK ``code`` (the encoder maps it for 3.1.1), for
+    the reason ``why`` (what the log says)."""
 
     code: int
+    why: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,20 +96,20 @@ def admit(connect: Connect, settings: MqttSettings, new_id: Callable[[], str]) -
     """Whether the connection may go on with ``connect`` (before the node is asked)."""
     v5 = connect.protocol_level >= MQTT_5
     if connect.properties.authentication_method is not None:  # (no enhanced authentication)
-        return Refuse(RC.BAD_AUTHENTICATION_METHOD)  # MQTT-4.12.0-1
+        return Refuse(RC.BAD_AUTHENTICATION_METHOD, "enhanced authentication asked")  # 4.12.0-1
     client_id, assigned = connect.client_id, None
     if not client_id:
         if not v5 and not connect.clean_start:
-            return Refuse(RC.CLIENT_IDENTIFIER_NOT_VALID)
+            return Refuse(RC.CLIENT_IDENTIFIER_NOT_VALID, "no client id for a kept session")
         client_id = assigned = new_id()
     will = connect.will
     if will is not None and (
         will.topic.count("/") >= settings.max_topic_levels
         or len(will.topic) > settings.max_topic_length
     ):  # (our limits on a topic, as for a PUBLISH's)
-        return Refuse(RC.TOPIC_NAME_INVALID)
+        return Refuse(RC.TOPIC_NAME_INVALID, "its will topic exceeds the topic limits")
     if connect.username is None and not settings.allow_anonymous:
-        return Refuse(RC.NOT_AUTHORIZED)
+        return Refuse(RC.NOT_AUTHORIZED, "no user name, and anonymous clients are refused")
     requested = connect.properties.session_expiry_interval
     if not v5:
         requested = 0 if connect.clean_start else settings.session_expiry_max

@@ -283,10 +283,10 @@ class MqttConnection(Intake):
         v5 = self.level >= MQTT_5
         admitted = admit(connect, self.settings, lambda: f"auto-{uuid.uuid4().hex}")
         if isinstance(admitted, Refuse):
-            return self._refuse(admitted.code)
+            return self._refuse(admitted.code, connect.client_id, admitted.why)
         client_id = admitted.client_id
         if self.server.bans.connect(client_id, connect.username) is not None:
-            return self._refuse(RC.BANNED)  # (before authentication: cheap, and told)
+            return self._refuse(RC.BANNED, client_id, "banned")  # (before authentication)
         try:  # (before anything changes: no takeover, no session cleared, no will)
             accepted = await self.node.admit_connect(
                 client_id,
@@ -295,7 +295,7 @@ class MqttConnection(Intake):
                 will_topic=None if connect.will is None else connect.will.topic,
             )
         except (InvalidIdError, NotAuthorizedError) as error:
-            return self._refuse(refusal(connect, error))
+            return self._refuse(refusal(connect, error), client_id, error)
         self._session_expiry = admitted.expiry
         present = await self._admitted(connect, client_id)
         if present is None:
@@ -354,7 +354,7 @@ class MqttConnection(Intake):
             async with asyncio.timeout_at(self._opened_at + self.settings.connect_timeout):
                 await admission.enter_async_context(self.node.admitting(client_id))
         except TimeoutError:
-            self._refuse(RC.SERVER_BUSY)
+            self._refuse(RC.SERVER_BUSY, client_id, "another CONNECT of its id is under way")
             return None
         async with admission:
             previous = self.server.owner(client_id)
@@ -364,7 +364,7 @@ class MqttConnection(Intake):
                     async with asyncio.timeout(self.settings.connect_timeout):
                         await previous.finished()
                 except TimeoutError:  # (the old one is still letting go: the client may retry)
-                    self._refuse(RC.SERVER_BUSY)
+                    self._refuse(RC.SERVER_BUSY, client_id, "its old connection is letting go")
                     return None
             present = await self._connect_node(connect, client_id, previous is None)
             if present is not None:
@@ -394,7 +394,7 @@ class MqttConnection(Intake):
                     await self.node.settled(client_id)  # (an adoption, say: without a turn)
                     await turns.acquire()
             except TimeoutError:  # (the client may retry)
-                self._refuse(RC.SERVER_BUSY)
+                self._refuse(RC.SERVER_BUSY, client_id, "no turn to connect in time")
                 return None
         else:
             await turns.acquire()  # (a turn is free: taken at once, no timer)
@@ -412,14 +412,13 @@ class MqttConnection(Intake):
                 authenticate=False,  # (admitted already)
             )
         except (InvalidIdError, NotAuthorizedError) as error:
-            self._refuse(refusal(connect, error))
+            self._refuse(refusal(connect, error), client_id, error)
             return None
         except SessionOwnershipError:  # (a CONNECT on another node claimed it meanwhile)
             await self._taken_over_at_once(client_id)
             return None
         except StateError as error:  # (Redis refused or is gone)
-            log.warning("refusing MQTT client %s: %s", client_id, error)
-            self._refuse(refusal(connect, error))
+            self._refuse(refusal(connect, error), client_id, error, logging.WARNING)
             return None
         finally:
             turns.release()
@@ -441,7 +440,16 @@ class MqttConnection(Intake):
             except RouterError as error:
                 log.warning("the will of MQTT client %s was not published: %s", client_id, error)
 
-    def _refuse(self, code: int) -> bool:
+    def _refuse(self, code: int, client_id: str, why: object, level: int = logging.INFO) -> bool:
+        """CONNACK ``code``: counted, and logged once with the client id and ``why``."""
+        log.log(
+            level,
+            "refusing MQTT client %s (%s): CONNACK 0x%02x %s",
+            client_id or "(no id)",
+            self.transport.peer,
+            code,
+            why,
+        )
         self.server.count_close(code)
         self._write(ConnAck(False, code))
         return False

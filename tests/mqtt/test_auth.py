@@ -14,7 +14,9 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from router.cli import app
 from router.state.keys import Keys
+from tests.support.cli import Process
 from tests.support.mqtt import TIMEOUT, V5, V311, Paho, mqtt_node
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -32,11 +34,19 @@ def password_file(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def port(redis_standalone_url: str, keys: Keys, password_file: Path) -> Iterator[int]:
+def guarded(
+    redis_standalone_url: str, keys: Keys, password_file: Path
+) -> Iterator[tuple[Process, int]]:
+    """A node that takes only the users of the password file: (its process, its port)."""
     env = {"ROUTER_REDIS_URL": redis_standalone_url, "ROUTER_PREFIX": keys.prefix}
     args = ("--password-file", str(password_file), "--no-allow-anonymous")
-    with mqtt_node("guarded", env, *args) as (_, node_port):
-        yield node_port
+    with mqtt_node("guarded", env, *args) as node:
+        yield node
+
+
+@pytest.fixture
+def port(guarded: tuple[Process, int]) -> int:
+    return guarded[1]
 
 
 def connack(port: int, protocol: int, user: str | None, password: str | None) -> int:
@@ -73,6 +83,24 @@ def test_users_of_the_password_file(
     port: int, protocol: int, user: str | None, password: str | None, expected: int
 ) -> None:
     assert connack(port, protocol, user, password) == expected
+
+
+def test_a_refused_login_is_logged_once_with_its_client_id_and_reason_code(
+    guarded: tuple[Process, int],
+) -> None:
+    """Before, a CONNACK refusal (a wrong password, a ban) was counted and not logged:
+    the operator of a fleet with a bad credential saw nothing."""
+    process, node_port = guarded
+    assert connack(node_port, V5, "alice", "wrong") == 0x86
+
+    def told() -> list[str]:
+        while not process.stderr.empty():
+            process.stderr_lines.append(process.stderr.get_nowait())
+        return [line for line in process.stderr_lines if "refusing MQTT client c-alice " in line]
+
+    wait_until(lambda: bool(told()), TIMEOUT, "the log line of the refusal")
+    [line] = told()
+    assert " INFO " in line and "CONNACK 0x86" in line and "Traceback" not in line
 
 
 def test_an_accepted_user_publishes(port: int) -> None:
