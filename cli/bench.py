@@ -287,6 +287,12 @@ def bench_fleet(url: str | None, as_json: bool, **sizes: Any) -> None:
     help="Seconds the lorises hold on after sending (past the router's packet timeout).",
 )
 @click.option(
+    "--loris-waves",
+    default=1,
+    show_default=True,
+    help="Waves of lorises each broker meets, one after another (1..5: is memory reused?).",
+)
+@click.option(
     "--node-max-unfinished-bytes",
     type=int,
     default=None,
@@ -326,6 +332,12 @@ def bench_hostile(url: str | None, floods: str, as_json: bool, **sizes: Any) -> 
                     f"{broker}: {lorises['accepted']} lorises, RSS {lorises['rss_mib_before']} "
                     f"-> {lorises['rss_mib_peak']} (peak) -> {lorises['rss_mib_after']} MiB; "
                     f"ended {lorises['ended']}, open at the end {lorises['open_at_end']}"
+                )
+            for number, wave in enumerate(figures.get("loris_waves", ()), start=2):
+                click.echo(
+                    f"{broker}: loris wave {number}, RSS {wave['rss_mib_before']} -> "
+                    f"{wave['rss_mib_peak']} (peak) -> {wave['rss_mib_after']} MiB; "
+                    f"ended {wave['ended']}"
                 )
 
 

@@ -80,8 +80,9 @@ Address = tuple[str, int]
 @dataclass(frozen=True)
 class HostileConfig:
     """The sizes of one run: probes, seconds per phase, the floods to run, the slow
-    lorises (0: no such phase), the bytes each sends, the seconds they hold on, and the
-    router node's bounds on unfinished packets (None: its defaults)."""
+    lorises (0: no such phase), the bytes each sends, the seconds they hold on, the waves
+    of them one broker meets (each after the last ended: does it reuse the memory the
+    first took?), and the router node's bounds on unfinished packets (None: defaults)."""
 
     probes: int = 20
     seconds: float = 10.0
@@ -90,6 +91,7 @@ class HostileConfig:
     lorises: int = 10_000
     loris_bytes: int = 64 << 10
     loris_hold: float = 70.0
+    loris_waves: int = 1
     node_max_unfinished_bytes: int | None = None
     node_packet_timeout: float | None = None
 
@@ -98,6 +100,8 @@ class HostileConfig:
         check_positive(loris_bytes=self.loris_bytes, loris_hold=self.loris_hold)
         if not 0 <= self.lorises <= 50_000:
             raise BenchSetupError("--lorises takes 0..50,000")
+        if not 1 <= self.loris_waves <= 5:
+            raise BenchSetupError("--loris-waves takes 1..5")
         if self.loris_hold > 3_600:
             raise BenchSetupError("at most 3,600 seconds of --loris-hold")
         if self.node_max_unfinished_bytes is not None and self.node_max_unfinished_bytes < 0:
@@ -258,16 +262,24 @@ def _lorises(url: str, config: HostileConfig, result: dict[str, Any]) -> None:
     if count <= 0:
         return
 
-    def phase(address: Address, pid: int) -> dict[str, Any]:
+    def phase(address: Address, pid: int, figures: dict[str, Any]) -> None:
+        """The waves on one broker: the first's figures in ``lorises``, the next ones'
+        in ``loris_waves`` (its ``rss_mib_peak`` beside the first's tells reuse)."""
         probe = functools.partial(_phase, address, config)
-        return measure_lorises(address, pid, count, config.loris_bytes, config.loris_hold, probe)
+        waves = [
+            measure_lorises(address, pid, count, config.loris_bytes, config.loris_hold, probe)
+            for _ in range(config.loris_waves)
+        ]
+        figures["lorises"] = waves[0]
+        if len(waves) > 1:
+            figures["loris_waves"] = waves[1:]
 
     pids: list[int] = []
     with router_nodes(url, 1, pids, options=_node_options(config)) as [address]:
-        result["router"]["lorises"] = phase(address, pids[-1])
+        phase(address, pids[-1], result["router"])
     if not config.skip_mosquitto:
         with mosquitto(pids) as address:
-            result["mosquitto"]["lorises"] = phase(address, pids[-1])
+            phase(address, pids[-1], result["mosquitto"])
 
 
 def _heartbeats(phase: dict[str, Any], watch: HeartbeatWatch | None) -> None:

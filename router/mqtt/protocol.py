@@ -629,14 +629,19 @@ class MqttConnection(Intake):
 
     def _deliveries_ended(self, error: Exception | None) -> None:
         """The session was closed by the node (taken over elsewhere, node stopping), or
-        sending failed: the connection ends (unless it is ending already)."""
+        sending failed: the connection ends (unless it is ending already). A socket reset
+        before asyncio told the connection (its drain raised) ends it as lost: no
+        DISCONNECT, the will goes, nothing logged."""
         expected = error is None or isinstance(error, RouterError | ConnectionError)
         if not expected:
             log.error("deliveries to MQTT client %s failed", self.client_id, exc_info=error)
         if self._reason is not None:
             return
+        if isinstance(error, ConnectionError):  # (the client is gone: its socket was reset)
+            self._end_with(ConnectionEndedError(None))
+            return
         if error is not None and expected:
-            log.warning("deliveries to MQTT client %s ended", self.client_id, exc_info=error)
+            log.warning("deliveries to MQTT client %s ended: %s", self.client_id, error)
         reason = self._session.close_reason
         running = self.node.running and reason != "node_stopped"
         self.end(RC.SESSION_TAKEN_OVER if running else RC.SERVER_SHUTTING_DOWN)

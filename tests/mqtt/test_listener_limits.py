@@ -26,6 +26,9 @@ from router.mqtt.packets import (
     PingReq,
     Publish,
     PubRec,
+    SubAck,
+    Subscribe,
+    Subscription,
 )
 from router.mqtt.properties import Properties
 from router.mqtt.protocol import READ_PAUSE, MqttConnection
@@ -225,6 +228,70 @@ async def test_a_client_that_reads_none_of_its_answers_is_not_read_either(
     assert consumed <= 2
     assert 1.4 < time.monotonic() - started < WAIT
     assert server.stats()["mqtt_closed_keep_alive_timeout"] == 1
+
+
+class ResetTransport:
+    """A client whose socket its peer reset: asyncio marks the transport closing at once
+    and tells the protocol a loop turn later, so a drain in between raises."""
+
+    peer = "reset"
+
+    def __init__(self) -> None:
+        self.reset = False
+        self.reader = PacketReader()
+        self.reader.level = MQTT_5
+        self.written: list[Packet] = []
+
+    def write(self, data: bytes) -> None:
+        self.written += self.reader.feed(data)
+
+    def backlog(self) -> int:
+        return 0
+
+    def acknowledge(self) -> None:
+        pass
+
+    async def drain(self) -> None:
+        if self.reset:
+            raise ConnectionResetError("Connection lost")
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_delivery_to_a_reset_socket_ends_the_connection_without_a_traceback(
+    start_node: StartNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fuzzer's clients that reset their sockets while deliveries flowed put a WARNING
+    with a ConnectionResetError traceback in the log (5 in 20,000 connections), and the
+    connection was ended as taken over (DISCONNECT 0x8E to nobody). The client is gone:
+    the connection ends as lost, quietly."""
+    node, settings = await server_of(start_node, sys_interval=0)
+    server = MqttServer(node, settings)
+    transport = ResetTransport()
+    connection = MqttConnection(server, transport)
+    more = asyncio.Event()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield encode(Connect("reset", MQTT_5))
+        yield encode(Subscribe(1, (Subscription("reset/#", 0),)), MQTT_5)
+        await more.wait()  # (the stream stays open: only the failed delivery ends it)
+
+    running = asyncio.create_task(server.run_connection(connection, chunks()))
+    try:
+        await eventually(
+            lambda: any(isinstance(p, SubAck) for p in transport.written), WAIT, "the SUBACK"
+        )
+        transport.reset = True
+        await node.publish("reset/x", b"to nobody")
+        async with asyncio.timeout(WAIT):
+            await connection.finished()
+    finally:
+        more.set()
+        async with asyncio.timeout(WAIT):
+            await running
+    assert [record.getMessage() for record in caplog.records if record.exc_info] == []
+    assert not any(isinstance(p, Disconnect) for p in transport.written)
 
 
 async def test_deliveries_wait_while_their_unacknowledged_bytes_are_at_max_inflight_bytes(

@@ -39,7 +39,7 @@ HEARTBEAT_FIELDS = {
 def test_bench_hostile_reports_both_brokers_quiet_and_flooded(redis_standalone_url: str) -> None:
     args = ["bench", "hostile", "--redis", redis_standalone_url, "--probes", "3"]
     lorises = ["--lorises", "40", "--loris-hold", "3", "--node-packet-timeout", "1"]
-    lorises += ["--node-max-unfinished-bytes", str(1 << 20)]
+    lorises += ["--node-max-unfinished-bytes", str(1 << 20), "--loris-waves", "2"]
     result = CliRunner().invoke(app, [*args, *lorises, "--seconds", "1", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
@@ -68,8 +68,11 @@ def test_bench_hostile_reports_both_brokers_quiet_and_flooded(redis_standalone_u
         assert loris["accepted"] == 40 and loris["refused"] == 0
         assert loris["probes"]["round_trips"] > 0 and loris["probes"]["wrong"] == 0
         assert loris["rss_mib_before"] > 0 and loris["rss_mib_peak"] >= loris["rss_mib_during"]
+        [again] = figures["loris_waves"]  # (a second wave once the first ended)
+        assert set(again) == LORIS_FIELDS and again["accepted"] == 40
     router, mosquitto = report["router"]["lorises"], report["mosquitto"]["lorises"]
     assert router["open_at_end"] == 0 and sum(router["ended"].values()) == 40
+    assert report["router"]["loris_waves"][0]["open_at_end"] == 0
     # (16 x 64 KiB fill the 1 MiB; on a busy machine the first ones may time out, 0x8D,
     # before the last ones connect, and free their bytes for them)
     assert router["ended"]["disconnect 0x97"] >= 1 and router["ended"]["disconnect 0x8d"] >= 1
