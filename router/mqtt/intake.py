@@ -88,6 +88,7 @@ class Intake:
         "_heard",
         "_held",
         "_opened_at",
+        "_outside",
         "_paused",
         "_pending",
         "_reading",
@@ -114,6 +115,7 @@ class Intake:
         self._timer: asyncio.TimerHandle | None = None
         self._heard = 0.0  # loop time of the last whole packet (or of the end of the last work)
         self._held = 0  # unfinished bytes of the reader counted in the server's unfinished
+        self._outside = 0  # unfinished bytes the transport holds (a WebSocket frame)
         self._silence = 0.0  # seconds of silence that end the connection (0: none)
         self._paused = 0
         self._opened_at = 0.0
@@ -157,11 +159,22 @@ class Intake:
                 self._worker = asyncio.get_running_loop().create_task(self._work())
             elif self._unhandled > READ_LIMIT:
                 self._pause(_WAITING)
-        held = self.reader.buffered
+        held = self.reader.buffered + self._outside
         if held != self._held or (held and packets):
             self._hold(held, now, bool(packets))
         if self.reader.error is not None:  # (raised once the packets before it are handled)
             self._end_with(self.reader.error)
+
+    def held_outside(self, held: int) -> None:
+        """The transport now holds ``held`` bytes of a message not whole yet (a WebSocket
+        frame, the fragments of a message): they count in the node's unfinished bytes
+        and a packet's deadline as the bytes of an unfinished packet do."""
+        if self._reason is not None or held == self._outside:
+            return
+        self._outside = held
+        total = self.reader.buffered + held
+        if total != self._held:
+            self._hold(total, asyncio.get_running_loop().time(), False)
 
     def lost(self) -> None:
         """The stream ended (EOF, reset, closed): the connection ends once the packets

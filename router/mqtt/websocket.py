@@ -93,6 +93,31 @@ class WebSocketTransport:
             await self._writer
 
 
+def unfinished_bytes(protocol: object) -> int:
+    """Bytes of a message ``protocol`` (a websockets Protocol) holds not whole yet: those
+    of a frame still arriving (its reader's buffer) and the fragments of a message not
+    ended (its current size). websockets has no public count of them; the attributes are
+    read defensively, and tests/mqtt/test_websocket.py pins what they give."""
+    reader = getattr(protocol, "reader", None)
+    buffered = getattr(reader, "buffer", b"")
+    fragments = getattr(protocol, "current_size", None)
+    return len(buffered) + (fragments if isinstance(fragments, int) else 0)
+
+
+class BoundedServerConnection(ServerConnection):
+    """A WebSocket that tells its MQTT connection, after each read, the bytes of a message
+    it holds not whole yet (:meth:`~router.mqtt.intake.Intake.held_outside`): a slow loris
+    over WebSocket meets the node's bounds on unfinished packets as one over TCP does."""
+
+    holder: MqttConnection | None = None
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        holder = self.holder
+        if holder is not None:
+            holder.held_outside(unfinished_bytes(self.protocol))
+
+
 async def _messages(websocket: ServerConnection) -> AsyncIterator[bytes]:
     with contextlib.suppress(ConnectionClosed):
         async for message in websocket:
@@ -120,6 +145,8 @@ async def listen_websocket(
             return
         transport = WebSocketTransport(websocket)
         connection = MqttConnection(server, transport)
+        if isinstance(websocket, BoundedServerConnection):
+            websocket.holder = connection
         await server.run_connection(connection, _messages(websocket))
         await transport.closed()
 
@@ -139,6 +166,7 @@ async def listen_websocket(
             max_queue=QUEUED_FRAMES,
             compression=None,
             backlog=BACKLOG,
+            create_connection=BoundedServerConnection,
         )
     except OSError as error:
         raise ListenerError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None

@@ -4,15 +4,18 @@ for another path gets HTTP 404."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
 from collections.abc import Iterator
 
 import pytest
+from websockets.sync.client import ClientConnection, connect
+from websockets.typing import Subprotocol
 
 from router.mqtt.codec import PacketReader, encode
-from router.mqtt.packets import MQTT_5, ConnAck, Connect, Disconnect
+from router.mqtt.packets import MQTT_5, ConnAck, Connect, Disconnect, Packet
 from router.state.keys import Keys
 from tests.support.mqtt import TIMEOUT, V5, V311, Paho, listener_ports, mqtt_node, routed_to
 
@@ -118,3 +121,46 @@ def test_the_socket_closes_promptly_after_the_servers_disconnect(ports: tuple[in
     assert packets[1] == Disconnect(0x95)
     assert frames[-1][0] == 0x8  # a Close frame, then the socket closes
     assert took < 2.0, f"closed {took:.1f} s after DISCONNECT"
+
+
+def _start_of_a_frame(announced: int, sent: int) -> bytes:
+    """The first ``sent`` bytes of a client's binary frame of ``announced`` payload bytes
+    (masked with a zero key: the payload goes as it is)."""
+    return b"\x82\xff" + announced.to_bytes(8, "big") + b"\0\0\0\0" + b"x" * sent
+
+
+def test_a_slow_loris_over_websocket_meets_the_node_s_unfinished_packet_bounds(
+    redis_standalone_url: str, keys: Keys
+) -> None:
+    """Frames still arriving were held inside the WebSocket library, outside the node's
+    bounds on unfinished packets (each connection up to the largest packet, for good).
+    Now: with 1 MiB for the node, the fourth of four connections holding 300 KiB of a
+    512 KiB frame gets DISCONNECT 0x97, and the others 0x8D once a frame is 2 s late."""
+    env = {"ROUTER_REDIS_URL": redis_standalone_url, "ROUTER_PREFIX": keys.prefix}
+    bounds = ("--mqtt-max-unfinished-bytes", str(1 << 20), "--mqtt-packet-timeout", "2")
+    with mqtt_node("ws-loris", env, "--mqtt-ws", "127.0.0.1:0", *bounds) as (node, _):
+        url = f"ws://127.0.0.1:{listener_ports(node)['MQTT WS'][0]}/mqtt"
+        lorises: list[ClientConnection] = []
+        with contextlib.ExitStack() as opened:
+            for number in range(4):
+                loris = opened.enter_context(
+                    connect(url, subprotocols=[Subprotocol("mqtt")], open_timeout=TIMEOUT)
+                )
+                lorises.append(loris)
+                loris.send(encode(Connect(f"ws-loris-{number}", MQTT_5, keepalive=0)))
+                assert answer(loris) == (ConnAck, 0)
+                loris.socket.sendall(_start_of_a_frame(512 << 10, 300 << 10))
+            started = time.monotonic()
+            assert answer(lorises[3]) == (Disconnect, 0x97)
+            assert [answer(loris) for loris in lorises[:3]] == [(Disconnect, 0x8D)] * 3
+            assert 1.5 < time.monotonic() - started < TIMEOUT
+
+
+def answer(websocket: ClientConnection) -> tuple[type[Packet], int | None]:
+    """The type and reason code of the next packet the server sent on ``websocket``."""
+    reader = PacketReader()
+    reader.level = MQTT_5
+    message = websocket.recv(timeout=TIMEOUT)
+    assert isinstance(message, bytes)
+    [packet] = reader.feed(message)
+    return type(packet), getattr(packet, "reason_code", None)
