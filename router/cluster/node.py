@@ -644,6 +644,7 @@ class RouterNode:
             "mirror_resyncs": self._sync.resyncs,
             "nodes_purged": self._sync.purged,
             "sessions_adopted": self._adoption.sessions_adopted,
+            "dead_clean_sessions_removed": self._lifecycle.clean_sessions_removed,
             "adoption_last_finished_ms": self._adoption.last_finished_ms,
             "adoption_last_took_ms": self._adoption.last_took_ms,
             "copies_recovered": self._lifecycle.copies_recovered,

@@ -28,7 +28,13 @@ import msgpack  # type: ignore[import-untyped,unused-ignore]
 
 from router.core.options import DEFAULT_OPTIONS, SubscriptionOptions, make_options
 from router.core.topics import TopicFilter, validate_filter
-from router.errors import CorruptStateError, InvalidIdError, InvalidOptionsError
+from router.errors import (
+    CorruptStateError,
+    InvalidIdError,
+    InvalidOptionsError,
+    RouterError,
+    SessionOwnershipError,
+)
 from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.reads import read_each
@@ -339,6 +345,24 @@ class SubscriptionStore:
             "client_remove", self.client_keys(client_id), args
         )
         return RemovedClient(int(subscriptions), int(aliases), int(had_owner) == 1)
+
+    async def remove_clients(self, clients: Sequence[tuple[str, Owner]]) -> list[bool]:
+        """:meth:`remove_client` of each (client id, the claim it must still hold) of
+        ``clients``, pipelined on a standalone server (:meth:`Scripts.run_many
+        <router.state.scripts.Scripts.run_many>`): True where the client's data went,
+        False where another claim holds it now (nothing changed for that client).
+        Raises the first other refusal (the others still ran)."""
+        calls = [(self.client_keys(client_id), _owner_args(owner)) for client_id, owner in clients]
+        replies = await self._scripts.run_many("client_remove", calls)
+        removed: list[bool] = []
+        for reply in replies:
+            if isinstance(reply, SessionOwnershipError):
+                removed.append(False)
+            elif isinstance(reply, RouterError):
+                raise reply
+            else:
+                removed.append(True)
+        return removed
 
 
 __all__ = [

@@ -184,3 +184,33 @@ async def test_a_copy_on_its_way_to_the_dead_node_when_it_is_adopted_reaches_the
     assert await b.connect("s", clean_start=False, expiry=600)
     got = await take(b, "s", 2)
     assert [d.payload for d in got] == [b"before", b"on its way"]
+
+
+@BOTH
+async def test_a_dead_node_s_clean_sessions_leave_no_key_behind(
+    start_node: StartNode, redis_connect: Callable[..., Any]
+) -> None:
+    """Before, the adoption skipped the sessions of Session Expiry 0 and nothing else
+    removed them: a killed node's clean clients stayed listed as connected, their
+    subscriptions, claim and description in Redis for good. Now they are removed (fenced
+    by the dead claim: a client that came back elsewhere keeps its new session), and the
+    persistent session beside them is adopted as before."""
+    ttl = {"heartbeat_interval": 0.2, "heartbeat_ttl": 1.0}
+    a = await start_node("a", **ttl)
+    clean = [f"clean-{index}" for index in range(30)]
+    for client_id in clean:
+        await a.connect(client_id, clean_start=True, expiry=0)
+        await a.subscribe(client_id, f"clean/{client_id}", qos=1, confirm=False)
+    await a.connect("kept", clean_start=False, expiry=600)
+    await a.subscribe("kept", "kept/x", qos=1)
+    b = await start_node("b", **ttl)
+    await die(a)
+    assert await b.connect("clean-0", clean_start=False, expiry=0) is False  # (came back)
+    await b.subscribe("clean-0", "clean/again", qos=1)
+    await waiting.eventually(lambda: b.stats()["sessions_adopted"] == 1, 15.0, "adopted")
+    redis = await redis_connect()
+    left = [c for c in clean[1:] if await redis.exists(*b.keys.client_keys(c))]
+    assert left == []
+    assert b.stats()["dead_clean_sessions_removed"] == len(clean) - 1
+    assert list(await b.subscriptions.subscriptions("clean-0")) == ["clean/again"]
+    assert await b.connect("kept", clean_start=False, expiry=600) is True

@@ -409,6 +409,9 @@ CALLS: dict[str, Call] = {
     "subscriptions.SubscriptionStore.remove_client": lambda r: SubscriptionStore(
         r, KEYS
     ).remove_client("c1"),
+    "subscriptions.SubscriptionStore.remove_clients": lambda r: SubscriptionStore(
+        r, KEYS
+    ).remove_clients([("c1", Owner("n1", 1))]),
     # wakeups
     "wakeups.WakeUps.arm": lambda r: WakeUps(r, "wake").arm(),
 }

@@ -117,6 +117,8 @@ class SessionLifecycle:
             fence_bound=min(config.heartbeat_ttl, config.handoff_timeout / 2),
         )
         self.sessions_restored = 0
+        #: Sessions of dead nodes that were not persistent, removed from Redis.
+        self.clean_sessions_removed = 0
 
     @property
     def copies_recovered(self) -> int:
@@ -445,14 +447,19 @@ class SessionLifecycle:
         subscriptions, holding back the copies that reach it (:meth:`adopt_finish_all`
         lets them go). For each: the session, its new claim and the route changes to
         write (:meth:`adopt_routes`), or None when the dead node no longer holds it (the
-        client resumed it somewhere), it is not persistent, or this node serves it. The
-        claims go to Redis together (pipelined). The caller holds the clients' locks
+        client resumed it somewhere), it is not persistent, or this node serves it. A
+        session that is not persistent (Session Expiry 0: it ended with its node) is
+        removed from Redis, fenced by the dead claim, so nothing of it outlives the node
+        (its subscriptions, aliases, claim and description). The claims and the removals
+        go to Redis together (pipelined). The caller holds the clients' locks
         until :meth:`adopt_finish_all`."""
         wanted = [(client_id, dead) for client_id, dead in orphans if not self.serves(client_id)]
         for client_id, _ in wanted:
             await self._drop_unclaimed(client_id)
         claims = await self.store.adopt_many(wanted, self.node_id)
         opened: dict[str, tuple[ClientSession, Owner, list[CountChange]]] = {}
+        ended = [orphan for orphan, adopted in zip(wanted, claims, strict=True) if adopted is None]
+        self.clean_sessions_removed += sum(await self.subscriptions.remove_clients(ended))
         for (client_id, _), adopted in zip(wanted, claims, strict=True):
             if adopted is None:
                 continue
