@@ -139,6 +139,7 @@ BAD: dict[str, list[tuple[str, str]]] = {
         ("--loris-bytes", "0"),
         ("--loris-hold", "0"),
         ("--loris-hold", "nan"),
+        ("--loris-waves", "0"),
         ("--node-max-unfinished-bytes", "-1"),
         ("--node-packet-timeout", "-1"),
         ("--node-packet-timeout", "inf"),
