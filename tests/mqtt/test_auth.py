@@ -16,7 +16,6 @@ from router.cli import app
 from router.state.keys import Keys
 from tests.support.cli import Process
 from tests.support.mqtt import TIMEOUT, V5, V311, Paho, mqtt_node
-from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -93,13 +92,8 @@ def test_a_refused_login_is_logged_once_with_its_client_id_and_reason_code(
     process, node_port = guarded
     assert connack(node_port, V5, "alice", "wrong") == 0x86
 
-    def told() -> list[str]:
-        while not process.stderr.empty():
-            process.stderr_lines.append(process.stderr.get_nowait())
-        return [line for line in process.stderr_lines if "refusing MQTT client c-alice " in line]
-
-    wait_until(lambda: bool(told()), TIMEOUT, "the log line of the refusal")
-    [line] = told()
+    process.wait_for("refusing MQTT client c-alice ")
+    [line] = [line for line in process.logged() if "refusing MQTT client c-alice " in line]
     assert " INFO " in line and "CONNACK 0x86" in line and "Traceback" not in line
 
 

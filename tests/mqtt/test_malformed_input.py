@@ -54,9 +54,7 @@ Node = tuple[Process, int]
 
 def log_of(process: Process) -> list[str]:
     """Every line the node wrote on stderr so far."""
-    while not process.stderr.empty():
-        process.stderr_lines.append(process.stderr.get_nowait())
-    return process.stderr_lines
+    return process.logged()
 
 
 @pytest.fixture

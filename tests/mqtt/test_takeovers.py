@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import queue
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -135,12 +134,7 @@ class Pair:
         """The lines of the nodes' logs so far that tell of a failure."""
         lines = []
         for process in self.processes:
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    process.stderr_lines.append(process.stderr.get_nowait())
-            lines += [
-                line for line in process.stderr_lines if "Traceback" in line or "ERROR" in line
-            ]
+            lines += [line for line in process.logged() if "Traceback" in line or "ERROR" in line]
         return lines
 
 

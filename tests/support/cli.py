@@ -184,6 +184,13 @@ class Process:
             if text in line:
                 return line
 
+    def logged(self) -> list[str]:
+        """Every line the process wrote on stderr so far (``stderr_lines``, brought up to date)."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self.stderr_lines.append(self.stderr.get_nowait())
+        return self.stderr_lines
+
     def signal(self, signum: signal.Signals) -> None:
         self.process.send_signal(signum)
 

@@ -458,10 +458,10 @@ class SessionLifecycle:
             await self._drop_unclaimed(client_id)
         claims = await self.store.adopt_many(wanted, self.node_id)
         opened: dict[str, tuple[ClientSession, Owner, list[CountChange]]] = {}
-        ended = [orphan for orphan, adopted in zip(wanted, claims, strict=True) if adopted is None]
-        self.clean_sessions_removed += sum(await self.subscriptions.remove_clients(ended))
-        for (client_id, _), adopted in zip(wanted, claims, strict=True):
+        ended: list[tuple[str, Owner]] = []
+        for (client_id, dead), adopted in zip(wanted, claims, strict=True):
             if adopted is None:
+                ended.append((client_id, dead))
                 continue
             info = adopted.info
             self.claims.adopted(client_id, adopted.owner)
@@ -471,6 +471,7 @@ class SessionLifecycle:
             stored = {validate_filter(f): options for f, options in adopted.filters.items()}
             await self._policy.attached(ClientInfo(client_id, info.username), new=True)
             opened[client_id] = (session, adopted.owner, self._restore(client_id, stored))
+        self.clean_sessions_removed += sum(await self.subscriptions.remove_clients(ended))
         return [opened.get(client_id) for client_id, _ in orphans]
 
     async def adopt_routes(self, changes: list[CountChange]) -> None:
