@@ -54,7 +54,7 @@ from router.cluster.mirror_sync import MirrorSync
 from router.cluster.move_fence import MoveFence
 from router.cluster.policy import Policy
 from router.cluster.retainer import Retainer
-from router.cluster.route_fence import FENCE_BOUND, RouteFence
+from router.cluster.route_fence import RouteFence
 from router.cluster.route_writer import Reconciliation, RouteWriter
 from router.cluster.sessions.adoption import Adoption
 from router.cluster.sessions.lifecycle import SessionLifecycle
@@ -136,7 +136,7 @@ class RouterNode:
             self.arrivals,
             self._fenced_peers,
             self._sync.caught_up,
-            min(config.heartbeat_ttl, FENCE_BOUND),
+            config.heartbeat_ttl,
         )
         self._writer = RouteWriter(
             self.routes,
@@ -657,6 +657,7 @@ class RouterNode:
             **self._retainer.stats(),
             **self._keeper.stats(),
             **self._visibility.stats(),
+            **self._fence.stats(),
             **(self._traffic.stats() if self._traffic is not None else {}),
             **cache_counters("route_cache", self.mirror.cache_stats()),
             **cache_counters("local_cache", self.sessions.cache_stats()),

@@ -15,12 +15,16 @@ connection is matched, A passes a fence (:meth:`RouteFence.passed`):
 3. A then reads every peer's change stream (:meth:`MirrorSync.caught_up
    <router.cluster.mirror_sync.MirrorSync.caught_up>`) and matches the publish.
 
-A peer that does not answer within ``bound`` seconds (dead, or the ask or its answer
-lost: pub/sub is fire-and-forget) is not waited for longer; peers whose heartbeat
-expired are not asked to answer at all. Callers that come before the next ask goes share
-it, so a burst of new publishers costs a few rounds, not one each. Later PUBLISHes of a
-connection pass no fence: what it promises is the order of one client's arrival, and
-route changes keep reaching every mirror in the background.
+A live peer is waited for up to ``bound`` seconds (the heartbeat TTL: a peer that has
+not answered by then is as good as dead), and asked again every ``retry`` seconds, since
+pub/sub is fire-and-forget and an ask or its answer may be lost. A peer that stayed
+silent through a whole round (its pub/sub broken, its loop wedged) is waited for only
+``retry`` in the rounds after, until it answers again: it costs new publishers the
+bound once, not at every round. Peers whose heartbeat expired are not asked at all.
+Callers that come before the next ask goes share it, so a burst of new publishers costs
+a few rounds, not one each. Later PUBLISHes of a connection pass no fence: what it
+promises is the order of one client's arrival, and route changes keep reaching every
+mirror in the background.
 """
 
 from __future__ import annotations
@@ -36,10 +40,9 @@ from router.state.route_fence_channel import FenceAsked, FenceSettled, RouteFenc
 
 log = logging.getLogger(__name__)
 
-#: Seconds a fence waits for its peers' answers at most (the heartbeat TTL, if shorter):
-#: a peer's answer takes a few Redis round trips; a silent peer costs a new publisher
-#: this much once, until it is purged or answers again.
-FENCE_BOUND: Final = 0.25
+#: Seconds between two asks of one round: a peer's answer takes a few Redis round trips
+#: on a quiet machine, and an ask or an answer lost on the way is asked again after this.
+FENCE_RETRY: Final = 0.25
 
 
 class RouteFence:
@@ -54,6 +57,7 @@ class RouteFence:
         peers: Callable[[], Iterable[str]],
         caught_up: Callable[[], Awaitable[None]],
         bound: float,
+        retry: float = FENCE_RETRY,
     ) -> None:
         self._fences = fences
         self._node_id = node_id
@@ -61,13 +65,15 @@ class RouteFence:
         self._peers = peers
         self._caught_up = caught_up
         self.bound = bound
+        self.retry = min(retry, bound)
         self._number = 0  # of this node's latest ask
         self._settled: dict[str, int] = {}  # peer -> the latest ask of ours it answered
         self._answered = asyncio.Event()
         self._next_round: asyncio.Future[None] | None = None  # (its callers share it)
         self._rounds: asyncio.Task[None] | None = None
         self._answers: set[asyncio.Task[None]] = set()
-        self.unanswered = 0  # rounds that ended at the bound with a peer silent
+        self._silent: set[str] = set()  # peers silent through a whole round, till they answer
+        self.unanswered = 0  # rounds that ended with a peer silent
 
     async def passed(self) -> None:
         """Return once every live peer settled what it had read before the call (or
@@ -93,21 +99,35 @@ class RouteFence:
     async def _round(self) -> None:
         self._number += 1
         number = self._number
-        peers = set(self._peers())
-        try:
-            await self._fences.ask(self._node_id, number)
-        except StateFailureError as error:
-            log.warning("route fence of node %s could not ask: %r", self._node_id, error)
-        else:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.bound
+        lagging = set(self._peers())
+        while lagging:
             try:
-                async with asyncio.timeout(self.bound):
-                    while lagging := [p for p in peers if self._settled.get(p, 0) < number]:
-                        self._answered.clear()
-                        await self._answered.wait()
-            except TimeoutError:
+                await self._fences.ask(self._node_id, number)
+            except StateFailureError as error:
+                log.warning("route fence of node %s could not ask: %r", self._node_id, error)
+                break
+            await self._answers_until(number, min(deadline, loop.time() + self.retry))
+            lagging = {
+                p for p in self._peers() if p in lagging and self._settled.get(p, 0) < number
+            }
+            if lagging and (lagging <= self._silent or loop.time() >= deadline):
                 self.unanswered += 1
-                log.info("route fence: no answer within %.2f s from %s", self.bound, lagging)
+                self._silent |= lagging
+                log.info("route fence: no answer from %s", sorted(lagging))
+                break
         await self._caught_up()
+
+    async def _answers_until(self, number: int, until: float) -> None:
+        """Wait until every peer answered ask ``number`` or the loop's clock is ``until``."""
+        try:
+            async with asyncio.timeout_at(until):
+                while any(self._settled.get(p, 0) < number for p in self._peers()):
+                    self._answered.clear()
+                    await self._answered.wait()
+        except TimeoutError:
+            pass
 
     def heard(self, data: bytes) -> None:
         """A message on the fences channel: answer a peer's ask once this node settled,
@@ -123,6 +143,7 @@ class RouteFence:
             and message.number > self._settled.get(message.peer, 0)
         ):
             self._settled[message.peer] = message.number
+            self._silent.discard(message.peer)
             self._answered.set()
 
     async def _answer(self, asked: FenceAsked) -> None:
@@ -132,6 +153,11 @@ class RouteFence:
             await self._fences.settled(self._node_id, asked.asker, asked.number)
         except StateFailureError as error:  # (the asker's bound covers a lost answer)
             log.warning("route fence answer to node %s failed: %r", asked.asker, error)
+
+    def stats(self) -> dict[str, int]:
+        """``route_fence_rounds`` asked, and ``route_fence_unanswered`` (rounds that
+        ended with a live peer silent: a publish may then miss what that peer had read)."""
+        return {"route_fence_rounds": self._number, "route_fence_unanswered": self.unanswered}
 
     async def stop(self) -> None:
         """Stop the answers and rounds under way."""
