@@ -13,10 +13,26 @@ Kinds, and who may fix them:
     behind by a purge interrupted halfway, or by a crash of a node that was then
     unregistered. No mirror loads it. ``repair=True`` deletes it, guarded by the route
     set's incarnation, so a node that claims it meanwhile is never touched.
-``dead_node``  (repair: ``purge``)
+``dead_node``  (repair: ``purge``, or ``node`` while it owns persistent sessions)
     A registered node whose heartbeat expired (by Redis server time). Live nodes purge
     these themselves; with no live node left, nobody does. ``repair=True`` purges it
-    like a live node would (route set, then registry), guarded by its incarnation.
+    like a live node would (route set, then registry), guarded by its incarnation. A
+    dead node that still owns persistent sessions (or whose sessions were not all
+    scanned) is left for a node to adopt them first: its registration is what tells a
+    node to adopt them (:mod:`router.cluster.sessions.adoption`), so purging it here
+    would leave them to nobody.
+``ghost_client``  (repair: ``purge``)
+    A client whose session owner is a dead or unregistered node, and whose session ends
+    with its connection (Session Expiry 0, or no session description: the embedding
+    API's clean sessions): it is listed as connected and holds subscriptions for a node
+    that will never serve it. A live node removes these when it adopts the dead node's
+    sessions; ``repair=True`` removes the client's state (subscriptions, aliases, claim,
+    description) fenced by the dead claim, so a client that came back meanwhile keeps
+    its new session (``absent``).
+``orphan_session``  (repair: ``node``)
+    A persistent session whose owner node is not registered any more (purged before
+    its sessions were adopted): no node adopts it. Its client resumes it on any node;
+    a node started under the owner's id adopts it at start.
 ``missing_route_set``  (repair: ``node``)
     A live node without a route set (Redis lost it, or it is still starting). Only the
     node may create it again: it does so on its next route write.
@@ -49,17 +65,21 @@ from router.state.route_hints import RouteHints
 from router.state.routes import RouteSnapshot, RouteStore
 from router.state.scan import scan_keys
 from router.state.scripts import RedisClient
-from router.state.subscriptions import SubscriptionStore
+from router.state.session_store import SessionStore
+from router.state.subscriptions import Owner, SubscriptionStore
 
 DEFAULT_MAX_CLIENTS: Final = 10_000
-REPAIRABLE: Final = frozenset({"stale_route_set", "dead_node"})
+REPAIRABLE: Final = frozenset({"stale_route_set", "dead_node", "ghost_client"})
+REPAIRED: Final = frozenset({"purged", "absent", "removed"})
+"""Repair statuses after which nothing is left to fix."""
 
 
 @dataclass(frozen=True)
 class Problem:
     """One problem found. ``repair`` says who can fix it: ``purge`` (``reconcile
-    --repair``) or ``node`` (only the owning node); ``repaired`` holds the purge's
-    status (``purged``, ``absent``, ``skipped``) once a repair ran, else None."""
+    --repair``) or ``node`` (only a node); ``repaired`` holds the repair's status
+    (``purged``, ``removed``, ``absent``, ``skipped``) once a repair ran, else None.
+    ``epoch`` is the claim a ghost client's dead owner holds."""
 
     kind: str
     node_id: str
@@ -69,6 +89,7 @@ class Problem:
     incarnation: str | None = None
     client_id: str | None = None
     route: str | None = None
+    epoch: int | None = None
     repaired: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -81,6 +102,7 @@ class Problem:
             "incarnation": self.incarnation,
             "client_id": self.client_id,
             "route": self.route,
+            "epoch": self.epoch,
             "repaired": self.repaired,
         }
 
@@ -100,7 +122,7 @@ class ReconcileReport:
     @property
     def ok(self) -> bool:
         """True when nothing is left to fix (every problem found was repaired)."""
-        return all(p.repaired in ("purged", "absent") for p in self.problems)
+        return all(p.repaired in REPAIRED for p in self.problems)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -147,11 +169,29 @@ async def reconcile(
         for node_id, info in registered.items()
         if info.alive and _exists(snapshots[node_id])
     }
-    report.problems += await _client_problems(redis, keys, live, max_clients, report)
+    alive = {node_id for node_id, info in registered.items() if info.alive}
+    clients = await _client_problems(redis, keys, live, alive, set(registered), max_clients, report)
+    report.problems = [_kept_for_adoption(p, clients, report) for p in report.problems]
+    report.problems += clients.problems
     if repair:
         report.repaired = True
         report.problems = [await _repair(redis, keys, registry, p) for p in report.problems]
     return report
+
+
+def _kept_for_adoption(problem: Problem, clients: ClientScan, report: ReconcileReport) -> Problem:
+    """A ``dead_node`` problem left to a node when the node owns persistent sessions (or
+    the scan could not tell): see the module docstring."""
+    if problem.kind != "dead_node":
+        return problem
+    persistent = clients.persistent_of_dead[problem.node_id]
+    if persistent:
+        why = f"{persistent} persistent sessions wait for a live node to adopt them"
+    elif not report.clients_complete:
+        why = "its sessions were not all scanned (--max-clients): not purged"
+    else:
+        return problem
+    return replace(problem, detail=f"{problem.detail}; {why}", repair="node")
 
 
 def _exists(snapshot: RouteSnapshot) -> bool:
@@ -201,31 +241,57 @@ def _node_problems(info: NodeInfo | None, snapshot: RouteSnapshot) -> list[Probl
     return []
 
 
+@dataclass
+class ClientScan:
+    """What the clients' scan found: the problems, and per dead registered node the
+    persistent sessions it still owns (adopted by a live node before it is purged)."""
+
+    problems: list[Problem] = field(default_factory=list)
+    persistent_of_dead: Counter[str] = field(default_factory=Counter)
+
+
 async def _client_problems(
     redis: RedisClient,
     keys: Keys,
     live: dict[str, dict[TopicFilter, int]],
+    alive: set[str],
+    registered: set[str],
     max_clients: int,
     report: ReconcileReport,
-) -> list[Problem]:
+) -> ClientScan:
+    """The client problems, for the ``live`` nodes' route sets, the ``alive`` nodes
+    (with a route set or not: one still starting) and every ``registered`` one."""
     store = SubscriptionStore(redis, keys)
+    sessions = SessionStore(redis, keys, store)
     scanned = await scan_keys(redis, keys.client_owners_pattern(), limit=max_clients)
     report.clients_complete = scanned.complete
     expected: dict[str, Counter[str]] = {node_id: Counter() for node_id in live}
-    problems = []
+    found = ClientScan()
     for key in sorted(scanned.keys):
         client_id = keys.client_of_owner_key(key)
         if client_id is None:
             continue
         report.clients += 1
         owner = await store.owner(client_id)
-        if owner is None or owner.node_id not in live:
+        if owner is None:
+            continue
+        if owner.node_id not in alive:
+            info = await sessions.describe(client_id)
+            if info is not None and info.expiry > 0:
+                if owner.node_id in registered:
+                    found.persistent_of_dead[owner.node_id] += 1
+                else:
+                    found.problems.append(_orphan(client_id, owner))
+            else:
+                found.problems.append(_ghost(client_id, owner, owner.node_id in registered))
+            continue
+        if owner.node_id not in live:
             continue
         node_routes = live[owner.node_id]
         for topic_filter in sorted(await store.subscriptions(client_id)):
             expected[owner.node_id][topic_filter] += 1
             if topic_filter not in node_routes:
-                problems.append(
+                found.problems.append(
                     Problem(
                         "missing_route",
                         owner.node_id,
@@ -243,7 +309,7 @@ async def _client_problems(
                 if parse_shared(route) is None:
                     want = min(want, 1)
                 if want != count:
-                    problems.append(
+                    found.problems.append(
                         Problem(
                             "extra_route",
                             node_id,
@@ -252,14 +318,47 @@ async def _client_problems(
                             route=route,
                         )
                     )
-    return problems
+    return found
+
+
+def _ghost(client_id: str, owner: Owner, registered: bool) -> Problem:
+    node = "dead" if registered else "unregistered"
+    return Problem(
+        "ghost_client",
+        owner.node_id,
+        f"client {client_id!r} of {node} node {owner.node_id!r} ended with it "
+        "(Session Expiry 0) but is still listed",
+        "purge",
+        client_id=client_id,
+        epoch=owner.epoch,
+    )
+
+
+def _orphan(client_id: str, owner: Owner) -> Problem:
+    return Problem(
+        "orphan_session",
+        owner.node_id,
+        f"persistent session {client_id!r} of unregistered node {owner.node_id!r}: "
+        "resumed when its client comes back, or adopted by a node started under that id",
+        "node",
+        client_id=client_id,
+        epoch=owner.epoch,
+    )
 
 
 async def _repair(
     redis: RedisClient, keys: Keys, registry: NodeRegistry, problem: Problem
 ) -> Problem:
-    if problem.kind not in REPAIRABLE:
+    if problem.kind not in REPAIRABLE or problem.repair != "purge":
         return problem
+    if problem.kind == "ghost_client":
+        if problem.client_id is None or problem.epoch is None:
+            return problem
+        owner = Owner(problem.node_id, problem.epoch)
+        [removed] = await SubscriptionStore(redis, keys).remove_clients(
+            [(problem.client_id, owner)]
+        )
+        return replace(problem, repaired="removed" if removed else "absent")
     # Guarded by the incarnation found: a process that claimed the node id since (a
     # restart) is never touched; its purge answers "skipped".
     if problem.kind == "dead_node":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ from router.state.channels import Channel
 from router.state.keys import Keys
 from router.state.node_registry import NodeRegistry
 from router.state.routes import RouteStore
+from router.state.session_store import SessionStore
 from router.state.subscriptions import SubscriptionStore
 from tests.support.cli import Cluster, invoke, invoke_json, router_process
 from tests.support.waiting import wait_until
@@ -193,7 +195,7 @@ def test_reconcile_reports_and_repairs_stale_route_sets(cluster: Cluster) -> Non
     store = SubscriptionStore(client, cluster.keys)
     cluster.call(store.claim("lost", "a"))
     cluster.call(store.subscribe("lost", "lost/#"))
-    report = invoke_json(url, prefix, "reconcile")
+    report = reconcile_json(url, prefix, exit_code=1)
     assert report["ok"] is False
     problems = {p["kind"]: p for p in report["problems"]}
     assert set(problems) == {"stale_route_set", "missing_route"}
@@ -205,17 +207,17 @@ def test_reconcile_reports_and_repairs_stale_route_sets(cluster: Cluster) -> Non
     assert problems["missing_route"]["route"] == "lost/#"
     assert problems["missing_route"]["repair"] == "node"
 
-    repaired = invoke_json(url, prefix, "reconcile", "--repair")
+    repaired = reconcile_json(url, prefix, "--repair", exit_code=1)
     assert repaired["repaired"] is True
     after = {p["kind"]: p for p in repaired["problems"]}
     assert after["stale_route_set"]["repaired"] == "purged"
     assert after["missing_route"]["repaired"] is None  # only node a may write its routes
     snapshot = cluster.call(RouteStore(client, cluster.keys).snapshot("ghost"))
     assert snapshot.generation is None and snapshot.routes == {}
-    again = invoke_json(url, prefix, "reconcile")
+    again = reconcile_json(url, prefix, exit_code=1)
     assert [p["kind"] for p in again["problems"]] == ["missing_route"]
     table = invoke(url, prefix, "reconcile")
-    assert table.exit_code == 0, table.output
+    assert table.exit_code == 1, table.output  # (before, 0 whatever was found)
     assert "the node itself" in table.output
 
 
@@ -227,18 +229,81 @@ def test_reconcile_purges_dead_nodes_when_no_live_node_does(cluster: Cluster) ->
     cluster.call(NodeRegistry(client, cluster.keys, ttl=0.001).register("zombie", "z-1"))
     cluster.call(routes.claim("zombie", "z-1", {"z/#": 1}))
     cluster.call(NodeRegistry(client, cluster.keys, ttl=60).register("empty", "e-1"))
-    report = invoke_json(url, prefix, "reconcile")
+    report = reconcile_json(url, prefix, exit_code=1)
     problems = {p["node_id"]: p for p in report["problems"]}
     assert problems["zombie"]["kind"] == "dead_node"
     assert problems["zombie"]["routes"] == 1
     assert problems["empty"]["kind"] == "missing_route_set"
-    repaired = invoke_json(url, prefix, "reconcile", "--repair")
+    repaired = reconcile_json(url, prefix, "--repair", exit_code=1)
     assert {p["node_id"]: p["repaired"] for p in repaired["problems"]} == {
         "empty": None,
         "zombie": "purged",
     }
     assert [n["node_id"] for n in invoke_json(url, prefix, "nodes")] == ["empty"]
     assert cluster.call(routes.snapshot("zombie")).routes == {}
+
+
+def test_reconcile_removes_the_clean_sessions_of_a_dead_node_and_keeps_its_persistent_ones(
+    cluster: Cluster,
+) -> None:
+    """Before, a dead node's clean clients stayed listed for good, reconcile listed them
+    and exited 0, and --repair left them. Now they are ghost clients: --repair removes
+    them (fenced by the dead claim: one that came back elsewhere keeps its session), and
+    the dead node, which still owns a persistent session, is left for a node to adopt."""
+    url, prefix = cluster.url, cluster.keys.prefix
+    client = cluster.client()
+    store = SubscriptionStore(client, cluster.keys)
+    sessions = SessionStore(client, cluster.keys, store)
+    cluster.call(NodeRegistry(client, cluster.keys, ttl=0.001).register("zombie", "z-1"))
+    for client_id, expiry in (("clean-1", 0), ("clean-2", 0), ("back", 0), ("kept", 600)):
+        owner = cluster.call(store.claim(client_id, "zombie"))
+        cluster.call(sessions.mark_open(client_id, owner, expiry=expiry, protocol=5))
+        cluster.call(store.subscribe(client_id, f"t/{client_id}"))
+    orphan = cluster.call(store.claim("orphan", "purged-long-ago"))
+    cluster.call(sessions.mark_open("orphan", orphan, expiry=600, protocol=5))
+    report = reconcile_json(url, prefix, exit_code=1)
+    kinds = {(p["kind"], p["client_id"] or p["node_id"]) for p in report["problems"]}
+    assert kinds == {
+        ("dead_node", "zombie"),
+        ("ghost_client", "clean-1"),
+        ("ghost_client", "clean-2"),
+        ("ghost_client", "back"),
+        ("orphan_session", "orphan"),
+    }
+    [dead] = [p for p in report["problems"] if p["kind"] == "dead_node"]
+    assert dead["repair"] == "node" and "1 persistent sessions" in dead["detail"]
+    # (the client came back meanwhile, on a node still starting: no route set yet)
+    cluster.call(NodeRegistry(client, cluster.keys, ttl=60).register("elsewhere", "e-1"))
+    cluster.call(store.claim("back", "elsewhere"))
+    repaired = reconcile_json(url, prefix, "--repair", exit_code=1)
+    statuses = {p["client_id"] or p["node_id"]: p["repaired"] for p in repaired["problems"]}
+    assert statuses == {
+        "zombie": None,
+        "clean-1": "removed",
+        "clean-2": "removed",
+        "elsewhere": None,
+        "orphan": None,
+    }
+    for gone in ("clean-1", "clean-2"):
+        assert cluster.call(client.exists(*cluster.keys.client_keys(gone))) == 0
+    assert cluster.call(store.owner("back")).node_id == "elsewhere"
+    assert cluster.call(store.owner("kept")).node_id == "zombie"
+    assert [n["node_id"] for n in invoke_json(url, prefix, "nodes")] == ["elsewhere", "zombie"]
+    again = reconcile_json(url, prefix, exit_code=1)
+    assert {p["kind"] for p in again["problems"]} == {
+        "dead_node",
+        "orphan_session",
+        "missing_route_set",
+    }
+    table = invoke(url, prefix, "reconcile")
+    assert table.exit_code == 1 and "a live node" in table.output
+
+
+def reconcile_json(url: str, prefix: str, *args: str, exit_code: int) -> Any:
+    """``reconcile ARGS --json``'s report, asserting its exit status."""
+    result = invoke(url, prefix, "reconcile", *args, "--json")
+    assert result.exit_code == exit_code, result.output
+    return json.loads(result.stdout)
 
 
 def test_publish_and_subscribe_round_trip(cluster: Cluster) -> None:
