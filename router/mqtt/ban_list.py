@@ -4,7 +4,10 @@ The bans live in Redis (:mod:`router.state.ban_store`); each node reads them eve
 :data:`REFRESH` seconds into a dictionary, so the listeners check a connection against
 them with a lookup: its source address at accept (the socket is closed before a byte is
 read), its client id and user name at CONNECT, before authentication (CONNACK 0x8A
-Banned; 3.1.1: return code 5). A node that cannot read Redis keeps the bans it had.
+Banned; 3.1.1: return code 5). A ban read for the first time is handed to ``on_new``,
+so that the node ends the connections it names that are open already (DISCONNECT 0x98:
+:meth:`MqttServer.end_banned <router.mqtt.server.MqttServer.end_banned>`). A node that
+cannot read Redis keeps the bans it had.
 
 Flapping: a client id that connects more than ``max_connects`` times within ``window``
 seconds on one node is banned for ``ban_seconds``, in Redis, so every node refuses it
@@ -21,6 +24,7 @@ import ipaddress
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -32,6 +36,16 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two reads of the cluster's bans.
 REFRESH: Final = 1.0
+
+
+def peer_address(peer: str) -> str:
+    """The normalised address of a transport's ``HOST:PORT`` peer (IPv6 too: the port
+    follows the last colon), as a ban names it; the text before the port if it is not
+    an address."""
+    host = peer.rpartition(":")[0].strip("[]")
+    with contextlib.suppress(ValueError):
+        host = str(ipaddress.ip_address(host))
+    return host
 
 
 @dataclass(frozen=True)
@@ -47,9 +61,15 @@ class Flapping:
 class BanList:
     """The bans a node's listeners check (see the module docstring)."""
 
-    def __init__(self, store: BanStore, flapping: Flapping = Flapping()) -> None:
+    def __init__(
+        self,
+        store: BanStore,
+        flapping: Flapping = Flapping(),
+        on_new: Callable[[list[Ban]], None] | None = None,
+    ) -> None:
         self._store = store
         self._flapping = flapping
+        self._on_new = on_new
         self._bans: dict[str, Ban] = {}
         self._connects: dict[str, deque[float]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -70,8 +90,18 @@ class BanList:
         self._task = None
 
     async def refresh(self) -> None:
-        """Read the cluster's bans now."""
+        """Read the cluster's bans now; hand those it had not read before to ``on_new``
+        (a ban this node made itself is not new: its client is refused already)."""
+        known = self._bans
         self._bans = {f"{ban.kind}:{ban.value}": ban for ban in await self._store.bans()}
+        now = time.time()
+        fresh = [
+            ban
+            for key, ban in self._bans.items()
+            if ban.live(now) and (key not in known or known[key].until < ban.until)
+        ]
+        if fresh and self._on_new is not None:
+            self._on_new(fresh)
 
     async def _run(self) -> None:
         while True:

@@ -37,7 +37,7 @@ from typing import Final
 
 from router.cluster.node import RouterNode
 from router.errors import InvalidSettingError, ListenerError
-from router.mqtt.ban_list import BanList, Flapping
+from router.mqtt.ban_list import BanList, Flapping, peer_address
 from router.mqtt.outgoing import TopicFields
 from router.mqtt.protocol import MqttConnection
 from router.mqtt.rates import AddressRates
@@ -47,7 +47,7 @@ from router.mqtt.sys_topics import SysTopics
 from router.mqtt.tcp import stream_factory
 from router.mqtt.unfinished import Unfinished
 from router.mqtt.websocket import DEFAULT_PATH, WebSocketServer, listen_websocket
-from router.state.ban_store import BanStore
+from router.state.ban_store import Ban, BanStore
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +146,9 @@ class MqttServer:
             settings.flapping_max_connects, settings.flapping_window, settings.flapping_ban
         )
         self.bans = BanList(
-            BanStore(node.registry.redis, node.keys), flapping
+            BanStore(node.registry.redis, node.keys), flapping, self.end_banned
         )  # (serve() starts it)
+        self.ban_disconnects = 0
 
     # -- the registry of connections -------------------------------------------------------
 
@@ -200,6 +201,26 @@ class MqttServer:
             return False
         connection.end(ReasonCode.ADMINISTRATIVE_ACTION)
         return True
+
+    def end_banned(self, bans: list[Ban]) -> None:
+        """End the connections that ``bans`` name, by client id, user name or source
+        address, with DISCONNECT 0x98 (administrative action; counted as
+        ``mqtt_ban_disconnects``). Their sessions go on as after any disconnect."""
+        named = {(ban.kind, ban.value) for ban in bans}
+        for connection in list(self._connections):
+            client_id = connection.client_id
+            if client_id is None:
+                continue
+            session = self.node.sessions.find(client_id)
+            user = None if session is None else session.profile[2]
+            if (
+                ("client", client_id) in named
+                or (user is not None and ("user", user) in named)
+                or ("address", peer_address(connection.transport.peer)) in named
+            ):
+                self.ban_disconnects += 1
+                log.info("client %s ended: banned", client_id)
+                connection.end(ReasonCode.ADMINISTRATIVE_ACTION)
 
     def end_all(self, code: int = ReasonCode.SERVER_BUSY) -> None:
         """End every connection with DISCONNECT ``code`` (the node lost Redis: its peers
@@ -329,6 +350,7 @@ class MqttServer:
             "mqtt_banned": self.bans.banned,
             "mqtt_connect_rate_refused": self.connect_rate_refused,
             "mqtt_flapping_banned": self.bans.flapping_banned,
+            "mqtt_ban_disconnects": self.ban_disconnects,
             "mqtt_unfinished_packets": len(self.unfinished),
             "mqtt_unfinished_bytes": self.unfinished.held,
             "mqtt_unfinished_bytes_peak": self.unfinished.peak,

@@ -89,6 +89,31 @@ def test_a_ban_reaches_every_node_and_its_lifting_too(
         wait_until(lambda p=port: code(p, "spammer") == 0, TIMEOUT, "spammer back")
 
 
+def test_a_ban_ends_the_connections_it_names_on_every_node(
+    nodes: Nodes, keys: Keys, redis_standalone_url: str
+) -> None:
+    """Before, a ban refused the next CONNECT only: a client already connected stayed.
+    Now each node ends the connections a new ban names, by client id or user name, with
+    DISCONNECT 0x98 (3.1.1: closed), and leaves the others."""
+    port_a, port_b, metrics = nodes
+    spammer = Paho(port_a, "spammer")
+    mallory = Paho(port_b, "mallory-device", V311, user=("mallory", ""))
+    bystander = Paho(port_a, "bystander")
+    try:
+        for client in (spammer, mallory, bystander):
+            assert client.connected()[0] == 0
+        bans(keys, redis_standalone_url, "add", "client", "spammer", "--for", "60")
+        bans(keys, redis_standalone_url, "add", "user", "mallory", "--for", "60")
+        assert spammer.expect_disconnect() == 0x98  # (administrative action)
+        assert mallory.expect_disconnect() != 0
+        assert bystander.disconnects.empty()
+        assert code(port_a, "bystander-2") == 0
+        assert scrape(metrics)["router_mqtt_ban_disconnects_total"] == 1
+    finally:
+        for client in (spammer, mallory, bystander):
+            client.close()
+
+
 def test_a_banned_address_is_closed_at_accept(
     nodes: Nodes, keys: Keys, redis_standalone_url: str
 ) -> None:
