@@ -2,8 +2,9 @@
 kept in Redis for every node (see :mod:`router.state.console_store`).
 
 Passwords are read from the terminal (asked twice), or from standard input when it is
-not one or ``--password-stdin`` is given (one line), never from the command line. An
-API key is printed once, when it is made; only its digest is kept.
+not one or ``--password-stdin`` is given (one line), never from the command line, and
+have at least 12 characters (``MIN_PASSWORD``: a shorter one is refused before Redis is
+reached, exit 1). An API key is printed once, when it is made; only its digest is kept.
 
 JSON shapes (``--json``): ``users list`` prints ``[{"name", "role"}]``, ``keys list``
 ``[{"id", "name", "role"}]``, ``keys add`` ``{"id", "name", "role", "key"}``; the other
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import click
 
-from router.state.console_store import ROLES, ConsoleStore, Role
+from router.state.console_store import ROLES, ConsoleStore, Role, check_password
 
 from .common import (
     Target,
@@ -57,8 +58,9 @@ def users() -> None:
 def users_add(
     target: Target, name: str, role: Role, replace: bool, password_stdin: bool, as_json: bool
 ) -> None:
-    """Add user NAME (exit 1 if it exists, unless --replace)."""
-    password = read_password(password_stdin)
+    """Add user NAME (exit 1 if it exists, unless --replace). The password has at least
+    12 characters."""
+    password = check_password(read_password(password_stdin))
 
     async def main() -> bool:
         async with redis_client(target) as redis:

@@ -560,6 +560,33 @@ class AccessDeniedError(RouterError):
     403)."""
 
 
+class LoginThrottledError(AccessDeniedError):
+    """A login refused before its password is checked: its user, or its source address,
+    made too many failed logins lately (HTTP 429). ``retry_after`` is the seconds until
+    the first of them leaves the window."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class BodyTooLargeError(RequestError):
+    """An HTTP API request body above ``limit`` bytes (HTTP 413)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(f"the body is larger than the limit of {limit:,} bytes")
+
+
+class WeakPasswordError(RouterError, ValueError):
+    """A dashboard password shorter than ``minimum`` characters (refused before anything
+    is written)."""
+
+    def __init__(self, minimum: int) -> None:
+        self.minimum = minimum
+        super().__init__(f"a dashboard password has at least {minimum} characters")
+
+
 class SessionInUseError(RouterError):
     """An operator asked to clear the session of a connected client: kick it first
     (HTTP 409)."""

@@ -46,6 +46,8 @@ it was made with."""
 
 READS: Final = 3
 """Reads of users and rules before a snapshot is taken as is (the count kept moving)."""
+MAX_POSITION: Final = 999_999_999
+"""The largest rule position :meth:`AuthStore.add_rule` takes (what its script reads)."""
 
 _SUPERUSER, _USER = "s", "-"
 
@@ -152,9 +154,13 @@ class AuthStore:
     async def add_rule(self, rule: str | AclRule, position: int = 0) -> int:
         """Add ``rule`` (a line of the ACL file format) before the rule at ``position``
         (1-based; 0 or past the end: last); returns the position it took. Raises
-        :class:`AclRuleError` for a line that is not one rule."""
-        if type(position) is not int or position < 0:
-            raise InvalidSettingError(f"a rule position is an int >= 0, not {position!r}")
+        :class:`AclRuleError` for a line that is not one rule and
+        :class:`InvalidSettingError` for a position outside 0 to :data:`MAX_POSITION`."""
+        if type(position) is not int or not 0 <= position <= MAX_POSITION:
+            shown = f"{position!r}" if len(repr(position)) <= 20 else "a larger number"
+            raise InvalidSettingError(
+                f"a rule position is a whole number from 0 to {MAX_POSITION:,}, not {shown}"
+            )
         return await self._change("acl_insert", position, str(rule_line(rule)))
 
     async def remove_rule(self, rule: str | AclRule) -> int:

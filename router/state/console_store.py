@@ -18,7 +18,9 @@ SHA-256 digest of its cookie's token, so reading Redis never gives a usable cook
 A user's login is checked against the user's current entry on every request
 (:meth:`ConsoleStore.login`): removing a user or changing their role takes effect at once.
 What the operator writes is checked before anything is written
-(:class:`InvalidSettingError`, :class:`PasswordFileError`).
+(:class:`InvalidSettingError`, :class:`WeakPasswordError` for a password shorter than
+:data:`MIN_PASSWORD`, :class:`PasswordFileError`). How many logins may fail is
+:mod:`router.state.login_attempts`'s.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from router.core.passwords import PasswordHash
-from router.errors import CorruptStateError, InvalidSettingError
+from router.errors import CorruptStateError, InvalidSettingError, WeakPasswordError
 from router.state.failures import translating
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
@@ -42,6 +44,8 @@ ITERATIONS: Final = 210_000
 """PBKDF2-HMAC-SHA512 rounds of a dashboard password (OWASP's figure for SHA-512)."""
 LOGIN_SECONDS: Final = 12 * 3600
 """How long a login lasts."""
+MIN_PASSWORD: Final = 12
+"""Characters of a dashboard password at least (an admin may change the whole cluster)."""
 MAX_NAME = 64
 _NAME = re.compile(r"[A-Za-z0-9._@-]+")
 _KEY = re.compile(r"rk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
@@ -77,6 +81,15 @@ def check_name(name: object, what: str = "user name") -> str:
     return name
 
 
+def check_password(password: str) -> str:
+    """``password`` if it is long enough for a dashboard account (:class:`WeakPasswordError`
+    otherwise; checked before anything is hashed or written, so a front end may check
+    first too)."""
+    if len(password) < MIN_PASSWORD:
+        raise WeakPasswordError(MIN_PASSWORD)
+    return password
+
+
 def check_role(role: object) -> Role:
     if role not in ROLES:
         raise InvalidSettingError(f"a role is admin or viewer, not {role!r}")
@@ -105,9 +118,12 @@ class ConsoleStore:
     async def add_user(
         self, name: str, password: str, role: Role, *, replace: bool = False
     ) -> bool:
-        """Add (or with ``replace``, overwrite) a user; False if one exists already."""
+        """Add (or with ``replace``, overwrite) a user; False if one exists already.
+        Raises :class:`InvalidSettingError` for a bad name or role and
+        :class:`WeakPasswordError` for a password shorter than :data:`MIN_PASSWORD`."""
         check_name(name)
         check_role(role)
+        check_password(password)
         entry = f"{role} {PasswordHash.create(password, iterations=ITERATIONS).encode()}"
         with translating:
             if replace:

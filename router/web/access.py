@@ -11,11 +11,12 @@ Every ``/api/v1`` request but the login and the OpenAPI description passes
    refuses everything (403) until an account exists;
 4. otherwise: 401.
 
-A request that changes something (any method but GET and HEAD) needs the admin role, and
-when it is made with a cookie (or the open access of 3), the header ``X-CSRF-Token``
-holding its login's token: a page of another origin can make a browser send the cookie,
-never read the token. Logins fail slowly on purpose (the password hash) and are throttled
-per source address (:class:`LoginThrottle`).
+A request that changes something (any method but GET and HEAD) needs the admin role (but
+a logout), and when it is made with a cookie (or the open access of 3), the header
+``X-CSRF-Token`` holding its login's token, a logout's too: a page of another origin can
+make a browser send the cookie, never read the token. Logins fail slowly on purpose (the
+password hash) and are throttled in Redis, for the whole cluster, per user and per source
+address, before the hash is checked (:mod:`router.state.login_attempts`).
 """
 
 from __future__ import annotations
@@ -25,10 +26,7 @@ import functools
 import hmac
 import ipaddress
 import secrets
-import time
-from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Final
 
 from aiohttp import web
@@ -36,15 +34,23 @@ from aiohttp import web
 from router.core.passwords import PasswordHash
 from router.errors import AccessDeniedError, LoginRequiredError, RequestError
 from router.state.console_store import ITERATIONS, LOGIN_SECONDS, ConsoleStore, Principal
+from router.state.login_attempts import LoginAttempts
 from router.web.replies import body_of, field as body_field, reply
 
 COOKIE: Final = "router_session"
 CSRF_HEADER: Final = "X-CSRF-Token"
+LOGOUT: Final = "/api/v1/logout"
 OPEN_PATHS: Final = frozenset({"/api/v1/login", "/api/v1/openapi.json"})
 SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 LOGIN_FAILURES: Final = 10
-"""Failed logins a source address may make per :data:`LOGIN_WINDOW` seconds."""
+"""Failed logins a user, and a source address, may make per :data:`LOGIN_WINDOW` seconds
+(on the whole cluster)."""
 LOGIN_WINDOW: Final = 60.0
+LOGIN_BODY: Final = 128 * 1024
+"""Bytes of a login's body at most: it is read before anyone logged in, so less than any
+other (a login takes a few hundred bytes; this bounds the depth scan to ~10 ms)."""
+IPV6_GROUP: Final = 64
+"""The prefix length an IPv6 source is counted under (one host often holds a /64)."""
 PRINCIPAL: Final = web.RequestKey("principal", Principal)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -67,33 +73,20 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-@dataclass
-class LoginThrottle:
-    """Failed logins per source address in a sliding window."""
-
-    limit: int = LOGIN_FAILURES
-    window: float = LOGIN_WINDOW
-    _failures: dict[str, deque[float]] = field(default_factory=dict)
-
-    def check(self, source: str) -> None:
-        """:class:`AccessDeniedError` while ``source`` is past its failures."""
-        recent = self._recent(source)
-        if len(recent) >= self.limit:
-            raise AccessDeniedError(
-                f"too many failed logins from {source}: wait {self.window:.0f} s"
-            )
-
-    def failed(self, source: str) -> None:
-        self._recent(source).append(time.monotonic())
-        if len(self._failures) > 10_000:  # (bounded, whatever the number of sources)
-            self._failures = {k: v for k, v in self._failures.items() if v}
-
-    def _recent(self, source: str) -> deque[float]:
-        recent = self._failures.setdefault(source, deque())
-        horizon = time.monotonic() - self.window
-        while recent and recent[0] < horizon:
-            recent.popleft()
-        return recent
+def source_of(remote: str | None) -> str:
+    """The source a login is counted under: its IPv4 address (an IPv4-mapped IPv6 one
+    too), the /64 network of an IPv6 address, or ``?`` when unknown (a Unix socket)."""
+    if not remote:
+        return "?"
+    try:
+        address = ipaddress.ip_address(remote)
+    except ValueError:
+        return remote
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, IPV6_GROUP), strict=False))
+    return str(address)
 
 
 class Access:
@@ -102,7 +95,9 @@ class Access:
     def __init__(self, console: ConsoleStore, *, loopback: bool) -> None:
         self.console = console
         self.loopback = loopback
-        self.throttle = LoginThrottle()
+        self.throttle = LoginAttempts(
+            console.redis, console.keys, limit=LOGIN_FAILURES, window=LOGIN_WINDOW
+        )
         self._open_csrf = secrets.token_urlsafe(24)  # (the open access's token)
 
     async def principal(self, request: web.Request) -> Principal:
@@ -134,10 +129,9 @@ class Access:
         return Principal(None, "admin", self._open_csrf)
 
     def check_change(self, request: web.Request, principal: Principal) -> None:
-        """Whether ``principal`` may make the state-changing ``request``."""
-        if request.path == "/api/v1/logout":
-            return
-        if not principal.may_change:
+        """Whether ``principal`` may make the state-changing ``request`` (any role may log
+        out; the CSRF token is needed all the same, so no other site logs a user out)."""
+        if not principal.may_change and request.path != LOGOUT:
             raise AccessDeniedError(f"the {principal.role} role may only read")
         if principal.csrf is not None:
             presented = request.headers.get(CSRF_HEADER, "")
@@ -147,17 +141,18 @@ class Access:
     # -- endpoints -------------------------------------------------------------------
 
     async def login(self, request: web.Request) -> web.Response:
-        """``POST /api/v1/login {"user", "password"}``."""
-        source = request.remote or "?"
-        self.throttle.check(source)
-        body = await body_of(request)
+        """``POST /api/v1/login {"user", "password"}``: a slot of the throttle is taken
+        first (429 while the user's or the address's is full), kept by a wrong password,
+        given back by the right one."""
+        body = await body_of(request, LOGIN_BODY)
         user, password = body_field(body, "user", str), body_field(body, "password", str)
+        attempt = await self.throttle.take(user, source_of(request.remote))
         found = await self.console.user_hash(user)
         hashed = decoy() if found is None else found[1]
         matched = await asyncio.to_thread(hashed.verify, password)
         if found is None or not matched:
-            self.throttle.failed(source)
             raise LoginRequiredError("wrong user name or password")
+        await self.throttle.release(attempt)
         role = found[0]
         token, csrf = await self.console.open_login(user, role)
         answer = reply({"user": user, "role": role, "csrf": csrf})
@@ -173,7 +168,8 @@ class Access:
         return answer
 
     async def logout(self, request: web.Request) -> web.Response:
-        """``POST /api/v1/logout``: the login ends (on every node)."""
+        """``POST /api/v1/logout`` (with the login's CSRF token): the login ends (on every
+        node)."""
         token = request.cookies.get(COOKIE)
         if token:
             await self.console.close_login(token)

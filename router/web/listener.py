@@ -29,7 +29,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
 from router.cluster.node import RouterNode
-from router.errors import ListenerError
+from router.errors import BodyTooLargeError, ListenerError
 from router.mqtt.server import MqttServer, parse_address
 from router.ops.metrics import NodeCollector, health
 from router.state.console_store import ConsoleStore
@@ -46,6 +46,12 @@ log = logging.getLogger(__name__)
 STATIC: Final = Path(__file__).resolve().parent / "static"
 PROMETHEUS_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 TELEMETRY_INTERVAL: Final = 2.0
+HTTP_ERRORS: Final = {
+    404: "NotFoundError",
+    405: "MethodNotAllowedError",
+    413: BodyTooLargeError.__name__,
+}
+"""The error type an error of aiohttp itself is told as (by its status)."""
 SECURITY_HEADERS: Final = {
     # Scripts and styles of this listener only (Alpine.js evaluates its attributes, hence
     # 'unsafe-eval'); no other site may frame the dashboard or receive its addresses.
@@ -74,7 +80,7 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
     except web.HTTPException as exc:
         if exc.status < 400 or not request.path.startswith("/api/"):
             raise
-        kind = "MethodNotAllowedError" if exc.status == 405 else "NotFoundError"
+        kind = HTTP_ERRORS.get(exc.status, "RequestError")
         return web.json_response({"error": kind, "message": exc.reason}, status=exc.status)
     except Exception as exc:
         return error_reply(exc)

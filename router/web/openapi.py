@@ -50,10 +50,16 @@ def _operation(path: str, method: str, handler: Any) -> dict[str, Any]:
             "403": error,
         },
     }
+    if method != "get":
+        operation["responses"]["409"] = error
+    operation["responses"]["503"] = error
     if parameters:
         operation["parameters"] = parameters
     if method in ("post", "put", "delete") and path != "/api/v1/logout":
         operation["requestBody"] = {"required": False, "content": {"application/json": {}}}
+        operation["responses"]["413"] = error
+    if path == "/api/v1/login":
+        operation["responses"]["429"] = error
     return operation
 
 

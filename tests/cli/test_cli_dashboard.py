@@ -19,7 +19,7 @@ from tests.support.cli import invoke, invoke_json, router_process
 from tests.support.pki import make_pki
 
 
-def add_user(url: str, prefix: str, *args: str, password: str = "pw-secret") -> Any:
+def add_user(url: str, prefix: str, *args: str, password: str = "pw-secret-long") -> Any:
     result = CliRunner().invoke(
         app,
         [
@@ -53,6 +53,12 @@ def test_users_and_keys(redis_url: str, prefix: str) -> None:
     bad = add_user(redis_url, prefix, "no spaces")
     assert bad.exit_code == 1 and "Traceback" not in bad.output
     assert bad.output.startswith("Error:") and len(bad.output.strip().splitlines()) == 1
+    # (before: a password of 5 characters made an admin)
+    short = add_user(redis_url, prefix, "boss", "--role", "admin", password="admin")
+    assert short.exit_code == 1 and "Traceback" not in short.output
+    assert short.output.strip().splitlines() == [
+        "Error: a dashboard password has at least 12 characters"
+    ]
 
     made = invoke_json(redis_url, prefix, "dashboard", "keys", "add", "ci", "--role", "admin")
     assert re.fullmatch(r"rk_[0-9a-f]{16}_[\w-]{43}", made["key"])

@@ -5,24 +5,27 @@ from __future__ import annotations
 
 import pytest
 
-from router.errors import CorruptStateError, InvalidSettingError, PasswordFileError
-from router.state.console_store import ConsoleStore
+from router.errors import CorruptStateError, InvalidSettingError, WeakPasswordError
+from router.state.console_store import MIN_PASSWORD, ConsoleStore
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
+
+ROOT_PASSWORD = "root-password"
+OPS_PASSWORD = "ops-password"
 
 
 async def test_users_roles_and_logins(redis_client: RedisClient, keys: Keys) -> None:
     store = ConsoleStore(redis_client, keys)
     assert not await store.has_accounts()
-    assert await store.add_user("root", "pw-root", "admin")
-    assert not await store.add_user("root", "other", "viewer")  # (taken: nothing written)
-    assert await store.add_user("ops", "pw-ops", "viewer")
+    assert await store.add_user("root", ROOT_PASSWORD, "admin")
+    assert not await store.add_user("root", "other-password", "viewer")  # (taken: nothing written)
+    assert await store.add_user("ops", OPS_PASSWORD, "viewer")
     assert await store.users() == [("ops", "viewer"), ("root", "admin")]
     assert await store.has_accounts()
 
     found = await store.user_hash("root")
     assert found is not None and found[0] == "admin"
-    assert found[1].verify("pw-root") and not found[1].verify("other")
+    assert found[1].verify(ROOT_PASSWORD) and not found[1].verify("other-password")
     assert await store.user_hash("nobody") is None
     assert await store.user_hash("bad name!") is None
 
@@ -36,7 +39,7 @@ async def test_users_roles_and_logins(redis_client: RedisClient, keys: Keys) -> 
     assert not any(token.encode() in key for key in stored)
 
     # a role changed or a user removed: the login follows at once
-    assert await store.add_user("root", "pw-root", "viewer", replace=True)
+    assert await store.add_user("root", ROOT_PASSWORD, "viewer", replace=True)
     principal = await store.login(token)
     assert principal is not None and principal.role == "viewer"
     assert await store.remove_user("root")
@@ -75,11 +78,26 @@ async def test_bad_names_and_roles_write_nothing(
         await store.add_user(name, "pw", "admin")  # type: ignore[arg-type]
     with pytest.raises(InvalidSettingError):
         await store.add_user("ok", "pw", "owner")  # type: ignore[arg-type]
-    with pytest.raises(PasswordFileError):
+    with pytest.raises(WeakPasswordError):
         await store.add_user("ok", "", "admin")
     with pytest.raises(InvalidSettingError):
         await store.add_api_key("ok", "root")  # type: ignore[arg-type]
     assert not await store.has_accounts()
+
+
+@pytest.mark.parametrize("replace", [False, True])
+async def test_a_short_password_is_refused_before_anything_is_written(
+    redis_client: RedisClient, keys: Keys, replace: bool
+) -> None:
+    """Before: a dashboard admin could be given a password of 5 characters."""
+    store = ConsoleStore(redis_client, keys)
+    for short in ("admin", "x" * (MIN_PASSWORD - 1)):
+        with pytest.raises(WeakPasswordError) as raised:
+            await store.add_user("root", short, "admin", replace=replace)
+        assert raised.value.minimum == MIN_PASSWORD
+        assert f"at least {MIN_PASSWORD} characters" in str(raised.value)
+    assert not await store.has_accounts()
+    assert await store.add_user("root", "x" * MIN_PASSWORD, "admin", replace=replace)
 
 
 async def test_an_entry_written_by_hand_is_not_trusted(

@@ -71,6 +71,10 @@ AUTH: Final[State] = {
     "acl": ("list", ["allow all publish a/#", "deny all all #", "allow all publish a/#"], 0),
     "count": s("3"),
 }
+CONSOLE: Final[State] = {
+    "user": ("zset", {"a1": 1.0, "a2": 9e15}, 100_000),
+    "address": ("zset", {"a1": 1.0}, 100_000),
+}
 RETAINED: Final[State] = {
     "topics": ("zset", {"a/b": 0.0, "a/c": 0.0, "a/d": 0.0, "b": 0.0}, 0),
     "messages": ("hash", {"a/b": "m1", "a/c": "m2", "a/d": "m3", "b": "m4"}, 0),
@@ -101,6 +105,8 @@ CORRUPT: Final[dict[str, list[State]]] = {
         {"meta": h(incarnation="inc1", generation="7", version="1")},
     ],
     "auth": [{"count": s("x")}, {"count": s("1.5")}, {"count": s("9223372036854775807")}],
+    # (an attempt from the future: a server clock set back)
+    "console": [{"address": ("zset", {"a0": 9e15, "a1": 9e15}, 0)}],
     "retained": [
         {"total": s("abc")},
         {"counts": h(a="x", b="1")},
@@ -252,6 +258,7 @@ FAMILIES: Final[dict[str, State]] = {
     "routes": ROUTES,
     "retained": RETAINED,
     "auth": AUTH,
+    "console": CONSOLE,
 }
 
 REGISTRY = ("registry", "heartbeats")
@@ -349,6 +356,11 @@ SPECS: Final[dict[str, Spec]] = {
             fixed(one("acl_insert"), one("0", "1", "2", "9"), one("allow all all x")),
             fixed(one("acl_remove"), one("allow all publish a/#", "nope")),
         ),
+    ),
+    "login_attempt": Spec(
+        ("user", "address"),
+        "console",
+        fixed(one("a3", "a1"), one("1", "2", "3", "10"), one("60000", "1")),
     ),
     "route_ack": Spec(
         ("acks",),
