@@ -50,9 +50,14 @@ def node() -> None:
 
 def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Command]:
     """A ``click.option`` that also reads ``ROUTER_<FLAG>`` (``--queue-limit``:
-    ``ROUTER_QUEUE_LIMIT``); a default other than None shows in ``--help``."""
+    ``ROUTER_QUEUE_LIMIT``), named in its ``--help`` as ``(env ROUTER_...)``; a default
+    other than None shows there too. (Not click's ``show_envvar``: it would name the
+    variable in the error for a bad value given on the command line.)"""
     envvar = "ROUTER_" + flag.removeprefix("--").replace("-", "_").upper()
     kwargs.setdefault("show_default", kwargs.get("default") is not None)
+    text = str(kwargs.get("help") or "")
+    if envvar not in text:
+        kwargs["help"] = f"{text.rstrip('.')} (env {envvar}).".lstrip()
     return click.option(flag, *decls, envvar=envvar, **kwargs)
 
 

@@ -50,6 +50,9 @@ from router.state.subscriptions import SubscriptionStore
 DEFAULT_LIMIT: Final = 10_000
 #: How a session's protocol level is shown (0: a client of the embedding API).
 PROTOCOLS: Final = {0: "api", 3: "3.1", 4: "3.1.1", 5: "5.0"}
+#: What :class:`ClientFilter` takes as a state, and as a protocol.
+STATE_NAMES: Final = ("connected", "away")
+PROTOCOL_NAMES: Final = tuple(PROTOCOLS.values())
 #: Seconds a kick notice may wait in an inbox: the nodes' default inbox expiry.
 KICK_EXPIRE: Final = NodeConfig.inbox_expire
 #: Away sessions whose queues are read at once.
@@ -214,43 +217,6 @@ async def _rows(
     ]
 
 
-async def client_rows(
-    redis: RedisClient,
-    keys: Keys,
-    *,
-    node_id: str | None = None,
-    limit: int = DEFAULT_LIMIT,
-    page: int = 1,
-) -> tuple[list[ClientRow], bool]:
-    """Page ``page`` of the sessions (connected and away) in client-id order, ``limit`` a
-    page; with ``node_id`` only the sessions on that node. Every session is read with a
-    paged SCAN (no cap on their number, no command that blocks Redis on a large
-    keyspace); only the ids up to the page's end are kept. Returns the page's rows and
-    whether no session follows them. Raises :class:`InvalidIdError` for an unusable node
-    id, :class:`CorruptStateError` for a session hash the router did not write,
-    ``ValueError`` for a limit or page below 1."""
-    if limit < 1 or page < 1:
-        raise ValueError(f"limit and page are at least 1, not {limit!r} and {page!r}")
-    if node_id is not None:
-        check_id(node_id, "node id")
-    store = SessionStore(redis, keys, SubscriptionStore(redis, keys))
-    keep = page * limit + 1  # (one more than the page's end: whether any follows)
-    kept: set[str] = set()  # (a set: SCAN may return a key twice)
-    async for found in store.client_id_pages():
-        if node_id is None:
-            kept.update(found)
-        else:
-            each = await store.describe_many(found)
-            kept.update(i.client_id for i in each if i is not None and i.node_id == node_id)
-        if len(kept) > 2 * keep:  # (bounded memory, whatever the number of sessions)
-            kept = set(heapq.nsmallest(keep, kept))
-    ordered = heapq.nsmallest(keep, kept)
-    described = await store.describe_many(ordered[(page - 1) * limit : page * limit])
-    shown = [i for i in described if i is not None]  # (ended since the scan: left out)
-    now_ms, alive = await _clock(redis, keys)
-    return await _rows(redis, keys, shown, now_ms, alive), len(ordered) <= page * limit
-
-
 @dataclass(frozen=True)
 class ClientFilter:
     """Which sessions a :func:`client_page` shows (None: any)."""
@@ -260,6 +226,11 @@ class ClientFilter:
     node_id: str | None = None
     state: Literal["connected", "away"] | None = None
     protocol: str | None = None  # as :func:`protocol_name` shows it
+
+    @property
+    def reads_sessions(self) -> bool:
+        """Whether a session must be read to know (more than the id's prefix is asked)."""
+        return any(v is not None for v in (self.user, self.node_id, self.state, self.protocol))
 
     def by_id(self, client_id: str, after: str | None) -> bool:
         return (after is None or client_id > after) and (
@@ -273,6 +244,45 @@ class ClientFilter:
             and (self.state is None or (info.connected == (self.state == "connected")))
             and (self.protocol is None or protocol_name(info.protocol) == self.protocol)
         )
+
+
+async def client_rows(
+    redis: RedisClient,
+    keys: Keys,
+    which: ClientFilter = ClientFilter(),
+    *,
+    limit: int = DEFAULT_LIMIT,
+    page: int = 1,
+) -> tuple[list[ClientRow], bool]:
+    """Page ``page`` of the sessions (connected and away) that ``which`` shows, in
+    client-id order, ``limit`` a page. Every session is read with a paged SCAN (no cap on
+    their number, no command that blocks Redis on a large keyspace; each session is read
+    too when ``which`` asks more than an id prefix); only the ids up to the page's end
+    are kept. Returns the page's rows and whether no session follows them. Raises
+    :class:`InvalidIdError` for an unusable node id, :class:`CorruptStateError` for a
+    session hash the router did not write, ``ValueError`` for a limit or page below 1."""
+    if limit < 1 or page < 1:
+        raise ValueError(f"limit and page are at least 1, not {limit!r} and {page!r}")
+    if which.node_id is not None:
+        check_id(which.node_id, "node id")
+    store = SessionStore(redis, keys, SubscriptionStore(redis, keys))
+    keep = page * limit + 1  # (one more than the page's end: whether any follows)
+    kept: set[str] = set()  # (a set: SCAN may return a key twice)
+    async for found in store.client_id_pages():
+        ids = [client_id for client_id in found if which.by_id(client_id, None)]
+        if not which.reads_sessions:
+            kept.update(ids)
+        elif ids:
+            each = await store.describe_many(ids)
+            kept.update(i.client_id for i in each if i is not None and which.by_session(i))
+        if len(kept) > 2 * keep:  # (bounded memory, whatever the number of sessions)
+            kept = set(heapq.nsmallest(keep, kept))
+    ordered = heapq.nsmallest(keep, kept)
+    described = await store.describe_many(ordered[(page - 1) * limit : page * limit])
+    # (ended, or changed to pass the filters no more, since the scan: left out)
+    shown = [i for i in described if i is not None and which.by_session(i)]
+    now_ms, alive = await _clock(redis, keys)
+    return await _rows(redis, keys, shown, now_ms, alive), len(ordered) <= page * limit
 
 
 async def client_page(
@@ -315,14 +325,19 @@ async def client_page(
     return rows, following
 
 
+def unknown_client(client_id: str, keys: Keys) -> ClientNotFoundError:
+    """The error for a client without a session under ``keys``' prefix (to raise)."""
+    return ClientNotFoundError(
+        client_id, f"has no session under prefix {keys.prefix!r} (never, or not anymore)"
+    )
+
+
 async def _describe(redis: RedisClient, keys: Keys, client_id: str) -> SessionInfo:
     check_id(client_id, "client id")
     store = SessionStore(redis, keys, SubscriptionStore(redis, keys))
     info = await store.describe(client_id)
     if info is None:
-        raise ClientNotFoundError(
-            client_id, f"has no session under prefix {keys.prefix!r} (never, or not anymore)"
-        )
+        raise unknown_client(client_id, keys)
     return info
 
 

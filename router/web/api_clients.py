@@ -1,7 +1,9 @@
 """``/api/v1/clients``: find clients and their sessions, kick one, clear a session.
 
 The rows and details are those of ``router clients`` (:mod:`router.ops.client_view`),
-read from Redis, so every node answers for the whole cluster.
+read from Redis, so every node answers for the whole cluster. A client id is one path
+segment of any characters, percent-encoded by the caller (``{client_id:[^/]+}``: aiohttp's
+default pattern would refuse ``{`` and ``}``; an encoded ``/`` is decoded after matching).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from aiohttp import web
 
 from router.errors import RequestError
 from router.ops.client_view import (
+    PROTOCOL_NAMES,
+    STATE_NAMES,
     ClientFilter,
     clear_session,
     client_detail,
@@ -20,9 +24,6 @@ from router.web.context import context_of
 from router.web.replies import cursor_of, limit_of, page, query, reply
 
 routes = web.RouteTableDef()
-
-STATES = ("connected", "away")
-PROTOCOLS = ("api", "3.1", "3.1.1", "5.0")
 
 
 def _choice(request: web.Request, name: str, choices: tuple[str, ...]) -> str | None:
@@ -43,15 +44,15 @@ async def list_clients(request: web.Request) -> web.Response:
         prefix=query(request, "prefix"),
         user=query(request, "user"),
         node_id=query(request, "node"),
-        state=_choice(request, "state", STATES),  # type: ignore[arg-type]
-        protocol=_choice(request, "protocol", PROTOCOLS),
+        state=_choice(request, "state", STATE_NAMES),  # type: ignore[arg-type]
+        protocol=_choice(request, "protocol", PROTOCOL_NAMES),
     )
     redis, keys = context.node.registry.redis, context.node.keys
     rows, following = await client_page(redis, keys, which, after=after, limit=limit_of(request))
     return page([row.as_dict() for row in rows], following)
 
 
-@routes.get("/api/v1/clients/{client_id}")
+@routes.get("/api/v1/clients/{client_id:[^/]+}")
 async def show_client(request: web.Request) -> web.Response:
     """One client's session, subscriptions, queue and, when this node serves it, its
     connection's counters."""
@@ -64,7 +65,7 @@ async def show_client(request: web.Request) -> web.Response:
     return reply(detail)
 
 
-@routes.post("/api/v1/clients/{client_id}/kick")
+@routes.post("/api/v1/clients/{client_id:[^/]+}/kick")
 async def kick(request: web.Request) -> web.Response:
     """Ask the node serving the client to end its connection (DISCONNECT 0x98 in 5.0)."""
     node = context_of(request).node
@@ -72,7 +73,7 @@ async def kick(request: web.Request) -> web.Response:
     return reply({**sent.as_dict(), "kicked": True})
 
 
-@routes.delete("/api/v1/clients/{client_id}/session")
+@routes.delete("/api/v1/clients/{client_id:[^/]+}/session")
 async def clear(request: web.Request) -> web.Response:
     """End an away client's session (409 while it is connected: kick it first)."""
     client_id = request.match_info["client_id"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from click.testing import CliRunner
 
@@ -81,3 +82,15 @@ def test_unknown_command_fails_cleanly() -> None:
     result = CliRunner().invoke(app, ["no-such-command"])
     assert result.exit_code != 0
     assert "Traceback" not in result.output
+
+
+def test_node_run_help_names_the_environment_variable_of_every_option() -> None:
+    """docs/operations.md says ``router node run --help`` lists the ``ROUTER_*`` variables."""
+    result = CliRunner().invoke(app, ["node", "run", "--help"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())  # (as wrapped, in words)
+    run = app.commands["node"].commands["run"]  # type: ignore[attr-defined]
+    options = [p for p in run.params if p.name != "help" and p.opts[0].startswith("--")]
+    assert options and all(isinstance(p.envvar, str) for p in options)
+    missing = [p.envvar for p in options if not re.search(rf"\b{p.envvar}\b", text)]
+    assert missing == []

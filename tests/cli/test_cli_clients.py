@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from router.cli import app
+from router.mqtt.sys_topics import VERSION
 from router.state.connection import open_redis
 from router.state.keys import Keys
 from router.state.session_store import open_fields
@@ -233,3 +234,98 @@ def test_sessions_are_listed_in_pages_in_client_id_order_without_a_cap(
     on_b = invoke_json(redis_url, prefix, "clients", "--node", "b", "--limit", "500", "--page", "3")
     assert [row["client_id"] for row in on_b] == [f"s-{i:04d}" for i in range(2001, 2_500, 2)]
     assert all(row["node"] == "b" for row in on_b)
+
+
+LONG_ID = "sensor-kitchen-temperature-and-humidity-probe-0001-" + "x" * 30
+LONG_FILTER = "building/north-wing/floor-7/room-712/sensors/+/temperature/readings/#"
+
+
+def lines_of(nodes: Nodes, *args: str) -> list[str]:
+    """The stdout lines of ``router ARGS`` (it succeeded, and said nothing on stderr)."""
+    result = invoke(nodes.url, nodes.prefix, *args)
+    assert result.exit_code == 0 and result.stderr == "", result.output
+    return result.stdout.splitlines()
+
+
+def test_tables_fit_80_columns_one_line_a_row_and_wide_prints_values_whole(
+    nodes: Nodes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    long = nodes.client("a", LONG_ID, V5)
+    assert long.subscribe(LONG_FILTER, 1) == [1]
+    nodes.client("b", "short", V311)
+    listed = lines_of(nodes, "clients")
+    assert all(len(line) <= 80 for line in listed), listed
+    [row] = [line for line in listed if line.startswith("sensor-kitchen")]
+    assert "…" in row and row.split()[-5:] == ["5.0", "connected", "1", "0", "-"]
+    assert [line.split()[0] for line in listed[2:]] == [row.split()[0], "short"]
+    for args in (["clients", "show", LONG_ID], ["subs", LONG_ID]):
+        shown = lines_of(nodes, *args)
+        assert all(len(line) <= 80 for line in shown), shown
+        [sub] = [line for line in shown if line.startswith("building/")]
+        assert "…" in sub and sub.split()[1:] == ["1", "False", "False", "0"]
+    wide = lines_of(nodes, "clients", "--wide")
+    [row] = [line for line in wide if line.startswith(LONG_ID)]
+    assert row.split()[1:4] == ["a", "5.0", "connected"] and row.split()[4].endswith("Z")
+    for args in (["clients", "show", LONG_ID, "--wide"], ["subs", LONG_ID, "--wide"]):
+        shown = lines_of(nodes, *args)
+        assert LONG_ID in shown[0]
+        [sub] = [line for line in shown if line.startswith("building/")]
+        assert sub.split() == [LONG_FILTER, "1", "False", "False", "0"]
+
+
+def test_the_list_takes_the_filters_of_the_api(nodes: Nodes) -> None:
+    nodes.client("a", "desk-1", V5, user=("alice", "secret"))
+    nodes.client("b", "desk-2", V311)
+    nodes.keeper("a", "phone-1", 300).close()  # (away: the session stays)
+    wait_until(lambda: nodes.rows()["phone-1"]["state"] == "away", TIMEOUT, nodes.rows)
+    assert list(nodes.rows()) == ["desk-1", "desk-2", "phone-1"]
+    assert list(nodes.rows("--id-prefix", "desk-")) == ["desk-1", "desk-2"]
+    assert list(nodes.rows("--user", "alice")) == ["desk-1"]
+    assert list(nodes.rows("--state", "away")) == ["phone-1"]
+    assert list(nodes.rows("--protocol", "3.1.1")) == ["desk-2"]
+    assert list(nodes.rows("--node", "a", "--state", "connected")) == ["desk-1"]
+    assert list(nodes.rows("--id-prefix", "desk-", "--node", "a", "--user", "bob")) == []
+    wrong = invoke(nodes.url, nodes.prefix, "clients", "--state", "gone")
+    assert wrong.exit_code == 2 and "Traceback" not in wrong.output
+
+
+def test_clear_ends_an_away_session_and_refuses_a_connected_client(nodes: Nodes) -> None:
+    kept = nodes.keeper("a", "kept", 300)
+    kept.client.reconnect_delay_set(min_delay=60, max_delay=60)
+    assert kept.subscribe("jobs/#", 1) == [1]
+    refused = invoke(nodes.url, nodes.prefix, "clients", "clear", "kept")
+    assert refused.exit_code == 1 and refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        "Error: client 'kept' is connected to node 'a': kick it first"
+    ]
+    kept.close()
+    wait_until(lambda: nodes.show("kept")["state"] == "away", TIMEOUT, "the session is away")
+    cleared = invoke_json(nodes.url, nodes.prefix, "clients", "clear", "kept")
+    assert cleared == {"client_id": "kept", "cleared": True}
+    for args in (["clients", "show", "kept"], ["subs", "kept"], ["clients", "clear", "kept"]):
+        gone = invoke(nodes.url, nodes.prefix, *args)
+        assert gone.exit_code == 1 and "Traceback" not in gone.output, args
+        [line] = gone.stderr.splitlines()
+        assert line.startswith("Error: client 'kept' has no session under prefix"), line
+
+
+def test_nodes_version_is_the_software_and_routes_version_counts_route_changes(
+    nodes: Nodes,
+) -> None:
+    client = nodes.client("a", "versioned")
+    assert client.subscribe("v/#", 0) == [0]
+
+    def found() -> dict[str, dict[str, Any]]:
+        return {row["node_id"]: row for row in invoke_json(nodes.url, nodes.prefix, "nodes")}
+
+    wait_until(lambda: all(row["version"] for row in found().values()), TIMEOUT, found)
+    rows = found()
+    assert {row["version"] for row in rows.values()} == {VERSION}  # (as /api/v1/nodes says)
+    assert VERSION.startswith("router ")
+    assert rows["a"]["routes_version"] >= 1 and rows["b"]["routes_version"] >= 0
+    with_json_first = CliRunner().invoke(
+        app, ["--json", "nodes", "--redis", nodes.url, "--prefix", nodes.prefix]
+    )
+    assert with_json_first.exit_code == 0, with_json_first.output
+    assert [row["node_id"] for row in json.loads(with_json_first.stdout)] == ["a", "b"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -94,14 +95,76 @@ def test_bad_prefix() -> None:
         (["trie", "dump", "--node", "ghost"], "unknown node 'ghost'"),
         (["channels", "show", "no-such-channel"], "does not exist"),
         (["subs", ""], "client id"),
+        (["subs", "ghost"], "client 'ghost' has no session under prefix 't-unknown'"),
+        (["aliases", "ghost"], "client 'ghost' has no session under prefix 't-unknown'"),
+        (["clients", "show", "ghost"], "client 'ghost' has no session"),
+        (["clients", "kick", "ghost"], "client 'ghost' has no session"),
+        (["clients", "clear", "ghost"], "client 'ghost' has no session"),
+        (["retained", "get", "no/such/topic"], "no retained message"),
     ],
-    ids=["routes", "trie", "channel", "empty-client"],
+    ids=[
+        *("routes", "trie", "channel", "empty-client", "subs", "aliases"),
+        *("show", "kick", "clear", "retained"),
+    ],
 )
 def test_unknown_things_on_a_real_redis(
     args: list[str], expected: str, redis_standalone_url: str
 ) -> None:
     result = run(*args, "--redis", redis_standalone_url, "--prefix", "t-unknown")
     assert_clean_failure(result, expected)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["users", "remove", "nobody"], "no user nobody"),
+        (["users", "passwd", "nobody"], "no user nobody"),
+        (["acl", "remove", "allow all publish x"], "no rule allow all publish x"),
+        (["bans", "remove", "client", "nobody"], "no ban of client nobody"),
+    ],
+    ids=["users-remove", "users-passwd", "acl-remove", "bans-remove"],
+)
+def test_nothing_to_change_is_a_failure_told_on_stderr(
+    args: list[str], expected: str, redis_standalone_url: str
+) -> None:
+    result = CliRunner().invoke(
+        app, [*args, "--redis", redis_standalone_url, "--prefix", "t-unknown"], input="pw\n"
+    )
+    assert result.exit_code == 1 and result.stdout == "" and "Traceback" not in result.output
+    assert result.stderr.splitlines() == [expected]
+
+
+# The read-only views, each with what it prints for an empty namespace under --json.
+VIEWS = [
+    (["nodes"], []),
+    (["routes"], []),
+    (["match", "a/b"], {"topic": "a/b", "nodes": [], "filters": {}, "shared": {}}),
+    (["clients"], []),
+    (["channels", "list"], []),
+]
+
+
+@pytest.mark.parametrize(("args", "empty"), VIEWS, ids=[" ".join(a) for a, _ in VIEWS])
+def test_a_prefix_without_nodes_is_a_warning_and_json_may_come_first(
+    args: list[str], empty: object, redis_standalone_url: str
+) -> None:
+    target = ["--redis", redis_standalone_url, "--prefix", "t-typo"]
+    warning = "warning: no node is registered under prefix 't-typo' (a mistyped --prefix"
+    table = run(*args, *target)
+    assert table.exit_code == 0, table.output
+    [line] = table.stderr.splitlines()
+    assert line.startswith(warning), line
+    for order in ([*args, *target, "--json"], ["--json", *args, *target]):
+        result = run(*order)
+        assert result.exit_code == 0, (order, result.output)
+        assert json.loads(result.stdout) == empty, order
+        assert result.stderr.startswith(warning), order
+
+
+def test_json_before_the_command_reaches_a_subcommand_of_a_group(redis_standalone_url: str) -> None:
+    result = run("--json", "retained", "count", "--redis", redis_standalone_url, "--prefix", "t-x")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"count": 0}
 
 
 def test_help_lists_the_operator_commands() -> None:
