@@ -4,6 +4,7 @@ from . import (
     bench,
     dashboard_accounts,
     demo,
+    events,
     pipeline,
     pubsub,
     reconcile,
@@ -18,6 +19,7 @@ from .application import app, main
 app.add_command(bench.bench)
 app.add_command(dashboard_accounts.dashboard)
 app.add_command(demo.demo)
+app.add_command(events.events)
 app.add_command(retained_messages.retained)
 app.add_command(pipeline.pipeline)
 app.add_command(redis_acl.redis_acl)

@@ -14,9 +14,18 @@ from typing import Any
 
 import click
 
-from router.state.ban_store import KINDS, Ban, BanStore
+from router.state.ban_store import KINDS, Ban, BanStore, ban_event
+from router.state.event_log import EventLog
 
-from .common import Target, echo_json, json_option, redis_client, run, target_options as target
+from .common import (
+    Target,
+    echo_json,
+    json_option,
+    note,
+    redis_client,
+    run,
+    target_options as target,
+)
 
 _kind = click.argument("kind", type=click.Choice(KINDS))
 _value = click.argument("value")
@@ -62,9 +71,11 @@ def bans_add(
 
     async def main() -> Ban:
         async with redis_client(target) as redis:
-            return await BanStore(redis, target.keys).add(
+            ban = await BanStore(redis, target.keys).add(
                 kind, value, seconds=seconds, reason=reason
             )
+            await EventLog(redis, target.keys).add(ban_event(ban, "cli"))
+            return ban
 
     ban = run(main())
     if as_json:
@@ -102,12 +113,18 @@ def bans_remove(target: Target, kind: str, value: str, as_json: bool) -> None:
 
     async def main() -> bool:
         async with redis_client(target) as redis:
-            return await BanStore(redis, target.keys).remove(kind, value)
+            removed = await BanStore(redis, target.keys).remove(kind, value)
+            if removed:
+                lifted = ban_event(Ban(kind, value), "cli", removed=True)  # type: ignore[arg-type]
+                await EventLog(redis, target.keys).add(lifted)
+            return removed
 
     removed = run(main())
     if as_json:
         echo_json({"removed": removed})
+    elif removed:
+        click.echo(f"lifted the ban of {kind} {value}")
     else:
-        click.echo(f"lifted the ban of {kind} {value}" if removed else f"no ban of {kind} {value}")
+        note(f"no ban of {kind} {value}")  # (a failure's one line, on stderr)
     if not removed:
         raise SystemExit(1)

@@ -39,6 +39,7 @@ class NodeConfig:
     publish_timeout: float = 10.0  # a publish not done by then raises PublishTimeoutError
     allow_eviction: bool = False  # start on a Redis that may evict keys (logged as an error)
     shared_sessions: bool = False  # any user may resume a client id's session (else its user's)
+    events: bool = True  # tell the cluster's events and alarms (router.cluster.events; tools: off)
 
     def strategy(self) -> ShareStrategy:
         """How this node picks a share group's member (``local``: its own members first)."""

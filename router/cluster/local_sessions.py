@@ -18,9 +18,11 @@ local state, never from a read of the global table.
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Container, Sequence
 from dataclasses import replace
+from operator import itemgetter
 from typing import Literal
 
 from router.cluster.delivery_acl import DeliveryAcl, Narrowing
@@ -355,6 +357,11 @@ class LocalSessions:
         """Deliveries dropped by full queues since the start, over every session (those
         closed since too: a counter never goes down)."""
         return self._dropped_closed + sum(s.dropped for s in self._sessions.values())
+
+    def most_dropped(self, count: int) -> list[tuple[str, int]]:
+        """The ``count`` sessions held here that dropped most: (client id, dropped)."""
+        dropping = ((s.client_id, s.dropped) for s in self._sessions.values() if s.dropped)
+        return heapq.nlargest(count, dropping, key=itemgetter(1))
 
     # -- subscriptions and route counts ----------------------------------------------
 

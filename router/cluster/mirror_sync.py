@@ -37,17 +37,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Final
 
+from router.cluster.events import EventReporter
 from router.cluster.supervisor import Supervisor
 from router.cluster.tasks import stop_task
 from router.cluster.visibility import ForwardsInFlight
 from router.core.route_mirror import RouteMirror
 from router.errors import ResyncRequiredError, RouterError, StateFailureError
 from router.state.keys import Keys
-from router.state.node_registry import NodeRegistry
+from router.state.node_registry import NodeInfo, NodeRegistry
 from router.state.route_acks import RouteAck, RouteAcks, parse_ack
 from router.state.route_hints import RouteHints
 from router.state.routes import PurgeResult, RouteStore
@@ -80,8 +82,11 @@ class MirrorSync:
         on_ack: Callable[[RouteAck], None] | None = None,
         forwards: ForwardsInFlight | None = None,
         on_fence: Callable[[bytes], None] | None = None,
+        events: EventReporter | None = None,
     ) -> None:
         self._routes = routes
+        self._events = events
+        self._told_dead: set[tuple[str, str]] = set()  # (node, incarnation) told down
         self._registry = registry
         self._mirror = mirror
         self._node_id = node_id
@@ -351,6 +356,7 @@ class MirrorSync:
             default=None,
         )
         self.dead = frozenset(node.node_id for node in dead_nodes)
+        self._tell_down(dead_nodes)
         results = []
         for node in dead_nodes:
             if not self._may_purge():
@@ -365,6 +371,28 @@ class MirrorSync:
                 task.add_done_callback(partial(self._adopted, node.node_id))
         await self._settle(results)
 
+    def _tell_down(self, dead_nodes: list[NodeInfo]) -> None:
+        """Tell each peer found dead for the first time (once in the cluster)."""
+        if self._events is None:
+            return
+        for node in dead_nodes:
+            seen = (node.node_id, node.incarnation)
+            if node.node_id == self._node_id or seen in self._told_dead:
+                continue
+            if len(self._told_dead) > 1_000:
+                self._told_dead.clear()  # (bounded; the cluster-wide token still holds)
+            self._told_dead.add(seen)
+            ago = (node.now_ms - node.expires_ms) / 1000
+            since = time.strftime("%H:%M:%S UTC", time.gmtime(node.expires_ms / 1000))
+            self._events.tell(
+                "node_down",
+                node.node_id,
+                f"node {node.node_id} is down since {since}: its heartbeat expired "
+                f"{ago:.1f} s ago (seen by node {self._node_id})",
+                "critical",
+                once=f"node_down:{node.node_id}:{node.incarnation}",
+            )
+
     def _adopted(self, dead: str, _task: asyncio.Task[None]) -> None:
         self._adopting.pop(dead, None)
 
@@ -374,6 +402,14 @@ class MirrorSync:
             if result.status == "purged":
                 self.purged += 1
                 log.warning("purged dead node %s (%d routes)", result.node_id, result.routes)
+                if self._events is not None:
+                    self._events.tell(
+                        "node_purged",
+                        result.node_id,
+                        f"dead node {result.node_id} purged by node {self._node_id}: "
+                        f"{result.routes} routes removed"
+                        + (", its sessions adopted" if self._adopt_sessions else ""),
+                    )
         if results:
             await self._hints.announce(self._node_id)
 

@@ -43,9 +43,11 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any
 
+from router.cluster.alarms import Alarms
 from router.cluster.config import NodeConfig
 from router.cluster.delivery_acl import Narrowing
 from router.cluster.dispatcher import Dispatcher
+from router.cluster.events import EventReporter
 from router.cluster.forwarding import Forwarder, InboxReader
 from router.cluster.inbox import Kick, Notice
 from router.cluster.liveness import Liveness
@@ -69,10 +71,12 @@ from router.core.messages import Delivery, MessageProperties, Outgoing, PublishR
 from router.core.options import make_options
 from router.core.route_mirror import RouteMirror
 from router.core.topics import TopicFilter, parse_shared, validate_filter
-from router.errors import InvalidOptionsError
+from router.errors import InvalidOptionsError, RouterError
 from router.state.connection import check_eviction, urgent_client
+from router.state.event_log import EventLog
 from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
+from router.state.reads import command
 from router.state.retained_store import RetainedStore
 from router.state.route_acks import RouteAcks
 from router.state.route_fence_channel import RouteFences
@@ -116,6 +120,7 @@ class RouterNode:
             config.heartbeat_ttl,
             know_peers=lambda: self._sync.ensure_current(),  # noqa: PLW0108 (made below)
         )
+        self.events = EventReporter(EventLog(redis, self.keys), self.node_id)
         self._sync = MirrorSync(
             redis,
             self.keys,
@@ -129,6 +134,7 @@ class RouterNode:
             on_ack=self._visibility.on_ack,
             forwards=self.forwards,
             on_fence=lambda data: self._fence.heard(data),  # noqa: PLW0108 (made below)
+            events=self.events if config.events else None,
         )
         self._fence = RouteFence(
             RouteFences(redis, self.keys),
@@ -223,13 +229,20 @@ class RouterNode:
             audit=self._claims.audit,
             taken_over=self._taken_over,
         )
+        self._alarms = Alarms(
+            self.events,
+            self.node_id,
+            self.stats,
+            lambda: command(redis, "PING"),
+            self.sessions.most_dropped,
+        )
 
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> RouterNode:
         """Join the cluster (see the module docstring); returns the node."""
         await check_eviction(self._redis, self.config.allow_eviction)
-        await self.registry.register(self.node_id, self.incarnation)
+        registered = await self.registry.register(self.node_id, self.incarnation)
         await self._claim()
         self._supervisor.start("heartbeat", self.liveness.run)  # (a start may outlast the TTL)
         await self._inbox.open()
@@ -241,8 +254,16 @@ class RouterNode:
         await self._sync.announce()
         if self._traffic is not None:
             self._traffic.start()
+        if self.config.events:
+            self._tell_started(registered.previous_incarnation)
         self._running = True
         return self
+
+    def _tell_started(self, previous: str | None) -> None:
+        self._supervisor.start("events", self.events.run)
+        self._supervisor.start("alarms", self._alarms.run)
+        again = "" if previous is None else ", before its previous incarnation was purged"
+        self.events.tell("node_up", self.node_id, f"node {self.node_id} started{again}")
 
     async def _claim(self) -> None:
         claim = await self.routes.claim(self.node_id, self.incarnation, self.sessions.routes())
@@ -255,6 +276,9 @@ class RouterNode:
         if not self._running:
             return
         self._running = False
+        if self.config.events:
+            self.events.tell("node_stopped", self.node_id, f"node {self.node_id} stopped")
+            await self.events.flush()
         await self._supervisor.stop()
         await self._writer.stop()
         await self._retainer.stop()
@@ -264,6 +288,10 @@ class RouterNode:
         await self._lifecycle.locks.stop()
         await self._keeper.stop()
         try:
+            try:
+                await self._lifecycle.remove_clean()
+            except RouterError as error:  # (the registry's purge below may still go)
+                log.warning("clean sessions of node %s not removed: %s", self.node_id, error)
             await self.registry.purge(self.node_id, self.incarnation)
             await self._sync.announce()
         finally:
@@ -658,6 +686,7 @@ class RouterNode:
             **self._keeper.stats(),
             **self._visibility.stats(),
             **self._fence.stats(),
+            **self.events.stats(),
             **(self._traffic.stats() if self._traffic is not None else {}),
             **cache_counters("route_cache", self.mirror.cache_stats()),
             **cache_counters("local_cache", self.sessions.cache_stats()),

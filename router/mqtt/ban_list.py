@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from router.cluster.events import EventReporter
 from router.cluster.tasks import stop_task
 from router.errors import RouterError
 from router.state.ban_store import Ban, BanStore
@@ -66,8 +67,10 @@ class BanList:
         store: BanStore,
         flapping: Flapping = Flapping(),
         on_new: Callable[[list[Ban]], None] | None = None,
+        events: EventReporter | None = None,
     ) -> None:
         self._store = store
+        self._events = events
         self._flapping = flapping
         self._on_new = on_new
         self._bans: dict[str, Ban] = {}
@@ -157,7 +160,15 @@ class BanList:
         self.flapping_banned += 1
         reason = f"flapping: more than {self._flapping.max_connects} connects"
         self._bans[f"client:{client_id}"] = Ban("client", client_id, time.time() + seconds, reason)
-        log.warning("client %s banned for %.0f s (%s)", client_id, seconds, reason)
+        if self._events is not None:
+            self._events.tell(
+                "ban_added",
+                f"client:{client_id}",
+                f"client {client_id} banned for {seconds:.0f} s: {reason}",
+                "warning",
+            )
+        else:
+            log.warning("client %s banned for %.0f s (%s)", client_id, seconds, reason)
         write = asyncio.ensure_future(self._write(client_id, seconds, reason))
         self._writes.add(write)
         write.add_done_callback(self._writes.discard)

@@ -146,7 +146,7 @@ class MqttServer:
             settings.flapping_max_connects, settings.flapping_window, settings.flapping_ban
         )
         self.bans = BanList(
-            BanStore(node.registry.redis, node.keys), flapping, self.end_banned
+            BanStore(node.registry.redis, node.keys), flapping, self.end_banned, node.events
         )  # (serve() starts it)
         self.ban_disconnects = 0
 

@@ -21,6 +21,7 @@ A shared filter ``$share/g/F`` is compared through its filter part ``F``.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,10 @@ from router.core.topics import (
     validate_topic,
 )
 from router.errors import UnknownNodeError
+from router.state.event_log import EventLog
 from router.state.keys import Keys, check_id
+from router.state.node_figures import NodeFigureStore
+from router.state.node_history import NodeHistoryStore
 from router.state.node_registry import NodeRegistry
 from router.state.routes import RouteSnapshot, RouteStore
 from router.state.scripts import RedisClient
@@ -85,6 +89,14 @@ class NodeStatus:
     ``routes`` is the size of its route set, None when it has none (a registered node
     without a route set is a problem, see :mod:`router.ops.reconcile`). ``expires_in_ms`` is
     negative once the heartbeat expired. Times are Redis server milliseconds.
+    ``routes_version`` counts the changes to its route set in this generation (its
+    stream's last entry); ``version`` is the software the node runs (``"router 0.2.0"``,
+    as ``/api/v1/nodes`` and ``$SYS/broker/version`` say it), None when the node
+    published no figures (no MQTT listener with ``$SYS``, no HTTP listener: a tool node).
+    ``down_since_ms`` (Unix ms) is when the cluster's event log told the node down, None
+    for a live node or one no event tells of; ``registered`` is False for a dead node
+    that its peers purged since (listed for an hour after it was told down, so that a
+    death does not vanish from the list with the purge that follows it).
     """
 
     node_id: str
@@ -94,7 +106,10 @@ class NodeStatus:
     expires_ms: int
     expires_in_ms: int
     generation: str | None
-    version: int
+    routes_version: int
+    version: str | None = None
+    down_since_ms: int | None = None
+    registered: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -105,16 +120,40 @@ class NodeStatus:
             "expires_ms": self.expires_ms,
             "expires_in_ms": self.expires_in_ms,
             "generation": self.generation,
+            "routes_version": self.routes_version,
             "version": self.version,
+            "down_since_ms": self.down_since_ms,
+            "registered": self.registered,
         }
 
 
+async def node_versions(redis: RedisClient, keys: Keys, node_ids: list[str]) -> dict[str, str]:
+    """node id -> the software version it last reported (``"router 0.2.0"``), for the
+    nodes that did: in its ``$SYS`` figures, else in its dashboard telemetry."""
+    found = {n: f.version for n, f in (await NodeFigureStore(redis, keys).read(node_ids)).items()}
+    rest = [node_id for node_id in node_ids if not found.get(node_id)]
+    if rest:
+        for node_id, record in (await NodeHistoryStore(redis, keys).read(rest)).items():
+            if record.telemetry is not None:
+                found[node_id] = record.telemetry.version
+    return {node_id: version for node_id, version in found.items() if version}
+
+
 async def node_statuses(redis: RedisClient, keys: Keys) -> list[NodeStatus]:
-    """Every registered node with its liveness and route count, sorted by node id."""
+    """Every registered node with its liveness, route count and software version, and
+    every node told down in the last hour and purged since (``registered`` False),
+    sorted by node id."""
     routes = RouteStore(redis, keys)
     registry = NodeRegistry(redis, keys, routes=routes)
+    registered = await registry.nodes()
+    versions = await node_versions(redis, keys, [info.node_id for info in registered])
+    down = {
+        node_id: event.at_ms
+        for node_id, event in (await EventLog(redis, keys).lives()).items()
+        if event.kind == "node_down"
+    }
     result = []
-    for info in await registry.nodes():
+    for info in registered:
         snapshot = await routes.snapshot(info.node_id)
         has_set = snapshot.generation is not None or bool(snapshot.routes)
         result.append(
@@ -126,10 +165,29 @@ async def node_statuses(redis: RedisClient, keys: Keys) -> list[NodeStatus]:
                 expires_ms=info.expires_ms,
                 expires_in_ms=info.expires_ms - info.now_ms,
                 generation=snapshot.generation,
-                version=snapshot.version,
+                routes_version=snapshot.version,
+                version=versions.get(info.node_id),
+                down_since_ms=None if info.alive else down.get(info.node_id),
             )
         )
-    return result
+    now_ms = registered[0].now_ms if registered else int(time.time() * 1000)
+    names = {info.node_id for info in registered}
+    for node_id, since in down.items():
+        if node_id not in names:
+            gone = NodeStatus(
+                node_id=node_id,
+                alive=False,
+                routes=None,
+                incarnation="",
+                expires_ms=since,
+                expires_in_ms=since - now_ms,
+                generation=None,
+                routes_version=0,
+                down_since_ms=since,
+                registered=False,
+            )
+            result.append(gone)
+    return sorted(result, key=lambda status: status.node_id)
 
 
 # -- the route table -------------------------------------------------------------------

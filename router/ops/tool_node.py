@@ -38,7 +38,9 @@ async def ephemeral_node(
     ``RouterNode.start`` loads them); stopped gracefully on exit.
 
     ``node_id`` defaults to :func:`tool_node_id`; ``config`` takes the fields of
-    :class:`NodeConfig` (``prefix``, ``heartbeat_ttl``, ...).
+    :class:`NodeConfig` (``prefix``, ``heartbeat_ttl``, ...). A tool's node tells no
+    events (a ``router publish`` is not a node an operator runs) unless ``events=True``.
     """
+    config.setdefault("events", False)
     async with connect(url, node_id=node_id or tool_node_id(), **config) as node:
         yield node

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import time
 from dataclasses import dataclass
 from typing import Final, Literal
 
 import msgpack  # type: ignore[import-untyped,unused-ignore]
 
 from router.errors import InvalidSettingError
+from router.state.event_log import Event
 from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.scripts import RedisClient
@@ -43,6 +45,21 @@ class Ban:
 
     def live(self, now: float) -> bool:
         return not self.until or self.until > now
+
+
+def ban_event(ban: Ban, by: str, *, removed: bool = False) -> Event:
+    """The event that tells ``ban`` was added (or ``removed``) by ``by`` (a node id,
+    ``cli`` or ``api``), for the cluster's event log."""
+    subject = f"{ban.kind}:{ban.value}"
+    if removed:
+        return Event("ban_removed", "info", by, subject, f"ban of {ban.kind} {ban.value} lifted")
+    ends = (
+        "until removed"
+        if not ban.until
+        else time.strftime("until %Y-%m-%d %H:%M:%S UTC", time.gmtime(ban.until))
+    )
+    why = f": {ban.reason}" if ban.reason else ""
+    return Event("ban_added", "info", by, subject, f"{ban.kind} {ban.value} banned {ends}{why}")
 
 
 def ban_field(kind: str, value: object) -> str:

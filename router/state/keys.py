@@ -27,6 +27,8 @@ Layout (``rt`` is the default namespace prefix; ``ID`` is an escaped id, see bel
     rt:{retained}:shards      zset   first levels that hold retained topics    (retained registry)
     rt:{retained}:counts      hash   first level -> topics stored (or reserved) (retained registry)
     rt:{retained}:total       string topics stored (or reserved) in all shards  (retained registry)
+    rt:{console}:...          the dashboard's users, API keys, logins and login attempts
+                              (router.state.console_store, router.state.login_attempts)
 
 Every key carries the hash tag of the entity it belongs to, so all keys of one client,
 one node or one channel live in one Redis Cluster slot and one Lua script may touch them
@@ -208,6 +210,17 @@ class Keys:
         """The nodes that wrote telemetry lately, scored by when (Unix seconds)."""
         return f"{self.prefix}:{{telemetry}}:seen"
 
+    # -- the cluster's events --------------------------------------------------------
+
+    def events_log(self) -> str:
+        """The cluster's events, a stream (see :mod:`router.state.event_log`)."""
+        return f"{self.prefix}:{{events}}:log"
+
+    def event_once(self, token: str) -> str:
+        """The mark that an event told once was told (``token`` any text: its bytes go
+        after the tag, never inside it)."""
+        return f"{self.prefix}:{{events}}:once:{token}"
+
     # -- the dashboard's accounts ----------------------------------------------------
 
     def console_users(self) -> str:
@@ -221,6 +234,12 @@ class Keys:
     def console_login(self, token_digest: str) -> str:
         """One login session of the dashboard, by the digest of its cookie's token."""
         return f"{self.prefix}:{{console}}:login:{token_digest}"
+
+    def console_login_attempts(self, kind: str, subject: str) -> str:
+        """The recent login attempts of one user (``kind`` ``user``, ``subject`` a digest
+        of the name) or one source address (``address``, the address), a sorted set
+        (see :mod:`router.state.login_attempts`)."""
+        return f"{self.prefix}:{{console}}:attempts:{kind}:{subject}"
 
     # -- channels --------------------------------------------------------------------
 

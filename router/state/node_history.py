@@ -296,18 +296,23 @@ class MergedHistory:
 
 
 def merge_histories(
-    histories: Iterable[Sequence[TrafficSample]], interval_s: float
+    histories: Iterable[Sequence[TrafficSample]],
+    interval_s: float,
+    ended: Iterable[Sequence[TrafficSample]] = (),
 ) -> MergedHistory:
     """Sum the rates of many nodes' histories (each oldest first) on a grid of
     ``interval_s`` seconds (see the module docstring). Pairs of samples that give no rate
     (a restart, time not moving forward) or span a gap of more than
-    :data:`MAX_GAP_INTERVALS` intervals are skipped. Raises ``ValueError`` for an
-    interval that is not a finite number > 0."""
+    :data:`MAX_GAP_INTERVALS` intervals are skipped. The histories of nodes that ended
+    (died, or left) count for the past they cover, and no newest bucket waits for them,
+    so a node's death does not rewrite the traffic before it. Raises ``ValueError`` for
+    an interval that is not a finite number > 0."""
     if not _is_amount(interval_s) or interval_s <= 0:
         raise ValueError(f"interval_s must be a finite number > 0, not {interval_s!r}")
     totals: dict[int, Rates] = {}
     newest: list[int] = []
-    for history in histories:
+    finished = [(history, False) for history in ended]
+    for history, live in [*((h, True) for h in histories), *finished]:
         grown: dict[int, list[float]] = {}  # bucket -> [in, out, dropped, seconds]
         for older, newer in pairwise(history):
             found = _deltas(older, newer)
@@ -319,7 +324,7 @@ def merge_histories(
         for bucket, (grown_in, grown_out, grown_dropped, seconds) in grown.items():
             rates = Rates(grown_in / seconds, grown_out / seconds, grown_dropped / seconds)
             totals[bucket] = totals.get(bucket, Rates()).plus(rates)
-        if grown:
+        if grown and live:
             newest.append(max(grown))
     if newest and min(newest) < max(newest):
         del totals[max(newest)]  # (still filling: some node's sample in it is due)

@@ -13,7 +13,9 @@ from typing import Any
 from aiohttp import web
 
 from router.state.auth_store import AuthStore
-from router.state.ban_store import Ban, BanStore
+from router.state.ban_store import Ban, BanStore, ban_event
+from router.state.event_log import Event, EventLog
+from router.web.access import principal_of
 from router.web.context import context_of
 from router.web.replies import body_of, field, page, reply
 
@@ -51,13 +53,29 @@ async def add_ban(request: web.Request) -> web.Response:
         seconds=None if seconds is None else float(seconds),
         reason=field(body, "reason", str, ""),
     )
+    await _tell(request, ban_event(ban, _by(request)))
     return reply(ban_record(ban), 201)
 
 
-@routes.delete("/api/v1/bans/{kind}/{value}")
+@routes.delete("/api/v1/bans/{kind:[^/]+}/{value:[^/]+}")
 async def remove_ban(request: web.Request) -> web.Response:
-    removed = await _bans(request).remove(request.match_info["kind"], request.match_info["value"])
+    kind, value = request.match_info["kind"], request.match_info["value"]
+    removed = await _bans(request).remove(kind, value)
+    if removed:
+        lifted = Ban(kind, value)  # type: ignore[arg-type]  # (remove checked the kind)
+        await _tell(request, ban_event(lifted, _by(request), removed=True))
     return reply({"removed": removed})
+
+
+def _by(request: web.Request) -> str:
+    """Who changes the bans: ``api`` and the user (or key) making the request."""
+    principal = principal_of(request)
+    return "api" if principal.user is None else f"api ({principal.user})"
+
+
+async def _tell(request: web.Request, event: Event) -> None:
+    node = context_of(request).node
+    await EventLog(node.registry.redis, node.keys).add(event)
 
 
 # -- MQTT users and rules ----------------------------------------------------------------
@@ -82,7 +100,7 @@ async def add_user(request: web.Request) -> web.Response:
     return reply({"name": name, "added": True}, 201)
 
 
-@routes.put("/api/v1/users/{name}/password")
+@routes.put("/api/v1/users/{name:[^/]+}/password")
 async def set_password(request: web.Request) -> web.Response:
     body = await body_of(request)
     name = request.match_info["name"]
@@ -92,7 +110,7 @@ async def set_password(request: web.Request) -> web.Response:
     return reply({"name": name, "changed": True})
 
 
-@routes.delete("/api/v1/users/{name}")
+@routes.delete("/api/v1/users/{name:[^/]+}")
 async def remove_user(request: web.Request) -> web.Response:
     return reply({"removed": await _auth(request).remove_user(request.match_info["name"])})
 

@@ -1,17 +1,20 @@
-"""``/api/v1/overview`` and ``/api/v1/nodes``: the cluster at a glance.
+"""``/api/v1/overview``, ``/api/v1/nodes`` and ``/api/v1/events``: the cluster at a glance.
 
 Each node serving the API samples its own figures and keeps the last hour of them, in
 memory and in Redis (:mod:`router.web.telemetry`); these endpoints merge what every live
 node wrote, so any node answers for the cluster. A node without an HTTP listener still
-shows (alive or not, its heartbeat, its routes) with its figures unknown (null).
+shows (alive or not, its heartbeat, its routes) with its figures unknown (null). The
+events are the cluster's event log (:mod:`router.state.event_log`), kept for a day.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
+from router.errors import RequestError
+from router.state.event_log import KINDS, EventLog
 from router.web.context import context_of
-from router.web.replies import page, reply
+from router.web.replies import limit_of, page, query, reply
 from router.web.telemetry import cluster_nodes, cluster_overview
 
 routes = web.RouteTableDef()
@@ -35,3 +38,22 @@ async def nodes(request: web.Request) -> web.Response:
     node = context_of(request).node
     counts = {node_id: node.mirror.route_count(node_id) for node_id in node.mirror.nodes()}
     return page(await cluster_nodes(node.registry.redis, node.keys, counts), None)
+
+
+@routes.get("/api/v1/events")
+async def events(request: web.Request) -> web.Response:
+    """The cluster's events, newest first: ``?kind=`` (comma-separated kinds),
+    ``?subject=`` (a node, client or ban), ``?since_ms=`` (Unix ms), ``?limit=``."""
+    node = context_of(request).node
+    kinds = None
+    if (text := query(request, "kind")) is not None:
+        kinds = text.split(",")
+        if unknown := sorted(set(kinds) - KINDS):
+            raise RequestError(f"not an event kind: {', '.join(unknown)}")
+    since = query(request, "since_ms") or "0"
+    if not since.isdigit() or len(since) > 15:
+        raise RequestError(f"since_ms is Unix milliseconds, not {since!r}")
+    found = await EventLog(node.registry.redis, node.keys).recent(
+        limit_of(request), since_ms=int(since), kinds=kinds, subject=query(request, "subject")
+    )
+    return page([event.as_dict() for event in found], None)

@@ -51,6 +51,7 @@ from router.cluster.node import RouterNode
 from router.cluster.tasks import stop_task
 from router.mqtt.server import MqttServer
 from router.mqtt.sys_topics import VERSION
+from router.state.event_log import Event, EventLog
 from router.state.keys import Keys
 from router.state.node_history import (
     DEFAULT_INTERVAL,
@@ -253,22 +254,28 @@ async def cluster_nodes(
     redis: RedisClient, keys: Keys, route_counts: Mapping[str, int] | None = None
 ) -> list[dict[str, Any]]:
     """The rows of ``/api/v1/nodes``: every registered node, alive or not, and every node
-    that wrote telemetry in the last :data:`DEPARTED_SHOWN` seconds and is no longer
-    registered (it died: ``alive`` false, ``heartbeat_age_ms`` since it last wrote), sorted
-    by id. A node that stopped gracefully is forgotten at once.
+    no longer registered that died in the last :data:`DEPARTED_SHOWN` seconds (told down
+    in the event log, or wrote telemetry then and did not stop gracefully: ``alive``
+    false, ``heartbeat_age_ms`` since it was last heard of), sorted by id. A node that
+    stopped gracefully is forgotten at once.
 
     ``alive`` and ``heartbeat_age_ms`` (since its last heartbeat, by Redis server time;
     the node's TTL from its telemetry, else the default's) come from the registry;
-    ``routes`` from ``route_counts`` (the asking node's mirror: no route set is read),
-    else from the node's telemetry; the other figures from the node's telemetry, None for
-    a node that is not alive or wrote none (no HTTP listener). Raises
-    :class:`StateUnavailableError` when Redis does not answer, :class:`CorruptStateError`
-    for bad state."""
+    ``down_since_ms`` (Unix ms) from the event that told the node down, None for a live
+    node or one no event tells of; ``routes`` from ``route_counts`` (the asking node's
+    mirror: no route set is read), else from the node's telemetry; the other figures
+    from the node's telemetry, None for a node that is not alive or wrote none (no HTTP
+    listener). Raises :class:`StateUnavailableError` when Redis does not answer,
+    :class:`CorruptStateError` for bad state."""
     registered = await NodeRegistry(redis, keys).nodes()
     now = time.time()
     store = NodeHistoryStore(redis, keys)
     seen = await store.seen_since(now - DEPARTED_SHOWN)
-    departed = sorted(set(seen) - {info.node_id for info in registered})
+    lives = await EventLog(redis, keys).lives(int(DEPARTED_SHOWN * 1000))
+    down = {node: event for node, event in lives.items() if event.kind == "node_down"}
+    stopped = {node for node, event in lives.items() if event.kind == "node_stopped"}
+    names = {info.node_id for info in registered}
+    departed = sorted((set(seen) - stopped | set(down)) - names)
     records = await store.read(info.node_id for info in registered)
     rows = []
     for info in sorted(registered, key=lambda i: i.node_id):
@@ -280,12 +287,25 @@ async def cluster_nodes(
         routes = None if route_counts is None else route_counts.get(info.node_id)
         if routes is None and shown is not None:
             routes = shown.routes
-        rows.append(_node_row(info.node_id, info.alive, shown, max(0, age), routes, now))
-    for node_id in departed:  # (purged from the registry: dead, last seen this long ago)
-        age = max(0, int((now - seen[node_id]) * 1000))
-        rows.append(_node_row(node_id, False, None, age, None, now))
+        row = _node_row(info.node_id, info.alive, shown, max(0, age), routes, now)
+        row["down_since_ms"] = None if info.alive else _down_since(down, info.node_id)
+        rows.append(row)
+    for node_id in departed:  # (purged from the registry: dead, last heard of this long ago)
+        heard = seen.get(node_id)
+        since = _down_since(down, node_id)
+        if heard is None and since is not None:
+            heard = since / 1000
+        age = max(0, int((now - (heard or now)) * 1000))
+        row = _node_row(node_id, False, None, age, None, now)
+        row["down_since_ms"] = since
+        rows.append(row)
     rows.sort(key=lambda row: row["node_id"])
     return rows
+
+
+def _down_since(down: Mapping[str, Event], node_id: str) -> int | None:
+    event = down.get(node_id)
+    return None if event is None else event.at_ms
 
 
 def _node_row(
@@ -313,32 +333,47 @@ def _node_row(
 
 
 async def cluster_overview(redis: RedisClient, keys: Keys, retained_count: int) -> dict[str, Any]:
-    """``/api/v1/overview``: ``nodes`` alive and total (registered), the live nodes'
-    ``connections``, ``sessions``, ``subscriptions`` and ``routes`` summed (a filter on
-    two nodes is two routes), ``retained`` (``retained_count``, as given), ``rates`` per
-    second (each live node's last two samples, summed) and their ``history`` merged
-    (oldest first). Raises :class:`StateUnavailableError` when Redis does not answer,
+    """``/api/v1/overview``: ``nodes`` alive and total (registered, and those that died
+    in the last :data:`DEPARTED_SHOWN` seconds and were purged since), with ``down``, the
+    rows of the nodes not alive (``node_id``, ``down_since_ms``: see
+    :func:`cluster_nodes`); the live nodes' ``connections``, ``sessions``,
+    ``subscriptions`` and ``routes`` summed (a filter on two nodes is two routes),
+    ``retained`` (``retained_count``, as given), ``rates`` per second (each live node's
+    last two samples, summed) and the ``history`` of every node that reported in the
+    last hour merged (oldest first: the traffic of a node that died stays in the past it
+    covers). Raises :class:`StateUnavailableError` when Redis does not answer,
     :class:`CorruptStateError` for bad state."""
-    registry = NodeRegistry(redis, keys)
-    nodes = await registry.nodes()
-    live = await NodeHistoryStore(redis, keys).read(node.node_id for node in nodes if node.alive)
+    nodes = await cluster_nodes(redis, keys)
+    alive = [row["node_id"] for row in nodes if row["alive"]]
+    ended = [row["node_id"] for row in nodes if not row["alive"]]
+    store = NodeHistoryStore(redis, keys)
+    records = await store.read([*alive, *ended])
     reporting = [
         (record.telemetry, record.history)
-        for record in live.values()
-        if record.telemetry is not None
+        for node_id in alive
+        if (record := records[node_id]).telemetry is not None
     ]
     figures = [telemetry for telemetry, _ in reporting]
     interval = max((telemetry.interval_s for telemetry in figures), default=DEFAULT_INTERVAL)
     rates = Rates()
     for _, history in reporting:
         rates = rates.plus(latest_rates(history) or Rates())
+    past = (records[node_id].history for node_id in ended)
     return {
-        "nodes": {"alive": sum(node.alive for node in nodes), "total": len(nodes)},
+        "nodes": {
+            "alive": len(alive),
+            "total": len(nodes),
+            "down": [
+                {"node_id": row["node_id"], "down_since_ms": row["down_since_ms"]}
+                for row in nodes
+                if not row["alive"]
+            ],
+        },
         "connections": sum(telemetry.connections for telemetry in figures),
         "sessions": sum(telemetry.sessions for telemetry in figures),
         "subscriptions": sum(telemetry.subscriptions for telemetry in figures),
         "routes": sum(telemetry.routes for telemetry in figures),
         "retained": retained_count,
         "rates": rates.as_dict(),
-        "history": merge_histories((h for _, h in reporting), interval).as_dict(),
+        "history": merge_histories((h for _, h in reporting), interval, past).as_dict(),
     }

@@ -24,6 +24,7 @@ from router.state.routes import RouteStore
 from router.state.session_store import SessionStore
 from router.state.subscriptions import SubscriptionStore
 from tests.support.cli import Cluster, invoke, invoke_json, router_process
+from tests.support.nodes import die
 from tests.support.waiting import wait_until
 
 SHARE = "$share/g/jobs/#"
@@ -64,6 +65,30 @@ def test_nodes_lists_registered_nodes_with_route_counts(populated: Cluster) -> N
     table = invoke(url, prefix, "nodes")
     assert table.exit_code == 0, table.output
     assert "alive" in table.output
+
+
+def test_nodes_lists_a_dead_node_down_since_after_its_purge(cluster: Cluster) -> None:
+    """Before, a killed node left `router nodes` with the purge that follows its
+    heartbeat's expiry (about 2 s), never shown as not alive. Now it stays listed, down
+    since the event that told it, for an hour (or until it starts again)."""
+    url, prefix = cluster.url, cluster.keys.prefix
+    a = cluster.start("a", heartbeat_ttl=1.0)
+    cluster.start("b", heartbeat_ttl=1.0)
+    cluster.call(die(a))
+
+    def purged() -> bool:
+        listed = invoke_json(url, prefix, "nodes")
+        return [n["node_id"] for n in listed if n["registered"]] == ["b"]
+
+    wait_until(purged, 15.0, "b to purge a")
+    found = {n["node_id"]: n for n in invoke_json(url, prefix, "nodes")}
+    assert list(found) == ["a", "b"]
+    assert (found["a"]["alive"], found["a"]["registered"]) == (False, False)
+    assert found["a"]["down_since_ms"] > 0 and found["b"]["down_since_ms"] is None
+    table = invoke(url, prefix, "nodes")
+    assert table.exit_code == 0 and "purged" in table.output and "UTC" in table.output
+    events = invoke_json(url, prefix, "events", "--kind", "node_down")
+    assert [(e["kind"], e["subject"], e["node"]) for e in events] == [("node_down", "a", "b")]
 
 
 def test_routes_table_and_its_filters(populated: Cluster) -> None:
@@ -131,7 +156,11 @@ def test_subs_and_aliases_of_a_client(populated: Cluster) -> None:
             "subscription_identifier": None,
         },
     ]
-    assert invoke_json(url, prefix, "subs", "nobody") == []
+    for command in ("subs", "aliases"):  # (not found: exit 1, one line)
+        unknown = invoke(url, prefix, command, "nobody")
+        assert unknown.exit_code == 1 and unknown.stdout == "", unknown.output
+        [line] = unknown.stderr.splitlines()
+        assert line.startswith("Error: client 'nobody' has no session under prefix"), line
     assert invoke_json(url, prefix, "aliases", "c1") == {
         "client": [{"alias": 1, "topic": "home/kitchen/temp"}],
         "server": [{"alias": 7, "topic": "home/garage/temp"}],
@@ -348,7 +377,7 @@ def test_publish_and_subscribe_round_trip(cluster: Cluster) -> None:
     # Both short-lived nodes left gracefully: deregistered, routes and client state gone.
     assert [n["node_id"] for n in invoke_json(url, prefix, "nodes")] == ["bystander"]
     assert invoke_json(url, prefix, "routes") == []
-    assert invoke_json(url, prefix, "subs", "listener") == []
+    assert invoke(url, prefix, "subs", "listener").exit_code == 1  # (not found: no state left)
     assert invoke_json(url, prefix, "reconcile")["ok"] is True
 
 

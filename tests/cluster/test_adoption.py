@@ -214,3 +214,24 @@ async def test_a_dead_node_s_clean_sessions_leave_no_key_behind(
     assert b.stats()["dead_clean_sessions_removed"] == len(clean) - 1
     assert list(await b.subscriptions.subscriptions("clean-0")) == ["clean/again"]
     assert await b.connect("kept", clean_start=False, expiry=600) is True
+
+
+@BOTH
+async def test_a_node_that_stops_leaves_no_key_of_its_clean_sessions(
+    start_node: StartNode, redis_connect: Callable[..., Any]
+) -> None:
+    """Before, a node that stopped gracefully left its embedded clients' clean sessions
+    (subscriptions, claim, description) in Redis for good: `router reconcile` found them
+    as ghost clients of an unregistered node. Now they go with it; a persistent session
+    away stays for its client."""
+    a = await start_node("a")
+    clean = [f"worker-{index}" for index in range(20)]
+    for client_id in clean:
+        await a.subscribe(client_id, f"jobs/{client_id}", confirm=False)
+    await a.connect("kept", clean_start=False, expiry=600)
+    await a.subscribe("kept", "kept/x", qos=1)
+    await a.put_away("kept", expiry=600)
+    await a.stop()
+    redis = await redis_connect()
+    assert [c for c in clean if await redis.exists(*a.keys.client_keys(c))] == []
+    assert await redis.exists(a.keys.client_session("kept")) == 1

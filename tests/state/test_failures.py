@@ -57,8 +57,10 @@ from router.state.channels import Channel
 from router.state.connection import check_eviction, eviction_policies, open_redis
 from router.state.console_store import ConsoleStore
 from router.state.emqx_records import EmqxRecords
+from router.state.event_log import Event, EventLog
 from router.state.failures import state_error, translating
 from router.state.keys import Keys
+from router.state.login_attempts import Attempt, LoginAttempts
 from router.state.node_figures import NodeFigures, NodeFigureStore
 from router.state.node_history import NodeHistoryStore, NodeTelemetry, TrafficSample
 from router.state.node_registry import NodeRegistry
@@ -77,6 +79,7 @@ from router.state.wakeups import WakeUps
 
 DEAD_URL = "redis://127.0.0.1:1/0"  # (nothing listens on port 1: refused at once)
 KEYS = Keys("t-dead")
+EVENT = Event("node_up", "info", "n1", "n1", "node n1 started")
 OWNER = Owner("n1", 1)
 
 # -- the mapping -----------------------------------------------------------------------------
@@ -166,6 +169,10 @@ def _sessions(redis: RedisClient) -> SessionStore:
     return SessionStore(redis, KEYS, SubscriptionStore(redis, KEYS))
 
 
+def _attempts(redis: RedisClient) -> LoginAttempts:
+    return LoginAttempts(redis, KEYS, limit=10, window=60.0)
+
+
 def _delivery() -> Delivery:
     return Delivery("a/b", b"x", 1, False, b"m" * 16)
 
@@ -251,6 +258,15 @@ CALLS: dict[str, Call] = {
     "console_store.ConsoleStore.api_key": lambda r: ConsoleStore(r, KEYS).api_key(
         "rk_0123456789abcdef_" + "s" * 43
     ),
+    # login_attempts
+    "login_attempts.LoginAttempts.take": lambda r: _attempts(r).take("u", "127.0.0.1"),
+    "login_attempts.LoginAttempts.release": lambda r: _attempts(r).release(
+        Attempt(
+            KEYS.console_login_attempts("user", "d"),
+            KEYS.console_login_attempts("address", "a"),
+            "id",
+        )
+    ),
     # emqx_records
     "emqx_records.EmqxRecords.user": lambda r: EmqxRecords(r).user("u"),
     "emqx_records.EmqxRecords.acl": lambda r: EmqxRecords(r).acl("u"),
@@ -315,6 +331,11 @@ CALLS: dict[str, Call] = {
     ),
     "retained_store.RetainedStore.page": lambda r: RetainedStore(r, KEYS).page(),
     "retained_store.RetainedStore.size": lambda r: RetainedStore(r, KEYS).size(),
+    # event_log
+    "event_log.EventLog.add": lambda r: EventLog(r, KEYS).add(EVENT, once="t"),
+    "event_log.EventLog.add_many": lambda r: EventLog(r, KEYS).add_many([EVENT]),
+    "event_log.EventLog.recent": lambda r: EventLog(r, KEYS).recent(),
+    "event_log.EventLog.lives": lambda r: EventLog(r, KEYS).lives(),
     # route_acks, route_hints, routes
     "route_acks.RouteAcks.ack": lambda r: RouteAcks(r, KEYS).ack("n1", "n2", "g1", 1),
     "route_acks.RouteAcks.read": lambda r: RouteAcks(r, KEYS).read("n1"),

@@ -8,87 +8,29 @@ event loop the nodes run in.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
-from dataclasses import dataclass
-from typing import Any
-
 import aiohttp
 import aiohttp.web
 import pytest
 
-from router.cluster.node import RouterNode
 from router.core.acl import Acl
-from router.mqtt.server import MqttServer, serve
+from router.mqtt.server import serve
 from router.mqtt.settings import MqttSettings
+from router.state.ban_store import Ban, ban_event
 from router.state.console_store import ConsoleStore
+from router.state.event_log import EventLog
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
 from router.web import listener
 from router.web.listener import build_app, serve_http
 from tests.support import waiting
+from tests.support.http_api import WAIT, Site, admin_login, call, csrf
 from tests.support.nodes import StartNode
 from tests.support.raw_mqtt import RawClient
 
 pytestmark = pytest.mark.parametrize("redis_backend", ["standalone", "cluster"], indirect=True)
 
-WAIT = 10.0
-
-
-@dataclass
-class Site:
-    node: RouterNode
-    mqtt: MqttServer
-    port: int  # MQTT
-    url: str  # http://127.0.0.1:PORT
-
-
-@pytest.fixture
-async def sites(start_node: StartNode) -> AsyncIterator[list[Site]]:
-    """Two nodes, a and b, each serving MQTT and HTTP on loopback."""
-    async with AsyncExitStack() as stack:
-        found = []
-        for node_id in ("a", "b"):
-            node = await start_node(node_id, inbox_poll=0.05)
-            mqtt = await stack.enter_async_context(
-                serve(node, ["127.0.0.1:0"], MqttSettings(sys_interval=0))
-            )
-            host, port = await stack.enter_async_context(
-                serve_http(node, "127.0.0.1:0", mqtt, telemetry_interval=0.2)
-            )
-            found.append(Site(node, mqtt, mqtt.addresses[0][1], f"http://{host}:{port}"))
-        yield found
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
-        yield session
-
-
-async def call(
-    http: aiohttp.ClientSession, method: str, url: str, **options: Any
-) -> tuple[int, Any]:
-    async with http.request(method, url, **options) as response:
-        return response.status, await response.json(content_type=None)
-
-
-async def csrf(http: aiohttp.ClientSession, site: Site) -> dict[str, str]:
-    """The header a state-changing request of this session carries."""
-    status, me = await call(http, "GET", site.url + "/api/v1/me")
-    assert status == 200, me
-    return {"X-CSRF-Token": me["csrf"]}
-
-
-async def admin_login(
-    http: aiohttp.ClientSession, site: Site, redis_client: RedisClient, keys: Keys
-) -> dict[str, str]:
-    await ConsoleStore(redis_client, keys).add_user("root", "s3cret-pass", "admin")
-    status, me = await call(
-        http, "POST", site.url + "/api/v1/login", json={"user": "root", "password": "s3cret-pass"}
-    )
-    assert status == 200, me
-    return {"X-CSRF-Token": me["csrf"]}
+VIEWER_PASSWORD = "viewer-password"
+ADMIN_PASSWORD = "admin-password"
 
 
 # -- access ------------------------------------------------------------------------------
@@ -112,7 +54,7 @@ async def test_open_access_on_loopback_until_an_account_exists(
     status, error = await call(http, "GET", a.url + "/api/v1/me", headers={"Host": "evil.test"})
     assert status == 403
 
-    await ConsoleStore(redis_client, keys).add_user("ops", "s3cret-pass", "viewer")
+    await ConsoleStore(redis_client, keys).add_user("ops", VIEWER_PASSWORD, "viewer")
     status, error = await call(http, "GET", a.url + "/api/v1/nodes")
     assert (status, error["error"]) == (401, "LoginRequiredError")
 
@@ -122,8 +64,8 @@ async def test_login_roles_csrf_logout_and_api_keys(
 ) -> None:
     a, b = sites
     console = ConsoleStore(redis_client, keys)
-    await console.add_user("ops", "viewer-pass", "viewer")
-    await console.add_user("root", "admin-pass", "admin")
+    await console.add_user("ops", VIEWER_PASSWORD, "viewer")
+    await console.add_user("root", ADMIN_PASSWORD, "admin")
 
     status, error = await call(
         http, "POST", a.url + "/api/v1/login", json={"user": "root", "password": "wrong"}
@@ -133,7 +75,7 @@ async def test_login_roles_csrf_logout_and_api_keys(
     assert (status, error["error"]) == (400, "RequestError")
 
     status, me = await call(
-        http, "POST", a.url + "/api/v1/login", json={"user": "ops", "password": "viewer-pass"}
+        http, "POST", a.url + "/api/v1/login", json={"user": "ops", "password": VIEWER_PASSWORD}
     )
     assert (status, me["role"]) == (200, "viewer")
     # the login holds on the other node too (kept in Redis)
@@ -149,13 +91,15 @@ async def test_login_roles_csrf_logout_and_api_keys(
     assert (status, error["error"]) == (403, "AccessDeniedError")
     assert "viewer" in error["message"]
 
-    status, _ = await call(http, "POST", a.url + "/api/v1/logout")
-    assert status == 200
+    status, _ = await call(
+        http, "POST", a.url + "/api/v1/logout", headers={"X-CSRF-Token": me["csrf"]}
+    )
+    assert status == 200  # (a viewer may log out: with its login's CSRF token)
     status, _ = await call(http, "GET", a.url + "/api/v1/nodes")
     assert status == 401
 
     status, me = await call(
-        http, "POST", a.url + "/api/v1/login", json={"user": "root", "password": "admin-pass"}
+        http, "POST", a.url + "/api/v1/login", json={"user": "root", "password": ADMIN_PASSWORD}
     )
     assert status == 200
     status, error = await call(http, "POST", a.url + "/api/v1/publish", json={"topic": "t"})
@@ -174,20 +118,6 @@ async def test_login_roles_csrf_logout_and_api_keys(
         wrong = {"Authorization": f"Bearer {key[:-2]}xx"}
         status, error = await call(script, "GET", b.url + "/api/v1/nodes", headers=wrong)
         assert (status, error["error"]) == (401, "LoginRequiredError")
-
-
-async def test_failed_logins_are_throttled(
-    sites: list[Site], http: aiohttp.ClientSession, redis_client: RedisClient, keys: Keys
-) -> None:
-    a = sites[0]
-    await ConsoleStore(redis_client, keys).add_user("root", "admin-pass", "admin")
-    wrong = {"user": "root", "password": "nope"}
-    statuses = [
-        (await call(http, "POST", a.url + "/api/v1/login", json=wrong))[0] for _ in range(11)
-    ]
-    assert statuses == [401] * 10 + [403]
-    right = {"user": "root", "password": "admin-pass"}
-    assert (await call(http, "POST", a.url + "/api/v1/login", json=right))[0] == 403
 
 
 async def test_errors_are_json(sites: list[Site], http: aiohttp.ClientSession) -> None:
@@ -230,6 +160,40 @@ async def test_overview_and_nodes(sites: list[Site], http: aiohttp.ClientSession
         await waiting.eventually(rate_moves, WAIT, "the overview's message rate moves")
     finally:
         client.drop()
+
+
+async def test_events_tell_the_nodes_and_bans_newest_first_and_filter(
+    sites: list[Site], http: aiohttp.ClientSession, redis_client: RedisClient, keys: Keys
+) -> None:
+    a, _ = sites
+    await EventLog(redis_client, keys).add(
+        ban_event(Ban("client", "spammer", reason="floods"), "cli")
+    )
+
+    async def both_up() -> bool:
+        status, found = await call(http, "GET", a.url + "/api/v1/events?kind=node_up")
+        return status == 200 and {e["subject"] for e in found["items"]} == {"a", "b"}
+
+    await waiting.eventually(both_up, WAIT, "a node_up event of each node")
+    status, found = await call(http, "GET", a.url + "/api/v1/events")
+    assert status == 200 and found["next"] is None
+    newest = found["items"][0]
+    assert (newest["kind"], newest["subject"], newest["node"]) == (
+        "ban_added",
+        "client:spammer",
+        "cli",
+    )
+    assert "floods" in newest["text"]
+    times = [event["at_ms"] for event in found["items"]]
+    assert times == sorted(times, reverse=True)
+    status, found = await call(http, "GET", a.url + "/api/v1/events?subject=a&limit=1")
+    assert [(e["kind"], e["subject"]) for e in found["items"]] == [("node_up", "a")]
+    since = newest["at_ms"]
+    status, found = await call(http, "GET", a.url + f"/api/v1/events?since_ms={since}")
+    assert found["items"] == []
+    for bad in ("kind=made_up", "since_ms=soon", "limit=0"):
+        status, error = await call(http, "GET", a.url + f"/api/v1/events?{bad}")
+        assert status == 400 and error["error"] == "RequestError", bad
 
 
 async def test_clients_filters_detail_kick_and_clear(
@@ -449,7 +413,7 @@ async def test_a_network_listener_refuses_everyone_until_an_account_exists(
         assert "router dashboard users add" in error["message"]
         async with http.get(url + "/healthz") as response:
             assert response.status == 200  # (monitoring stays open)
-        await ConsoleStore(redis_client, keys).add_user("root", "pw-root", "admin")
+        await ConsoleStore(redis_client, keys).add_user("root", ADMIN_PASSWORD, "admin")
         status, error = await call(http, "GET", url + "/api/v1/me")
         assert (status, error["error"]) == (401, "LoginRequiredError")
     finally:

@@ -181,6 +181,7 @@ def test_an_admin_works_the_cluster_from_the_dashboard(
     the_in_rate_shows_a_publishers_load(dash, cluster.mqtt[0])
     a_retained_message_listed_and_deleted(dash, cluster.mqtt[0])
     a_ban_added_and_lifted(dash)
+    the_events_show_the_ban_and_the_nodes(dash)
     a_user_and_a_rule_added_and_removed(dash)
     assert dash.errors == []
 
@@ -327,6 +328,17 @@ def a_ban_added_and_lifted(dash: BrowserPage) -> None:
     ban.locator(tagged("ban-remove")).click()
     confirm(dash, "bans-remove-confirm")
     expect(ban).to_have_count(0)
+
+
+def the_events_show_the_ban_and_the_nodes(dash: BrowserPage) -> None:
+    """The overview's events: the ban just added and lifted (by the logged-in admin), and
+    each node's start."""
+    page = dash.visit("#/overview", ready=tagged("event-row"), name="overview-events")
+    added = page.locator(f'{tagged("event-row")}[data-kind="ban_added"]').first
+    expect(added).to_contain_text("dash-banned")
+    expect(added).to_contain_text("from the browser test")
+    expect(page.locator(f'{tagged("event-row")}[data-kind="ban_removed"]')).to_have_count(1)
+    expect(page.locator(f'{tagged("event-row")}[data-kind="node_up"]')).to_have_count(2)
 
 
 def a_user_and_a_rule_added_and_removed(dash: BrowserPage) -> None:

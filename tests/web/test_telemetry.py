@@ -20,6 +20,7 @@ from router.mqtt.server import MqttServer, serve
 from router.mqtt.settings import MqttSettings
 from router.state.keys import Keys
 from router.state.node_history import NodeHistoryStore, TrafficSample
+from router.state.node_registry import NodeRegistry
 from router.state.scripts import RedisClient
 from router.web.telemetry import DROPPED, Telemetry, cluster_nodes, cluster_overview
 from tests.support.nodes import StartNode, die, take
@@ -43,6 +44,7 @@ ROW_FIELDS = {
     "redis_latency_ms",
     "heartbeat_age_ms",
     "routes",
+    "down_since_ms",
 }
 
 
@@ -98,7 +100,7 @@ async def test_a_node_samples_what_its_clients_publish(
             assert moved["interval_s"] == INTERVAL
             assert moved["t"] == sorted(moved["t"]) and len(moved["t"]) == len(moved["in"])
             assert no_negative(overview)
-            assert overview["nodes"] == {"alive": 1, "total": 1}
+            assert overview["nodes"] == {"alive": 1, "total": 1, "down": []}
             assert overview["retained"] == 7
             assert (overview["connections"], overview["subscriptions"], overview["routes"]) == (
                 2,
@@ -155,7 +157,7 @@ async def test_the_cluster_adds_up_its_live_nodes(
         await take(b, "phone", sent)
         overview = await cluster_overview(redis_client, keys, 0)
         assert overview["history"]["interval_s"] == 2 * INTERVAL  # the coarser grid
-        assert overview["nodes"] == {"alive": 3, "total": 3}
+        assert overview["nodes"] == {"alive": 3, "total": 3, "down": []}
         assert (overview["subscriptions"], overview["routes"]) == (1, 1)
         assert no_negative(overview)
         assert at_a.rates() is not None and at_b.rates() is not None
@@ -173,9 +175,50 @@ async def test_the_cluster_adds_up_its_live_nodes(
 
         async def a_left() -> bool:
             overview = await cluster_overview(redis_client, keys, 0)
-            return overview["nodes"] == {"alive": 1, "total": 1} and overview["rates"]["in"] == 0
+            alone = {"alive": 1, "total": 1, "down": []}
+            return overview["nodes"] == alone and overview["rates"]["in"] == 0
 
         await eventually(a_left, DEADLINE, "a's figures to leave the sums")
+
+
+async def test_a_dead_node_stays_listed_after_its_purge_and_its_past_traffic_stays(
+    start_node: StartNode, redis_connect: Any, redis_client: RedisClient, keys: Keys
+) -> None:
+    """Before, a killed node left the overview's count and the node list at its purge
+    (about its heartbeat TTL after the kill: "Nodes alive 1 / 1"), and the last hour's
+    chart dropped its traffic, rewriting the past. Now it stays, down since the event
+    that told it, and its history stays in the merged one."""
+    config = NodeConfig("a", prefix=keys.prefix, heartbeat_interval=0.2, heartbeat_ttl=1.0)
+    doomed = RouterNode(await redis_connect(), config)
+    await doomed.start()
+    b = await start_node("b")
+    sampling = Telemetry(doomed, None, [], interval=INTERVAL)
+    sampling.start()
+    await eventually(lambda: sampling.latest is not None, DEADLINE, "a's first sample")
+    for _ in range(30):
+        await doomed.publish("news", b"x")
+
+    async def moved() -> bool:
+        return max((await cluster_overview(redis_client, keys, 0))["history"]["in"] or [0]) > 0
+
+    await eventually(moved, DEADLINE, "a's traffic in the history")
+    await stop_task(sampling._task)
+    await die(doomed)
+
+    async def purged() -> bool:
+        registered = await NodeRegistry(redis_client, keys).nodes()
+        return [info.node_id for info in registered] == ["b"]
+
+    await eventually(purged, DEADLINE, "b to purge a")
+    overview = await cluster_overview(redis_client, keys, 0)
+    [down] = overview["nodes"]["down"]
+    assert (overview["nodes"]["alive"], overview["nodes"]["total"]) == (1, 2)
+    assert down["node_id"] == "a" and down["down_since_ms"] > 0
+    assert max(overview["history"]["in"]) > 0
+    rows = {row["node_id"]: row for row in await cluster_nodes(redis_client, keys)}
+    assert rows["a"]["alive"] is False and rows["a"]["down_since_ms"] == down["down_since_ms"]
+    assert rows["b"]["alive"] is True and rows["b"]["down_since_ms"] is None
+    assert b.stats()["nodes_purged"] == 1
 
 
 async def test_a_restarted_node_gives_no_negative_rate(

@@ -437,6 +437,21 @@ class SessionLifecycle:
         await written
         await self._policy.detached(client_id, reason)
 
+    async def remove_clean(self) -> int:
+        """At a graceful stop: remove from Redis every session held here that ends with
+        its connection (Session Expiry 0: an embedded client's, a framework worker's),
+        fenced by this node's claims, so that nothing of it outlives the node (before,
+        their subscriptions, claim and description stayed for good). Returns how many
+        went; persistent sessions stay, for their client to resume."""
+        ended = [
+            (client_id, owner)
+            for client_id, owner in self.claims.items()
+            if (session := self.sessions.find(client_id)) is not None and not session.expiry
+        ]
+        if not ended:
+            return 0
+        return sum(await self.subscriptions.remove_clients(ended))
+
     # -- adoption (router.cluster.sessions.adoption) ---------------------------------------
 
     async def adopt_claims(

@@ -145,6 +145,7 @@ document.addEventListener("alpine:init", () => {
     return {
       data: null,
       nodes: [],
+      events: [],
       counts: [
         ["connections", "Connections"], ["sessions", "Sessions"], ["subscriptions", "Subscriptions"],
         ["routes", "Routes"], ["topics", "Topics"], ["retained", "Retained"],
@@ -164,10 +165,13 @@ document.addEventListener("alpine:init", () => {
       },
       async refresh() {
         try {
-          const [overview, nodes] = await Promise.all([api("GET", "/overview"), api("GET", "/nodes")]);
+          const [overview, nodes, events] = await Promise.all([
+            api("GET", "/overview"), api("GET", "/nodes"), api("GET", "/events?limit=10"),
+          ]);
           if (!shown) return;
           this.data = overview;
           this.nodes = nodes.items || [];
+          this.events = events.items || [];
           this.draw(overview.history);
         } catch (err) {
           report(err);

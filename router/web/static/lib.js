@@ -71,6 +71,12 @@ function query(params) {
 }
 
 /** Formatting of figures for the tables; every function accepts null/undefined ("-"). */
+/** A node's state in words: alive, down since when (told by the cluster's events), dead. */
+function nodeState(n) {
+  if (n.alive) return "alive";
+  return n.down_since_ms ? `down since ${fmt.ms_time(n.down_since_ms)}` : "dead";
+}
+
 const fmt = {
   none: (v) => v === null || v === undefined || (typeof v === "number" && Number.isNaN(v)),
   int(v) { return fmt.none(v) ? "-" : Math.round(Number(v)).toLocaleString("en"); },
@@ -101,6 +107,8 @@ const fmt = {
     const date = typeof v === "number" ? new Date(v * 1000) : new Date(v);
     return Number.isNaN(date.getTime()) ? String(v) : date.toLocaleString();
   },
+  /** A time given in Unix milliseconds, in the browser's local time. */
+  ms_time(v) { return fmt.none(v) ? "-" : fmt.time(v / 1000); },
   list(v) {
     if (!Array.isArray(v)) return fmt.cell(v);
     return v.length ? v.map((item) => (typeof item === "string" ? item : fmt.cell(item))).join(", ") : "none";
