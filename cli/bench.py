@@ -233,6 +233,12 @@ def bench_soak(url: str | None, logs: str | None, as_json: bool, **sizes: Any) -
     help="Persistent sessions (default: min(--connections, 10000); --kill: 10000).",
 )
 @click.option("--kill", is_flag=True, help="kill -9 a node under --sessions persistent sessions.")
+@click.option(
+    "--clean-sessions",
+    type=int,
+    default=None,
+    help="--kill: clean sessions (Session Expiry 0) beside them (default: --sessions / 2).",
+)
 @click.option("--processes", default=2, show_default=True, help="Load processes (or more).")
 @click.option("--in-flight", default=500, show_default=True, help="CONNECTs per load process.")
 @click.option("--rate", default=2_000.0, show_default=True, help="--kill: QoS 1 msg/s published.")
@@ -243,7 +249,8 @@ def bench_fleet(url: str | None, as_json: bool, **sizes: Any) -> None:
     """Many idle MQTT connections on one router node beside mosquitto (connect rate,
     memory per connection, pings, one message each, idle CPU, Redis bytes per persistent
     session); with --kill, a node killed under persistent sessions whose clients come
-    back to the other node in three storms (lost, refused, adoption time)."""
+    back to the other node in three storms (lost, refused, adoption time), and clean
+    sessions that must leave no key in Redis (clean_keys_left)."""
     from router.bench import fleet, fleet_nodes
 
     result = fleet.run(url, fleet_nodes.FleetConfig(**sizes))

@@ -80,7 +80,8 @@ def run(url: str | None = None, config: FleetConfig | None = None) -> dict[str, 
     if not config.kill and not config.skip_mosquitto:
         mosquitto_binary()
     limit = raise_fd_limit()  # (the brokers inherit it)
-    largest = min(max(config.connections, config.session_count), limit - FD_RESERVE)
+    sessions = config.session_count + config.clean_session_count
+    largest = min(max(config.connections, sessions), limit - FD_RESERVE)
     with contextlib.ExitStack() as stack:
         stack.enter_context(sigterm_interrupts())
         pool = stack.enter_context(worker_pool(config.load_processes(largest, limit)))

@@ -1,16 +1,20 @@
 """``router bench fleet --kill``: ``kill -9`` of a node under thousands of persistent
-sessions, with their clients coming back to the other node in three storms.
+and clean sessions, with the persistent ones' clients coming back to the other node in
+three storms.
 
 Two router nodes A and B on one Redis, heartbeat TTL ``ttl`` (interval ``ttl / 4``), then:
 
 1. ``sessions`` MQTT 3.1.1 clients connect to A with clean session 0 and subscribe
-   ``fleet/<i>`` at QoS 1 (a refused one tries again: this is set-up); one publisher on
-   B sends QoS 0 probes until every client got one (B routes to every session);
+   ``fleet/<i>`` at QoS 1, and ``clean_sessions`` more (the next fleet indices) with
+   clean session 1 (Session Expiry 0: their sessions end with their connections, so
+   with A) and the same subscription, to which nothing but probes is published (a
+   refused one tries again: this is set-up); one publisher on B sends QoS 0 probes
+   until every client got one (B routes to every session);
 2. the publisher's QoS 1 stream (:mod:`router.bench.fleet_publisher`: round ``r`` is seq
    ``r`` to every topic, ``rate`` msg/s) runs until a whole round is acknowledged, then
    A gets ``kill -9``; the stream goes on through the death, the adoption and after;
-3. the clients come back to B (clean session 0, no SUBSCRIBE: the session must be
-   there), each third as one storm (every client of it at once, a refused one trying
+3. the persistent sessions' clients come back to B (clean session 0, no SUBSCRIBE: the
+   session must be there), each third as one storm (every client of it at once, a refused one trying
    again :data:`RETRIES` times, :data:`RETRY_DELAY` apart): the first right after the
    kill, the second once A's heartbeat expired in Redis (B adopts from then on), the
    third once the adoption finished (see :func:`storms`). A client that B drops after
@@ -32,8 +36,14 @@ the bench's polls saw it; both None if not within the adoption deadline, and
 ``left_with_dead_node`` says how many sessions still belong to A at the end),
 ``reconnect_p50_ms`` / ``p99_ms`` (CONNECT to CONNACK of the reconnects that got in), the
 storms' timeline (each storm's own p50 and p99 too) and B's counters from its
-``/metrics``. Every payload is checked: one that is not its client's, or a seq never
-published to it, raises :class:`BenchDisagreementError`.
+``/metrics``. The clean sessions: ``clean_keys_before_kill`` (their keys in Redis just
+before the kill: subscriptions, claim, description), and ``clean_keys_left`` and
+``clean_sessions_left`` (keys of them still in Redis, and the sessions those belong to,
+counted :data:`CLEAN_AFTER_TTL` seconds after A's heartbeat TTL ran out from the kill,
+whatever the storms do then; target 0: nothing of a session that ended with its node
+outlives the node), ``clean_keys_counted_at_s`` (when, from the kill). Every payload is
+checked: one that is not its client's, or a seq never published to it, raises
+:class:`BenchDisagreementError`.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Final
 
@@ -76,6 +87,9 @@ WINDOW: Final = 100
 QUIET: Final = 10.0
 """Seconds without a new delivery after which the bench stops waiting for the rest."""
 SETTLE_TIMEOUT: Final = 90.0
+CLEAN_AFTER_TTL: Final = 2.0
+"""Seconds after the heartbeat TTL (from the kill) at which the keys of the dead node's
+clean sessions are counted: by then the survivor must have removed them."""
 GROUPS: Final = ("after the kill", "during adoption", "after adoption")
 B_COUNTERS: Final = (
     "sessions_adopted",
@@ -83,6 +97,7 @@ B_COUNTERS: Final = (
     "sessions_restored",
     "sessions_taken_over",
     "nodes_purged",
+    "dead_clean_sessions_removed",
     "queue_drops",
 )
 
@@ -120,6 +135,38 @@ class OwnerWatch:
                 pipe.hget(key, "node")
             left += sum(1 for node in pipe.execute() if node == self.dead)
         return left
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class CleanWatch:
+    """The keys in Redis of the fleet's clean sessions (those of client ``<ids>-<i>`` for
+    each of ``indices``: :meth:`Keys.client_keys <router.state.keys.Keys.client_keys>`)."""
+
+    def __init__(self, url: str, prefix: str, ids: str, indices: range) -> None:
+        self.client = redis.Redis.from_url(url)
+        keys = Keys(prefix)
+        self.keys = [keys.client_keys(f"{ids}-{i}") for i in indices]
+
+    def left(self) -> tuple[int, int]:
+        """(how many of the keys exist, how many sessions have at least one)."""
+        found, sessions = 0, 0
+        for first in range(0, len(self.keys), 1000):
+            pipe = self.client.pipeline(transaction=False)
+            for names in self.keys[first : first + 1000]:
+                pipe.exists(*names)
+            counts = pipe.execute()
+            found += sum(counts)
+            sessions += sum(1 for count in counts if count)
+        return found, sessions
+
+    def left_at(self, at: float) -> tuple[int, int, float]:
+        """:meth:`left` at monotonic time ``at`` (a measurement at a moment, not a wait
+        for a condition), and when it was counted."""
+        time.sleep(max(0.0, at - time.monotonic()))
+        counted = time.monotonic()
+        return *self.left(), counted
 
     def close(self) -> None:
         self.client.close()
@@ -319,7 +366,7 @@ def run_kill(url: str, config: FleetConfig, pool: WorkerPool) -> dict[str, Any]:
     nonce = uuid.uuid4().hex[:8]
     prefix, ids = f"fleet{nonce}", f"fk{nonce}"
     dead, alive = f"fleet{nonce}-a", f"fleet{nonce}-b"
-    asked = config.session_count
+    asked, clean_asked = config.session_count, config.clean_session_count
     options = (
         "--heartbeat-ttl",
         str(config.ttl),
@@ -330,9 +377,13 @@ def run_kill(url: str, config: FleetConfig, pool: WorkerPool) -> dict[str, Any]:
     )
     try:
         with contextlib.ExitStack() as stack:
-            a = stack.enter_context(fleet_node(url, prefix, dead, asked + 16, options))
+            a = stack.enter_context(
+                fleet_node(url, prefix, dead, asked + clean_asked + 16, options)
+            )
             b = stack.enter_context(fleet_node(url, prefix, alive, asked + 16, options))
-            count, fd_limit, files = capacity(a.process.pid, asked)
+            total, fd_limit, files = capacity(a.process.pid, asked + clean_asked)
+            count = min(asked, total)
+            clean = range(count, total)  # (the fleet indices of the clean sessions)
             spec = ConnectSpec(
                 a.address,
                 tuple(range(count)),
@@ -344,10 +395,16 @@ def run_kill(url: str, config: FleetConfig, pool: WorkerPool) -> dict[str, Any]:
                 retries=RETRIES,
                 retry_delay=RETRY_DELAY,
             )
-            before, refused_first = start_stream(pool, spec, b, config)
+            cleans = CleanWatch(url, prefix, ids, clean)
+            stack.callback(cleans.close)
+            clean_spec = replace(spec, indices=tuple(clean), clean=True)
+            before, refused_first = start_stream(pool, spec, clean_spec, b, config)
+            clean_before, _ = cleans.left()
+            counter = stack.enter_context(ThreadPoolExecutor(1, "clean-keys"))
             killed, killed_at = time.monotonic(), time.time()
             a.process.kill()
             a.process.wait()
+            clean_left = counter.submit(cleans.left_at, killed + config.ttl + CLEAN_AFTER_TTL)
             watch = OwnerWatch(url, prefix, ids, count, dead)
             stack.callback(watch.close)
             timeline, claimed_within, adopted_within = storms(
@@ -367,6 +424,7 @@ def run_kill(url: str, config: FleetConfig, pool: WorkerPool) -> dict[str, Any]:
             if stream["error"]:
                 raise BenchSetupError(stream["error"])
             figures = outcome(pool, stream)
+            clean_keys, clean_sessions_left, counted = clean_left.result()
             counters = scrape(b.metrics or "")
             pool.ask_clients("close", [(True,)] * pool.clients, timeout=60)
     finally:
@@ -382,8 +440,8 @@ def run_kill(url: str, config: FleetConfig, pool: WorkerPool) -> dict[str, Any]:
         "mode": "kill",
         "sessions": count,
         "sessions_asked": asked,
-        "capped": count < asked,
-        "cap_reason": cap_reason(count, asked, fd_limit, files),
+        "capped": total < asked + clean_asked,
+        "cap_reason": cap_reason(total, asked + clean_asked, fd_limit, files),
         "fd_limit": fd_limit,
         "acked": stream["acked"],
         "acked_before_kill": before,
@@ -400,6 +458,12 @@ def run_kill(url: str, config: FleetConfig, pool: WorkerPool) -> dict[str, Any]:
         "adopted_within_s": adopted_at if adopted_at is not None else adopted_within,
         "adopted_seen_within_s": adopted_within,
         "left_with_dead_node": left,
+        "clean_sessions": len(clean),
+        "clean_sessions_asked": clean_asked,
+        "clean_keys_before_kill": clean_before,
+        "clean_keys_left": clean_keys,
+        "clean_sessions_left": clean_sessions_left,
+        "clean_keys_counted_at_s": round(counted - killed, 3),
         "reconnect_p50_ms": round(percentile(latencies, 0.5), 3),
         "reconnect_p99_ms": round(percentile(latencies, 0.99), 3),
         "ttl_s": config.ttl,
@@ -414,11 +478,12 @@ def run_kill(url: str, config: FleetConfig, pool: WorkerPool) -> dict[str, Any]:
 
 
 def start_stream(
-    pool: WorkerPool, spec: ConnectSpec, b: RunningNode, config: FleetConfig
+    pool: WorkerPool, spec: ConnectSpec, clean: ConnectSpec, b: RunningNode, config: FleetConfig
 ) -> tuple[int, dict[str, int]]:
-    """Steps 1 and 2 up to the kill: every session on A (a refused one tries again),
-    probed through B, the stream running and one round of it acknowledged; the messages
-    acknowledged then, and the refusals of those first connects."""
+    """Steps 1 and 2 up to the kill: every persistent session of ``spec`` and clean one
+    of ``clean`` on A (a refused one tries again), probed through B, the stream running
+    and one round of it acknowledged; the messages acknowledged then, and the refusals
+    of the persistent sessions' first connects."""
     count = len(spec.indices)
     first = pool.connect(spec)
     assert first is not None
@@ -426,8 +491,16 @@ def start_stream(
         raise BenchSetupError(
             f"{count - first.ok} of {count} sessions did not connect to node A: {first.refused}"
         )
+    if clean.indices:
+        done = pool.connect(clean)
+        assert done is not None
+        if done.ok != len(clean.indices):
+            raise BenchSetupError(
+                f"{len(clean.indices) - done.ok} of {len(clean.indices)} clean sessions did "
+                f"not connect to node A: {done.refused}"
+            )
     pool.ask(pool.publisher, "publisher_connect", b.address, f"{spec.ids}-publisher", timeout=60)
-    probe(pool, count)
+    probe(pool, count + len(clean.indices))
     pool.ask(pool.publisher, "stream", count, config.rate, WINDOW, timeout=30)
     wait_for(
         "a round acknowledged",

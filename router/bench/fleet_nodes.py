@@ -47,12 +47,15 @@ POLL: Final = 0.1
 class FleetConfig:
     """The sizes of one ``router bench fleet`` run. ``sessions``: persistent sessions
     (default: min(connections, 10,000) for Redis memory, 10,000 with ``kill``);
-    ``in_flight``: CONNECTs outstanding per load process; ``rate`` (msg/s) and ``ttl``
-    (the nodes' heartbeat TTL, seconds) are the kill scenario's."""
+    ``in_flight``: CONNECTs outstanding per load process; ``rate`` (msg/s), ``ttl``
+    (the nodes' heartbeat TTL, seconds) and ``clean_sessions`` (clean sessions beside
+    the persistent ones on the node killed; default: half as many) are the kill
+    scenario's."""
 
     connections: int = 10_000
     sessions: int | None = None
     kill: bool = False
+    clean_sessions: int | None = None
     processes: int = 2
     in_flight: int = 500
     rate: float = 2_000.0
@@ -69,6 +72,8 @@ class FleetConfig:
         )
         if self.sessions is not None:
             check_positive(sessions=self.sessions)
+        if self.clean_sessions is not None and self.clean_sessions < 0:
+            raise BenchSetupError(f"--clean-sessions must be >= 0, not {self.clean_sessions}")
         if self.processes > MAX_PROCESSES:
             raise BenchSetupError(f"--processes must be <= {MAX_PROCESSES}, not {self.processes}")
         if self.ttl > 600:
@@ -79,6 +84,15 @@ class FleetConfig:
         if self.sessions is not None:
             return self.sessions
         return DEFAULT_SESSIONS if self.kill else min(self.connections, DEFAULT_SESSIONS)
+
+    @property
+    def clean_session_count(self) -> int:
+        """Clean sessions on the node the kill scenario kills (none without ``kill``)."""
+        if not self.kill:
+            return 0
+        if self.clean_sessions is not None:
+            return self.clean_sessions
+        return self.session_count // 2
 
     @property
     def heartbeat_interval(self) -> float:

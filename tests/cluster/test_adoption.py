@@ -15,6 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
+from router.cluster.sessions.adoption import BATCH
 from router.errors import StateUnavailableError
 from router.state.keys import Keys
 from router.state.session_queue import SessionQueue
@@ -214,6 +215,57 @@ async def test_a_dead_node_s_clean_sessions_leave_no_key_behind(
     assert b.stats()["dead_clean_sessions_removed"] == len(clean) - 1
     assert list(await b.subscriptions.subscriptions("clean-0")) == ["clean/again"]
     assert await b.connect("kept", clean_start=False, expiry=600) is True
+
+
+@STANDALONE
+async def test_every_clean_session_a_dead_node_leaves_is_counted_when_batches_overlap(
+    start_node: StartNode, redis_connect: Callable[..., Any]
+) -> None:
+    """Before, the count of a dead node's clean sessions removed was added as
+    ``self.clean_sessions_removed += sum(await ...)``: each batch read the count before
+    its removal's await and wrote it back after, so batches removing at the same time
+    undid each other's additions (``router bench fleet --kill``: 1,000 clean sessions
+    removed, 325 counted). The keys went; the figure lied."""
+    ttl = {"heartbeat_interval": 0.2, "heartbeat_ttl": 1.0}
+    a = await start_node("a", **ttl)
+    clean = [f"clean-{index}" for index in range(2 * BATCH + 50)]  # (three batches)
+    for client_id in clean:
+        await a.connect(client_id, clean_start=True, expiry=0)
+        await a.subscribe(client_id, f"clean/{client_id}", qos=1, confirm=False)
+    await a.connect("kept", clean_start=False, expiry=600)
+    b = await start_node("b", **ttl)
+    await die(a)
+    await waiting.eventually(lambda: b.stats()["sessions_adopted"] == 1, 15.0, "adopted")
+    redis = await redis_connect()
+    assert [c for c in clean if await redis.exists(*b.keys.client_keys(c))] == []
+    assert b.stats()["dead_clean_sessions_removed"] == len(clean)
+
+
+@STANDALONE
+async def test_a_session_connected_again_under_another_expiry_is_adopted_by_the_new_one(
+    start_node: StartNode, redis_connect: Callable[..., Any]
+) -> None:
+    """Before, a client attached to a node that connected there again kept its session
+    with the new Session Expiry Interval in the node's memory only: Redis still told the
+    old one, which the adopter reads. So when the node died, a session made clean (0)
+    was adopted as persistent (a graceful stop removed it), and one made persistent
+    (600 s) was removed as clean (found by tests/cluster/test_session_model.py)."""
+    ttl = {"heartbeat_interval": 0.2, "heartbeat_ttl": 1.0}
+    a = await start_node("a", **ttl)
+    await a.connect("made-clean", clean_start=False, expiry=600)
+    await a.subscribe("made-clean", "x/1", qos=1)
+    await a.connect("made-clean", clean_start=False, expiry=0)
+    await a.connect("made-kept", clean_start=True, expiry=0)
+    await a.subscribe("made-kept", "x/2", qos=1)
+    await a.connect("made-kept", clean_start=False, expiry=600)
+    b = await start_node("b", **ttl)
+    await die(a)
+    await waiting.eventually(lambda: b.stats()["nodes_purged"] == 1, 15.0, "a adopted")
+    redis = await redis_connect()
+    assert await redis.exists(*b.keys.client_keys("made-clean")) == 0
+    assert b.stats()["sessions_adopted"] == 1
+    assert await b.connect("made-kept", clean_start=False, expiry=600) is True
+    assert list(await b.subscriptions.subscriptions("made-kept")) == ["x/2"]
 
 
 @BOTH

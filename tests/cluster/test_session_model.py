@@ -6,7 +6,8 @@ move or a takeover), a connected client taken over on another node with Clean St
 Session Expiry drawn, CONNECTs of one client racing on two nodes (as the MQTT front end
 makes them: a node first ends the client's connection there), a client leaving (its
 session stays), QoS 1 publishes from any node, a node dying (as ``kill -9``: no goodbye;
-its sessions are adopted by a survivor), new nodes joining, and Redis killed and
+its sessions are adopted by a survivor; drawn with a client connecting to it just before
+with a Session Expiry Interval of 0, or not), new nodes joining, and Redis killed and
 restarted. An operation that fails while Redis is
 away is one the client saw fail: a publish that raised was not acknowledged, a connect
 that raised left the client disconnected. The model is
@@ -18,7 +19,10 @@ dead), ends the session and what it was promised (the client subscribes again in
 next). Of racing CONNECTs exactly one node serves the client once they settled, none
 fails but as Redis may (a claim lost to the other: SessionOwnershipError). At the end
 every client connects once more and must get all of it (duplicates are allowed and
-counted; none may be missing).
+counted; none may be missing). And nothing of a session that ended with its node
+outlives the node: once a survivor adopted a dead node (it is purged then), no key of
+the clean sessions (Session Expiry 0) it held exists in Redis (checked after every step
+and, waiting for the adoptions, at the end).
 
 CI runs a few bounded examples, the same ones each time (derandomized: a failure there is
 a change's, not the search's luck); ``ROUTER_MODEL_EXAMPLES=200 pytest
@@ -41,10 +45,12 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
+    invariant,
     precondition,
     rule,
     run_state_machine_as_test,
 )
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
@@ -70,6 +76,7 @@ class SessionModel(RuleBasedStateMachine):
     """Nodes, persistent subscribers and a publisher; the model is ``expected``."""
 
     server: RedisServer
+    clean_checked_total = 0  # (clean sessions of dead nodes checked gone, over a run)
 
     def __init__(self) -> None:
         super().__init__()
@@ -94,6 +101,12 @@ class SessionModel(RuleBasedStateMachine):
         # draws, never on what the run did (a connect Redis refused), so hypothesis can
         # replay and shrink a run (else: FlakyStrategyDefinition).
         self.drawn: set[str] = set()
+        # Clients whose clean session (Session Expiry 0) was on a node when it died ->
+        # that node: once a survivor adopted the node (and purged it), no key of the
+        # session may be left in Redis (:meth:`clean_sessions_of_the_dead_are_gone`).
+        # A client that connects again leaves it (its new session has keys of its own).
+        self.clean_dead: dict[str, str] = {}
+        self.clean_checked = 0  # (how many such sessions were checked gone)
 
     def run(self, work: Any) -> Any:
         return self.loop.run_until_complete(asyncio.wait_for(work, 30))
@@ -179,16 +192,21 @@ class SessionModel(RuleBasedStateMachine):
         self.run(start())
 
     @rule(client=st.sampled_from(CLIENTS), pick=st.integers(0, 9))
-    def connect(self, client: str, pick: int) -> None:
-        """Connect (resume, move or take over) on a live node; the first time, subscribe."""
+    def connect(self, client: str, pick: int, expiry: int = EXPIRY) -> None:
+        """Connect (resume, move or take over) on a live node, with a Session Expiry
+        Interval of ``expiry`` (0: a clean session, one that ends with this connection);
+        the first time, subscribe."""
         node = self.live[sorted(self.live)[pick % len(self.live)]]
         self.drawn.add(client)
+        self.clean_dead.pop(client, None)
 
         async def connect() -> None:
             await self._stop_reading(client)
             if self.where.get(client) != node.node_id and not self.expiry.get(client, 1):
                 self._session_ends(client)  # (its connection elsewhere is taken over)
-            await self._attach(client, node)
+            if not expiry:
+                self._session_ends(client)  # (a connect of interval 0 may fail half-way)
+            await self._attach(client, node, expiry=expiry)
 
         self.run(connect())
 
@@ -233,6 +251,7 @@ class SessionModel(RuleBasedStateMachine):
         names = sorted(self.live)
         racing = [self.live[names[(pick + k) % len(names)]] for k in (0, 1)]
         self.drawn.add(client)
+        self.clean_dead.pop(client, None)
 
         async def connect(node: RouterNode) -> bool:
             if self.where.get(client) == node.node_id:
@@ -302,9 +321,13 @@ class SessionModel(RuleBasedStateMachine):
         self.run(publish())
 
     @precondition(lambda self: len(self.live) >= 2)
-    @rule(pick=st.integers(0, 9))
-    def kill(self, pick: int) -> None:
-        """A node dies without a goodbye; its clients' connections end with it."""
+    @rule(pick=st.integers(0, 9), clean=st.sampled_from([None, *CLIENTS]))
+    def kill(self, pick: int, clean: str | None = None) -> None:
+        """A node dies without a goodbye; its clients' connections end with it. With
+        ``clean``, that client connects to it first with a Session Expiry Interval of 0:
+        a clean session, which ends with the node (and must leave nothing in Redis)."""
+        if clean is not None:
+            self.connect(clean, pick % len(self.live), expiry=0)
         node = self.live.pop(sorted(self.live)[pick % len(self.live)])
 
         async def kill() -> None:
@@ -314,6 +337,7 @@ class SessionModel(RuleBasedStateMachine):
                     self.where[client] = None
                     if not self.expiry[client]:
                         self._session_ends(client)  # (with its connection)
+                        self.clean_dead[client] = node.node_id
                         continue
                     session = node.sessions.find(client)
                     if session is not None and session.holding:
@@ -354,10 +378,42 @@ class SessionModel(RuleBasedStateMachine):
             self.connect(client, 0)
         self.server.restart()
 
-    # -- the check -----------------------------------------------------------------------
+    # -- the checks ----------------------------------------------------------------------
+
+    @invariant()
+    def clean_sessions_of_the_dead_are_gone(self) -> None:
+        """Once a dead node was adopted (and so purged), no key of the clean sessions it
+        held is left in Redis (their subscriptions, claim, aliases and description):
+        nothing of a session that ended with its node outlives the node."""
+        if self.clean_dead:
+            with contextlib.suppress(RedisConnectionError, TimeoutError):
+                self.run(self._check_clean_gone())  # (else: Redis is back just now)
+
+    async def _check_clean_gone(self) -> bool:
+        """Check the clean sessions of each purged dead node (and forget them); True when
+        none is left to check."""
+        for client, dead in sorted(self.clean_dead.items()):
+            if await self.redis[0].hexists(self.keys.registry(), dead):
+                continue  # (not adopted yet)
+            left = [k for k in self.keys.client_keys(client) if await self.redis[0].exists(k)]
+            assert not left, f"keys of {client}'s clean session on dead {dead} left: {left}"
+            del self.clean_dead[client]
+            self.clean_checked += 1
+            SessionModel.clean_checked_total += 1
+        return not self.clean_dead
 
     def teardown(self) -> None:
         try:
+            if self.clean_dead:  # (each dead node is adopted within its heartbeat TTL)
+                self.run(
+                    waiting.retried(
+                        functools.partial(
+                            waiting.eventually, self._check_clean_gone, 10, "dead nodes adopted"
+                        ),
+                        10,
+                        (RedisConnectionError,),
+                    )
+                )
             self.run(self._final_check())
         finally:
             try:
@@ -457,11 +513,12 @@ def test_takeovers_and_racing_connects_keep_what_a_lasting_session_was_promised(
             model.publish(0, 2)
         model.join()
         model.race("c1", 1, False, EXPIRY)
-        model.kill(0)
-        model.race("c2", 1, False, EXPIRY)
+        model.kill(0, "c2")  # (c2 connects to n1 with interval 0 first: it dies with n1)
+        model.race("c1", 1, False, EXPIRY)
         model.publish(0, 2)
     finally:
         model.teardown()
+    assert model.clean_checked == 1, "c2's clean session on the dead node was not checked"
 
 
 @pytest.mark.redis
@@ -469,6 +526,7 @@ def test_persistent_sessions_keep_every_acknowledged_message(
     redis_server_factory: Callable[..., RedisServer],
 ) -> None:
     SessionModel.server = redis_server_factory(aof=True)
+    SessionModel.clean_checked_total = 0
     run_state_machine_as_test(
         SessionModel,
         settings=settings(
@@ -480,3 +538,5 @@ def test_persistent_sessions_keep_every_acknowledged_message(
             suppress_health_check=list(HealthCheck),
         ),
     )
+    if SEARCH is None:  # (the same examples each time: one kills a node under a clean session)
+        assert SessionModel.clean_checked_total > 0, "no dead node held a clean session"

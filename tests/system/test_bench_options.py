@@ -111,6 +111,7 @@ BAD: dict[str, list[tuple[str, str]]] = {
         ("--connections", "-1"),
         ("--sessions", "0"),
         ("--sessions", "-5"),
+        ("--clean-sessions", "-1"),
         ("--processes", "0"),
         ("--processes", "65"),
         ("--in-flight", "0"),

@@ -1,11 +1,13 @@
 """``router bench fleet --kill`` as a fault test: 2,000 persistent sessions (MQTT 3.1.1,
-clean session 0, one QoS 1 subscription each) on node A, a QoS 1 stream to every one of
-them published on node B, ``kill -9`` of A, and the 2,000 clients back on B in three
+clean session 0, one QoS 1 subscription each) and 1,000 clean ones (clean session 1:
+Session Expiry 0, one subscription each) on node A, a QoS 1 stream to every persistent
+one published on node B, ``kill -9`` of A, and the 2,000 clients back on B in three
 storms (right after the kill, once A is purged, once the adoption finished).
 
 Nothing acknowledged may be lost, no reconnect refused, and every session must come back
 present (adopted by B or resumed by its client), none left with the dead node; B must
-stay up meanwhile (drop no client, acknowledge every publish in time). Bounded:
+stay up meanwhile (drop no client, acknowledge every publish in time). Nothing of the
+clean sessions may be left in Redis 2 s after A's heartbeat TTL ran out. Bounded:
 each wait of the bench has a deadline, and the test has 240 s. Run with ``-s`` to read
 the figures.
 """
@@ -24,6 +26,7 @@ from tests.support.servers import RedisServer
 pytestmark = [pytest.mark.fault, pytest.mark.redis]
 
 SESSIONS = 2_000
+CLEAN = 1_000
 RATE = 2_000.0  # QoS 1 msg/s: a round over every session each second
 IN_FLIGHT = 50  # CONNECTs per load process while the sessions first connect to A
 
@@ -33,7 +36,9 @@ def test_a_killed_node_under_2000_sessions_loses_nothing_and_refuses_no_reconnec
     redis_server_factory: Callable[..., RedisServer],
 ) -> None:
     server = redis_server_factory()
-    config = FleetConfig(kill=True, sessions=SESSIONS, rate=RATE, in_flight=IN_FLIGHT)
+    config = FleetConfig(
+        kill=True, sessions=SESSIONS, clean_sessions=CLEAN, rate=RATE, in_flight=IN_FLIGHT
+    )
     result = fleet.run(server.url, config)
     print(f"\nfleet --kill: {json.dumps(result)}")
     assert result["sessions"] == SESSIONS
@@ -56,3 +61,10 @@ def test_a_killed_node_under_2000_sessions_loses_nothing_and_refuses_no_reconnec
     assert result["rejoined"] == 0 and result["rejoin_refused"] == 0
     assert result["publisher_reconnects"] == 0
     assert result["expired"] == 0
+    # The clean sessions had keys (subscriptions, claim, description) before the kill,
+    # and none is left TTL + 2 s after it: B removed them with A's adoption.
+    assert result["clean_sessions"] == CLEAN
+    assert result["clean_keys_before_kill"] >= 3 * CLEAN
+    assert result["clean_keys_counted_at_s"] >= result["ttl_s"] + 2
+    assert result["clean_keys_left"] == 0, f"{result['clean_sessions_left']} clean sessions left"
+    assert result["b_dead_clean_sessions_removed"] == CLEAN

@@ -240,7 +240,8 @@ class Adoption:
             copies: dict[str, list[Delivery]] = {}
             with contextlib.suppress(asyncio.CancelledError):
                 copies = await asyncio.shield(recovered)
-            self.failed += await lifecycle.adopt_finish_all(
+            failed = await lifecycle.adopt_finish_all(
                 [(s, o, copies.get(s.client_id, [])) for s, o, _ in adopted], ready
             )
+            self.failed += failed  # (after the await: batches finish at once)
         return len(adopted)
