@@ -29,6 +29,7 @@ from router.core.passwords import PasswordFile
 from router.errors import NodeSettingError
 from router.state.auth_store import AuthStore
 from router.state.connection import open_redis
+from router.state.node_history import SHARED_AUTH
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,19 @@ class AuthSources:
     def authenticates(self) -> bool:
         """True when some source checks user names and passwords."""
         return self.passwords is not None or self.shared or self.emqx_url is not None
+
+    def kind(self, jwt: bool = False) -> str:
+        """The word for where these users and rules come from, as the node's telemetry
+        tells the cluster: :data:`SHARED_AUTH` (Redis, ``--auth-redis``: what
+        ``router users|acl`` and the dashboard edit), ``emqx``, ``files``, ``jwt``
+        (``jwt``: the node checks tokens, and no other source), ``none``."""
+        if self.shared:
+            return SHARED_AUTH
+        if self.emqx_url is not None:
+            return "emqx"
+        if self.passwords is not None or self.acl_file is not None:
+            return "files"
+        return "jwt" if jwt else "none"
 
 
 def check_auth_sources(

@@ -62,7 +62,8 @@ LISTENER_KINDS = {"mqtt": "MQTT", "mqtts": "MQTT TLS", "ws": "MQTT WS"}
 class HttpServing(Protocol):
     """Serves a node's HTTP listener on ``address`` for the block, yielding the bound
     (host, port): :func:`router.web.listener.serve_http`. ``api=False``: ``/metrics``
-    and ``/healthz`` only."""
+    and ``/healthz`` only. ``auth``: where the node takes its users and rules from
+    (:meth:`AuthSources.kind`), told to the cluster in the node's telemetry."""
 
     def __call__(
         self,
@@ -72,6 +73,7 @@ class HttpServing(Protocol):
         *,
         api: bool = True,
         tls: ssl.SSLContext | None = None,
+        auth: str = "",
     ) -> AbstractAsyncContextManager[tuple[str, int]]: ...
 
 
@@ -181,7 +183,8 @@ async def run_node(
                 metrics = await extras.enter_async_context(listener)
                 log.info("metrics on http://%s:%d/metrics", *metrics)
             if settings.http is not None and http is not None:
-                listener = http(node, settings.http, front, tls=loaded.http_tls)
+                auth = loaded.sources.kind(jwt=loaded.verifier is not None)
+                listener = http(node, settings.http, front, tls=loaded.http_tls, auth=auth)
                 served = await extras.enter_async_context(listener)
                 log.info("HTTP on %s://%s:%d", "https" if loaded.http_tls else "http", *served)
                 warn_open_http(served[0])

@@ -1,8 +1,10 @@
 """``/api/v1``: subscriptions (the route table), ``match``, retained messages, publish.
 
-The route table and ``match`` are read from the node's own mirror of the cluster's
-routes (what the node matches every publish against), so they cost no Redis call.
-Retained messages are read from Redis in their store's order (shard, topic).
+The route table is read from the node's own mirror of the cluster's routes (what the
+node matches every publish against), so it costs no Redis call. ``match`` takes the
+nodes and filters from the mirror too, and every node's matching clients from Redis (a
+bounded walk over the clients' subscriptions: :mod:`router.ops.receivers`). Retained
+messages are read from Redis in their store's order (shard, topic).
 
 An HTTP publish passes the gate of every publish (:func:`admit_http_publish`): a topic
 name within the MQTT listener's limits, no ``$`` topic, a payload within the largest
@@ -21,8 +23,9 @@ from router.core.hooks import ClientInfo
 from router.core.topics import validate_filter, validate_topic
 from router.errors import NotAuthorizedError, RequestError
 from router.mqtt.settings import DEFAULT_SETTINGS, MqttSettings
+from router.ops.receivers import find_receivers
 from router.ops.retained_view import retained_record
-from router.ops.route_view import explain_match, route_rows
+from router.ops.route_view import route_rows
 from router.state.retained_store import RetainedCursor
 from router.web.access import principal_of
 from router.web.context import WebContext, context_of
@@ -54,14 +57,12 @@ async def subscriptions(request: web.Request) -> web.Response:
 
 @routes.get("/api/v1/match")
 async def match(request: web.Request) -> web.Response:
-    """Which nodes would receive ``?topic=T``, by which filters; and which of this
-    node's clients."""
-    context = context_of(request)
+    """Which nodes would receive ``?topic=T``, by which filters, and which clients of
+    every node (:func:`~router.ops.receivers.find_receivers`)."""
+    node = context_of(request).node
     topic = query(request, "topic", required=True) or ""
-    report = explain_match(context.node.mirror, topic).as_dict()
-    local = context.node.sessions.trie.match(validate_topic(topic))
-    report["clients"] = {context.node.node_id: sorted(local)}
-    return reply(report)
+    found = await find_receivers(node.registry.redis, node.keys, node.mirror, topic)
+    return reply(found.as_dict())
 
 
 # -- retained ----------------------------------------------------------------------------

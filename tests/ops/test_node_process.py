@@ -20,6 +20,7 @@ import pytest
 
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
+from router.core.acl import Permission
 from router.errors import (
     AclRuleError,
     InvalidIdError,
@@ -30,11 +31,13 @@ from router.errors import (
     StaleIncarnationError,
 )
 from router.mqtt.settings import MqttSettings
+from router.ops.auth_sources import AuthSources
 from router.ops.node_process import YOUNG_THRESHOLD, ReadyNode, run_node, settle_collector
 from router.ops.node_settings import NodeProcessSettings
 from router.ops.processes import free_port, listening
 from router.state.connection import open_redis
 from router.state.keys import Keys
+from router.state.node_history import NodeHistoryStore
 from router.web.listener import serve_http
 from tests.support.cli import delete_namespace
 from tests.support.raw_mqtt import RawClient
@@ -106,6 +109,48 @@ async def test_run_node_serves_mqtt_and_http_until_stopped(
         assert line in said
     assert any(line.startswith(f"node {node_id} stopped: ") for line in said)
     assert said.index(f"node {node_id} ready") > said.index(f"MQTT on 127.0.0.1:{port}")
+
+
+@pytest.mark.parametrize(
+    ("sources", "jwt", "kind"),
+    [
+        (AuthSources(Permission.DENY, shared=True), True, "redis"),
+        (AuthSources(Permission.DENY, emqx_url="redis://x"), False, "emqx"),
+        (AuthSources(Permission.DENY, acl_file="acl"), True, "files"),
+        (AuthSources(Permission.DENY), True, "jwt"),
+        (AuthSources(Permission.DENY), False, "none"),
+    ],
+)
+def test_a_nodes_auth_sources_say_where_its_users_and_rules_come_from(
+    sources: AuthSources, jwt: bool, kind: str
+) -> None:
+    assert sources.kind(jwt=jwt) == kind
+
+
+@pytest.mark.parametrize(("given", "told"), [({"auth_redis": True}, "redis"), ({}, "none")])
+async def test_run_node_tells_the_cluster_where_its_users_and_rules_come_from(
+    url: str, keys: Keys, given: dict[str, Any], told: str
+) -> None:
+    """What the dashboard's Users & ACL page says is enforced comes from this: the
+    node's telemetry names its source (``redis`` only with ``--auth-redis``)."""
+    settings = node_settings(url, keys, free_port(), http="127.0.0.1:0", **given)
+    stop = asyncio.Event()
+    ready: list[ReadyNode] = []
+    task = asyncio.create_task(run_node(settings, stop, http=serve_http, on_ready=ready.append))
+    try:
+        await eventually(lambda: bool(ready) or task.done(), TIMEOUT, "the node to be ready")
+        redis = ready[0].node.registry.redis
+        store = NodeHistoryStore(redis, keys)
+
+        async def says() -> bool:
+            record = (await store.read([settings.node_id]))[settings.node_id]
+            return record.telemetry is not None and record.telemetry.auth == told
+
+        await eventually(says, TIMEOUT, f"the node's telemetry to say auth {told}")
+    finally:
+        stop.set()
+        async with asyncio.timeout(TIMEOUT):
+            await task
 
 
 async def test_run_node_raises_when_another_process_takes_its_id(url: str, keys: Keys) -> None:

@@ -225,6 +225,18 @@ def test_the_stored_forms_round_trip() -> None:
     assert TrafficSample.unpack(sample(1.5, 1, 2, 3).pack()) == sample(1.5, 1, 2, 3)
 
 
+def test_the_auth_a_node_tells_is_read_by_neighbouring_versions() -> None:
+    """A node of the version before writes no ``auth``: read as "" (not told); a field
+    of a later version is ignored; a word with a space is refused."""
+    stored = TWO.as_hash()
+    told = NodeTelemetry.from_hash({**stored, "auth": "redis", "later_field": "x"})
+    assert told.auth == "redis" and NodeTelemetry.from_hash(told.as_hash()) == told
+    del stored["auth"]
+    assert NodeTelemetry.from_hash(stored).auth == ""
+    with pytest.raises(CorruptStateError):
+        NodeTelemetry.from_hash({**stored, "auth": "two words"})
+
+
 # -- rates and merging (pure) ------------------------------------------------------------
 
 

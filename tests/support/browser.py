@@ -12,12 +12,13 @@ Fixtures:
   ``asyncio.run``) after it in the same worker would fail; a module's end stops it
   before another module's tests run. A launch costs about half a second.
 * ``open_page`` (per test): ``open_page(base_url)`` opens a :class:`BrowserPage`, a page
-  in a fresh context (no cookie of another page), 1280x800 unless ``viewport=`` says
-  otherwise (:data:`PHONE_VIEWPORT`). Every page it visits (:meth:`~BrowserPage.visit`,
+  in a fresh context (no cookie of another page), 1400x900 unless ``viewport=`` says
+  otherwise (:data:`PHONE_VIEWPORT`, 390x844). Every page it visits (:meth:`~BrowserPage.visit`,
   and every :meth:`~BrowserPage.shot`) is saved as
   ``test-artifacts/screenshots/<test>-<name>.png``, and the page as the test left it as
   ``<test>-last.png``, passed or failed. Errors the page's scripts raised, console
   errors and 5xx answers are kept in ``errors`` for the test to assert on.
+  :meth:`~BrowserPage.cut_off_tables` tells the tables a reader could not see whole.
 """
 
 from __future__ import annotations
@@ -46,8 +47,39 @@ OpenPage = Callable[..., "BrowserPage"]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 TIMEOUT_MS = 10_000
 CLIENT_ERROR_LINE = re.compile(r"Failed to load resource: .* status of 4\d\d ")
-DEFAULT_VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
+DEFAULT_VIEWPORT: ViewportSize = {"width": 1400, "height": 900}
 PHONE_VIEWPORT: ViewportSize = {"width": 390, "height": 844}
+
+
+CUT_OFF_TABLES = """() => {
+    // A shown table is whole when it fits its box, or its box scrolls sideways (overflow-x
+    // auto or scroll) and that box fits the window; and the page itself never scrolls
+    // sideways (what is past the right edge of a phone is cut off).
+    const width = document.documentElement.clientWidth;
+    const cut = [];
+    for (const table of document.querySelectorAll("table")) {
+        if (table.getClientRects().length === 0) continue;  // (not shown)
+        let box = table.parentElement;
+        let scrolls = false;
+        for (let el = box; el && el !== document.body; el = el.parentElement) {
+            const overflow = getComputedStyle(el).overflowX;
+            if (overflow === "auto" || overflow === "scroll") { box = el; scrolls = true; break; }
+        }
+        const name = table.dataset.test || table.outerHTML.slice(0, 60);
+        if (!scrolls && table.scrollWidth > box.clientWidth + 1) {
+            cut.push(`${name}: ${table.scrollWidth} px in a box of ${box.clientWidth} px`);
+        } else if (box.getBoundingClientRect().right > width + 1) {
+            const right = box.getBoundingClientRect().right;
+            cut.push(`${name}: its box ends at ${right} px of ${width}`);
+        }
+    }
+    if (document.documentElement.scrollWidth > width + 1) {
+        cut.push(`the page: ${document.documentElement.scrollWidth} px wide in ${width}`);
+    }
+    return cut;
+}"""
+"""JavaScript: the tables of the page a reader cannot see whole (see
+:meth:`BrowserPage.cut_off_tables`)."""
 
 
 def chromium_path() -> str:
@@ -93,6 +125,13 @@ class BrowserPage:
         self.page.screenshot(path=str(path), full_page=True)
         self.saved.append(path)
         return path
+
+    def cut_off_tables(self) -> list[str]:
+        """What is cut off on the page as shown now: each table neither fitting its box
+        nor in a box that scrolls sideways within the window, and the page if it is
+        wider than the window; empty when everything can be read."""
+        found: list[str] = self.page.evaluate(CUT_OFF_TABLES)
+        return found
 
     def _console(self, message: ConsoleMessage) -> None:
         """A console error, but chromium's line for each 4xx answer: the dashboard asks
