@@ -11,6 +11,7 @@ from . import (
     redis_acl,
     retained_messages,
     run,
+    tracing,
     users_and_rules,
     views,
 )
@@ -20,6 +21,7 @@ app.add_command(bench.bench)
 app.add_command(dashboard_accounts.dashboard)
 app.add_command(demo.demo)
 app.add_command(events.events)
+app.add_command(tracing.trace)
 app.add_command(retained_messages.retained)
 app.add_command(pipeline.pipeline)
 app.add_command(redis_acl.redis_acl)

@@ -10,7 +10,8 @@ JSON shapes (``--json``):
   seconds an away session has left, ``"never"``, or null while connected
 * ``router clients show CLIENT``: the same fields and ``"username"``,
   ``"awaiting_release"``, ``"filters": [{"filter", "qos", "no_local",
-  "retain_as_published", "retain_handling", "subscription_identifier"}]``
+  "retain_as_published", "retain_handling", "subscription_identifier"}]``, ``"figures"``
+  (what its node counted: ``GET /api/v1/clients/ID``'s, null when unknown)
 * ``router clients kick CLIENT``: ``{"client_id", "node", "protocol"}``
 * ``router clients clear CLIENT``: ``{"client_id", "cleared": true}``
 
@@ -39,10 +40,12 @@ from router.ops.client_view import (
     clear_session,
     client_detail,
     client_rows,
+    iso_time,
     kick_client,
     unknown_client,
 )
 from router.ops.tool_node import ephemeral_node
+from router.state.client_figures import ClientFigures
 
 from .common import (
     SUBSCRIPTION_COLUMNS,
@@ -85,6 +88,33 @@ def _cells(row: ClientRow) -> tuple[object, ...]:
         row.queued,
         "-" if row.expires_in is None else row.expires_in,
     )
+
+
+def _queued(row: ClientRow) -> str:
+    """``12 (memory 10, Redis 2)``; memory unknown when its node published no figures."""
+    memory = "unknown" if row.queued_memory is None else str(row.queued_memory)
+    return f"{row.queued} (memory {memory}, Redis {row.queued_redis})"
+
+
+def _figure_rows(figures: ClientFigures | None) -> list[tuple[str, str]]:
+    """The client's figures in words (unknown: its node is down or published none)."""
+    if figures is None:
+        return [("figures", "unknown: its node is not alive or publishes none (no --http)")]
+    last = figures.last_activity_ms
+    rows = [
+        ("messages in", f"{figures.received} ({figures.received_bytes} bytes)"),
+        ("messages out", f"{figures.sent} ({figures.sent_bytes} bytes)"),
+        ("queued in memory", f"{figures.queued} ({figures.queued_bytes} bytes)"),
+        ("in flight", str(figures.inflight)),
+        ("dropped", str(figures.dropped)),
+    ]
+    rows += [(f"  {reason.replace('_', ' ')}", str(n)) for reason, n in figures.drops.items() if n]
+    rows += [
+        ("takeovers", str(figures.takeovers)),
+        ("last activity (UTC)", "never" if last is None else iso_time(last)),
+        ("as of (UTC)", iso_time(figures.at_ms)),
+    ]
+    return rows
 
 
 def _pick(ctx: click.Context, name: str, own: object) -> object:
@@ -187,6 +217,7 @@ def clients_show(
             return
         headers = [column.header for column in COLUMNS[1:]]
         fields = dict(zip(headers, _cells(detail.row)[1:], strict=True))
+        fields["queued"] = _queued(detail.row)
         fields["username"] = "-" if detail.username is None else detail.username
         if detail.awaiting_release:
             fields["awaiting PUBREL"] = ", ".join(map(str, detail.awaiting_release))
@@ -194,6 +225,12 @@ def clients_show(
             f"client {client_id!r}",
             (Column("field", fixed=True), Column("value")),
             list(fields.items()),
+            wide,
+        )
+        print_table(
+            "figures" + ("" if detail.figures is None else f" (node {detail.figures.node_id})"),
+            (Column("figure", fixed=True), Column("value")),
+            _figure_rows(detail.figures),
             wide,
         )
         print_table(

@@ -432,6 +432,14 @@ class NodeSettingError(InvalidSettingError):
         return self.reason.format(*(name(other) for other in self.others))
 
 
+class TraceNotFoundError(RouterError, LookupError):
+    """No trace ``trace_id`` runs and none left records (HTTP 404)."""
+
+    def __init__(self, trace_id: str) -> None:
+        self.trace_id = trace_id
+        super().__init__(f"no trace {trace_id!r}: none runs and none left records")
+
+
 class ClientNotFoundError(RouterError, LookupError):
     """No such client to show or act on: ``client_id`` has no session in Redis (never
     had one, it ended or expired), or, for an action on its connection (a kick), it is

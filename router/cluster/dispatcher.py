@@ -23,6 +23,7 @@ from router.cluster.inbox import Forward
 from router.cluster.local_sessions import LocalSessions
 from router.cluster.policy import Policy
 from router.cluster.retainer import Retainer
+from router.cluster.tracing import Tracer
 from router.cluster.traffic_log import TrafficLog
 from router.cluster.visibility import ArrivalOrder, ForwardsInFlight
 from router.core.guid import GuidGenerator
@@ -78,8 +79,10 @@ class Dispatcher:
         arrivals: ArrivalOrder | None = None,
         timeout: float = 10.0,
         forwards: ForwardsInFlight | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self.node_id = node_id
+        self.tracer = tracer if tracer is not None else Tracer(None, node_id)
         self.timeout = timeout
         self._ids = ids
         self.mirror = mirror
@@ -223,6 +226,7 @@ class Dispatcher:
         deliver = self.sessions.deliver
         observer = self._policy.delivery_observer
         traffic = self._traffic
+        tracer = self.tracer
         results: list[PublishResult] = []
         per_node: dict[str, list[Forward]] = {}
         for message in messages:
@@ -242,6 +246,8 @@ class Dispatcher:
                     per_node[node_id] = [Forward(message, tuple(groups))]
             if traffic is not None:
                 traffic.record(message, [n for n in nodes if n != here], queued)
+            if tracer.active:
+                tracer.routed(message, nodes, queued)
             results.append(PublishResult(message.id, list(nodes), queued, dropped))
         self.published += len(messages)
         return results, per_node
@@ -251,9 +257,12 @@ class Dispatcher:
         waiters = []
         deliver = self.sessions.deliver
         observer = self._policy.delivery_observer
+        tracer = self.tracer
         for forward in forwards:
             queued, dropped = deliver(forward.message, forward.groups, observer)
             self.local_deliveries += queued
+            if tracer.active:
+                tracer.arrived(forward.message, queued, dropped)
             if not queued and not dropped and not forward.groups:
                 self.unmatched += 1  # (its subscribers left, or the node restarted since)
             for share_filter in forward.groups:

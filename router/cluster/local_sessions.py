@@ -36,9 +36,16 @@ from router.core.sharing import ShareStrategy
 from router.core.topics import SHARE_PREFIX, TopicFilter, parse_shared
 from router.core.trie import MatchedSubscription, SubscriptionTrie
 from router.errors import AclRuleError, ClientNotConnectedError
+from router.state.client_figures import DROP_REASONS
 
 Overflow = Literal["drop_oldest", "drop_newest"]
 OVERFLOW_POLICIES: tuple[Overflow, ...] = ("drop_oldest", "drop_newest")
+#: Why a session lost copies other than by its full queue in memory (``dropped``), in
+#: the order of :attr:`ClientSession.losses`: expired before its client took them, larger
+#: than its client's Maximum Packet Size, its Redis queue full while away, QoS 0 while
+#: away (not kept).
+LOSSES: tuple[str, ...] = DROP_REASONS[1:]  # ("queue_full" is dropped's)
+EXPIRED, OVERSIZED, SESSION_QUEUE_FULL, OFFLINE_QOS0 = range(len(LOSSES))
 
 
 class ClientSession:
@@ -69,7 +76,15 @@ class ClientSession:
         self.queued_bytes = 0  # payload bytes of the deliveries in _queue
         self.overflow = overflow
         self.delivered = 0
-        self.dropped = 0
+        self.dropped = 0  # deliveries its full queue in memory dropped
+        # The client's figures (router.cluster.client_stats): PUBLISH packets and payload
+        # bytes from it and to it, the wall-clock time of its last packet either way (0:
+        # none yet), the connections of its id that took it over here, and the rarer
+        # losses (LOSSES, a list made at the first one: nothing per message).
+        self.received = self.received_bytes = self.sent = self.sent_bytes = 0
+        self.active_at = 0.0
+        self.takeovers = 0
+        self.losses: list[int] | None = None
         self.closed = False
         self.expiry = 0
         self._state = SessionState.ATTACHING
@@ -87,6 +102,13 @@ class ClientSession:
     @property
     def state(self) -> SessionState:
         return self._state
+
+    def lose(self, reason: int, count: int = 1) -> None:
+        """Count ``count`` copies lost for ``reason`` (an index of :data:`LOSSES`)."""
+        losses = self.losses
+        if losses is None:
+            losses = self.losses = [0] * len(LOSSES)
+        losses[reason] += count
 
     @property
     def away(self) -> bool:
@@ -328,6 +350,10 @@ class LocalSessions:
 
     def clients(self) -> list[str]:
         return sorted(self._sessions)
+
+    def held(self) -> Collection[ClientSession]:
+        """Every session held here (a view: read it, never change it)."""
+        return self._sessions.values()
 
     def replace_acl(self, acl: Acl) -> None:
         """Judge every copy with ``acl`` from now on (the node started with an ACL:

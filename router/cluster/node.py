@@ -61,6 +61,7 @@ from router.cluster.route_writer import Reconciliation, RouteWriter
 from router.cluster.sessions.adoption import Adoption
 from router.cluster.sessions.lifecycle import SessionLifecycle
 from router.cluster.supervisor import Supervisor
+from router.cluster.tracing import Tracer
 from router.cluster.traffic_log import TrafficLog
 from router.cluster.visibility import ArrivalOrder, ForwardsInFlight, RouteVisibility
 from router.core.acl import Acl
@@ -83,6 +84,7 @@ from router.state.route_fence_channel import RouteFences
 from router.state.routes import RouteChange, RouteStore
 from router.state.scripts import RedisClient, redis_errors
 from router.state.subscriptions import SubscriptionStore
+from router.state.trace_store import TraceStore
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +163,7 @@ class RouterNode:
             if config.traffic_dir
             else None
         )
+        self.tracer = Tracer(TraceStore(redis, self.keys), self.node_id)
         self._dispatcher = Dispatcher(
             self.node_id,
             GuidGenerator(node_part_for(self.node_id, self.incarnation)),
@@ -173,6 +176,7 @@ class RouterNode:
             self.arrivals,
             config.publish_timeout,
             self.forwards,
+            self.tracer,
         )
         self._lifecycle = SessionLifecycle(
             redis,
@@ -251,6 +255,7 @@ class RouterNode:
         self._retainer.start()
         await self._adoption.adopt_own()  # (before its inbox's backlog is read)
         self._supervisor.start("inbox", self._inbox.run)
+        self._supervisor.start("traces", self.tracer.run)
         await self._sync.announce()
         if self._traffic is not None:
             self._traffic.start()
@@ -687,6 +692,7 @@ class RouterNode:
             **self._visibility.stats(),
             **self._fence.stats(),
             **self.events.stats(),
+            **self.tracer.stats(),
             **(self._traffic.stats() if self._traffic is not None else {}),
             **cache_counters("route_cache", self.mirror.cache_stats()),
             **cache_counters("local_cache", self.sessions.cache_stats()),

@@ -19,11 +19,15 @@ from typing import Any, Protocol
 from router.cluster.node import RouterNode
 from router.mqtt.ban_list import BanList
 from router.mqtt.settings import MqttSettings
+from router.mqtt.trace_tap import ClientTap
 from router.mqtt.unfinished import Unfinished
 
 
 class Transport(Protocol):
-    """What a listener gives a connection: write whole packets, wait, close."""
+    """What a listener gives a connection: write whole packets, wait, close. ``tap``
+    sees what is written, while the client is traced (:mod:`router.mqtt.trace_tap`)."""
+
+    tap: ClientTap | None
 
     @property
     def peer(self) -> str: ...

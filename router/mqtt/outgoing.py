@@ -36,7 +36,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
 from typing import Any, Final
 
-from router.cluster.local_sessions import ClientSession
+from router.cluster.local_sessions import EXPIRED, OVERSIZED, ClientSession
 from router.core.messages import Delivery, MessageProperties
 from router.errors import MqttProtocolError
 from router.mqtt.codec import encode, encode_publish, topic_field
@@ -403,6 +403,7 @@ class Outbox:
 
     async def _flush(self) -> None:
         data, self._out = b"".join(self._out), []
+        self._session.active_at = time.time()  # (a packet out: its last activity)
         self._transport.write(data)
         await self._transport.drain()
 
@@ -410,6 +411,7 @@ class Outbox:
         """Gather one delivery's packet (holding a slot, given back unless in flight)."""
         if delivery.expires_at is not None and delivery.expires_at <= time.time():
             self._counters.expired_dropped += 1
+            self._session.lose(EXPIRED)
             self._give_back(delivery)
             return
         if delivery.packet_id is not None:  # resumed: went out before this connection
@@ -423,6 +425,7 @@ class Outbox:
         data = self._encoder.encode_within(delivery, packet_id, self._max_packet)
         if data is None:
             self._counters.oversized_dropped += 1  # discarded as if sent
+            self._session.lose(OVERSIZED)
             if packet_id is not None:
                 self.release(packet_id)
             else:
@@ -432,6 +435,9 @@ class Outbox:
             self._give_back(delivery)
         self._out.append(data)
         self._counters.messages_sent += 1
+        session = self._session
+        session.sent += 1
+        session.sent_bytes += len(delivery.payload)
 
     def _send_inflight(self, packet_id: int, delivery: Delivery) -> None:
         """Send again, with DUP, what was in flight (a released one: its PUBREL)."""
@@ -440,6 +446,8 @@ class Outbox:
         else:
             self._out.append(self._encoder.encode(delivery, packet_id, dup=True))
             self._counters.messages_sent += 1
+            self._session.sent += 1
+            self._session.sent_bytes += len(delivery.payload)
 
     def _allocate(self) -> int:
         inflight = self._session.inflight

@@ -182,6 +182,9 @@ class MqttConnection(Intake):
         await self._handle_all(packets)
 
     def _arrived(self, packets: list[Packet]) -> None:
+        tap = self.transport.tap
+        if tap is not None:
+            tap.inbound(packets)
         if self.client_id is not None and self._subscribing.arrived(packets):
             self.transport.acknowledge()  # (the answer waits: the client's next packet need not)
 
@@ -366,10 +369,16 @@ class MqttConnection(Intake):
                 except TimeoutError:  # (the old one is still letting go: the client may retry)
                     self._refuse(RC.SERVER_BUSY, client_id, "its old connection is letting go")
                     return None
+            taken = self.node.sessions.find(client_id) if previous is not None else None
+            takeovers = 0 if taken is None else taken.takeovers + 1  # (a clean start: anew)
             present = await self._connect_node(connect, client_id, previous is None)
             if present is not None:
                 self.client_id = client_id
                 self.server.attach(self)
+                if previous is not None:
+                    session = self.node.sessions.find(client_id)
+                    if session is not None:
+                        session.takeovers = max(takeovers, session.takeovers + 1)
             return present
 
     def _credentials_expired(self) -> None:
@@ -460,6 +469,7 @@ class MqttConnection(Intake):
         """Handle packets in order; a run of QoS 0/1 PUBLISH packets is published as one
         batch (one inbox write per node, one write of their acknowledgements)."""
         self._count_rates(packets)
+        self._session.active_at = time.time()  # (a packet in: its last activity)
         if not self._caught_up and any(type(packet) is Publish for packet in packets):
             self._caught_up = True  # (a new publisher sees what was subscribed before it)
             await self.node.catch_up_routes()
@@ -577,6 +587,9 @@ class MqttConnection(Intake):
                 await self._on_publish(packet, item.topic)
         else:
             self.server.messages_received += len(items)
+            session = self._session
+            session.received += len(items)
+            session.received_bytes += sum(len(item.payload) for item in items)
             v5 = self.level >= MQTT_5
             acks = [
                 encode_puback(p.packet_id, _no_match(v5, r), v5)
@@ -591,6 +604,8 @@ class MqttConnection(Intake):
     async def _on_publish(self, packet: Publish, resolved: str | None = None) -> None:
         """Publish one packet; ``resolved``: its topic, its alias resolved already."""
         self.server.messages_received += 1
+        self._session.received += 1
+        self._session.received_bytes += len(packet.payload)
         v5 = self.level >= MQTT_5
         qos = packet.qos
         if resolved is None:

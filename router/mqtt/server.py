@@ -45,6 +45,7 @@ from router.mqtt.reason_codes import ReasonCode
 from router.mqtt.settings import BACKLOG, DEFAULT_SETTINGS, MqttSettings
 from router.mqtt.sys_topics import SysTopics
 from router.mqtt.tcp import stream_factory
+from router.mqtt.trace_tap import ClientTap
 from router.mqtt.unfinished import Unfinished
 from router.mqtt.websocket import DEFAULT_PATH, WebSocketServer, listen_websocket
 from router.state.ban_store import Ban, BanStore
@@ -125,6 +126,7 @@ class MqttServer:
         self.connecting = asyncio.Semaphore(settings.max_connecting)
         self.connect_waited = 0  # CONNECTs that waited for a turn
         node.add_kicker(self.kick)
+        node.tracer.changed.append(self.retap)
         node.liveness.on_cut_off(self.end_all)
         self.accepted = 0
         self.refused = 0
@@ -159,12 +161,39 @@ class MqttServer:
     def attach(self, connection: MqttConnection) -> None:
         assert connection.client_id is not None
         self._clients[connection.client_id] = connection
+        if self.node.tracer.clients:
+            self._tap(connection)
 
     def forget(self, connection: MqttConnection) -> None:
         self._connections.discard(connection)
         client_id = connection.client_id
         if client_id is not None and self._clients.get(client_id) is connection:
             del self._clients[client_id]
+        tap = connection.transport.tap
+        if tap is not None:
+            tap.closed(f"connection ended ({connection.transport.peer})")
+            connection.transport.tap = None
+
+    def retap(self) -> None:
+        """Tap the connections of the clients traced now, and only those
+        (:mod:`router.mqtt.trace_tap`; the tracer calls it when they change)."""
+        for connection in self._clients.values():
+            self._tap(connection)
+
+    def _tap(self, connection: MqttConnection) -> None:
+        client_id = connection.client_id
+        specs = None if client_id is None else self.node.tracer.clients.get(client_id)
+        transport = connection.transport
+        if not specs or client_id is None:
+            transport.tap = None
+            return
+        tap = ClientTap(self.node.tracer, specs, client_id, connection.level)
+        if transport.tap is None:
+            for spec in specs:
+                self.node.tracer.record(
+                    spec, "connected", client_id, "", f"connected from {transport.peer}"
+                )
+        transport.tap = tap
 
     def count_close(self, reason: int | str) -> None:
         """Count a connection ended (or a CONNECT refused) for ``reason``: a reason code
@@ -310,6 +339,8 @@ class MqttServer:
         log.info("node %s: closing its MQTT listeners", self.node.node_id)
         with contextlib.suppress(ValueError):
             self.node.remove_kicker(self.kick)
+        with contextlib.suppress(ValueError):
+            self.node.tracer.changed.remove(self.retap)
         self.node.liveness.forget_cut_off(self.end_all)
         await self.sys_topics.stop()
         await self.bans.stop()

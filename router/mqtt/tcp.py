@@ -24,6 +24,7 @@ from typing import Final, cast
 
 from router.mqtt.connection_host import ConnectionHost
 from router.mqtt.protocol import MqttConnection
+from router.mqtt.trace_tap import ClientTap
 
 #: Bytes asyncio reads from a socket at once (into the buffer a listener's sockets share).
 READ_SIZE: Final = 65536
@@ -75,7 +76,7 @@ def stream_factory(server: ConnectionHost) -> Callable[[], TcpStream]:
 class TcpStream(asyncio.BufferedProtocol):
     """One accepted TCP (or TLS) socket (see the module docstring)."""
 
-    __slots__ = ("_blocked", "_buffer", "_connection", "_drains", "_server", "_transport")
+    __slots__ = ("_blocked", "_buffer", "_connection", "_drains", "_server", "_transport", "tap")
 
     def __init__(self, server: ConnectionHost, buffer: memoryview) -> None:
         self._server = server
@@ -84,6 +85,7 @@ class TcpStream(asyncio.BufferedProtocol):
         self._connection: MqttConnection | None = None
         self._blocked = False  # the transport's write buffer is above its high-water mark
         self._drains: list[asyncio.Future[None]] | None = None  # drain() waiting
+        self.tap: ClientTap | None = None  # (its client is traced: router.mqtt.trace_tap)
 
     # -- the asyncio protocol --------------------------------------------------------------
 
@@ -143,6 +145,8 @@ class TcpStream(asyncio.BufferedProtocol):
         transport = self._transport
         if transport is not None and not transport.is_closing():
             transport.write(data)
+            if self.tap is not None:
+                self.tap.outbound(data)
 
     def backlog(self) -> int:
         return 0 if self._transport is None else self._transport.get_write_buffer_size()

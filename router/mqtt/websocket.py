@@ -29,6 +29,7 @@ from router.mqtt.connection_host import ConnectionHost
 from router.mqtt.protocol import MqttConnection
 from router.mqtt.settings import BACKLOG
 from router.mqtt.tcp import acknowledge_now
+from router.mqtt.trace_tap import ClientTap
 
 SUBPROTOCOL: Final = Subprotocol("mqtt")
 DEFAULT_PATH: Final = "/mqtt"
@@ -53,11 +54,14 @@ class WebSocketTransport:
         self._writer = asyncio.create_task(self._write_all())
         peer = websocket.remote_address
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.tap: ClientTap | None = None  # (its client is traced: router.mqtt.trace_tap)
 
     def write(self, data: bytes) -> None:
         if not self._writer.done():
             self._queued += len(data)
             self._outbox.put_nowait(data)
+            if self.tap is not None:
+                self.tap.outbound(data)
 
     def backlog(self) -> int:
         return self._queued

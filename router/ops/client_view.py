@@ -11,10 +11,12 @@ session a row says::
     logger   b      3.1.1     away       2025-05-01T09:58:12Z  30         1     17      184
     forever  a      5.0       away       2025-05-01T09:00:00Z  60         1     3       never
 
-``queued`` is what waits in an away session's Redis queue (0 while connected: the node
-delivers); ``expires in`` is the seconds an away session has left, ``expiry - (now -
-since)``, where ``since`` is the server time it went away and ``now`` the registry's
-server time, read once for all rows.
+``queued`` is what waits for the client: in its node's memory (``queued_memory``, from
+the figures its node publishes each telemetry interval, :mod:`router.ops.figures_view`;
+None when unknown) and in its Redis queue while it is away (``queued_redis``).
+``expires in`` is the seconds an away session has left, ``expiry - (now - since)``, where
+``since`` is the server time it went away and ``now`` the registry's server time, read
+once for all rows.
 
 A kick (:func:`kick_client`) leaves a :class:`~router.cluster.inbox.Kick` notice in the
 inbox of the node that serves the client; that node ends the connection (MQTT 5:
@@ -38,6 +40,8 @@ from router.cluster.inbox import Kick
 from router.cluster.node import RouterNode
 from router.core.options import SubscriptionOptions
 from router.errors import ClientNotFoundError, SessionInUseError
+from router.ops.figures_view import client_figures
+from router.state.client_figures import ClientFigures
 from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
 from router.state.reads import server_ms
@@ -104,6 +108,8 @@ class ClientRow:
     expiry: int
     expires_in: ExpiresIn
     username: str | None = None
+    queued_redis: int = 0
+    queued_memory: int | None = None  # (None: its node published no figures)
 
     @property
     def state(self) -> str:
@@ -125,6 +131,8 @@ class ClientRow:
             "keepalive": self.keepalive,
             "subscriptions": self.subscriptions,
             "queued": self.queued,
+            "queued_memory": self.queued_memory,
+            "queued_redis": self.queued_redis,
             "expiry": self.expiry,
             "expires_in": self.expires_in,
             "user": self.username,
@@ -134,12 +142,14 @@ class ClientRow:
 @dataclass(frozen=True)
 class ClientDetail:
     """One session with its filters (sorted) and their options, the username it
-    connected with (None: none) and the inbound QoS 2 packet ids awaiting PUBREL."""
+    connected with (None: none), the inbound QoS 2 packet ids awaiting PUBREL and the
+    figures its node published last (None: none, :mod:`router.ops.figures_view`)."""
 
     row: ClientRow
     username: str | None
     filters: dict[str, SubscriptionOptions]
     awaiting_release: tuple[int, ...]
+    figures: ClientFigures | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -147,6 +157,7 @@ class ClientDetail:
             "username": self.username,
             "awaiting_release": list(self.awaiting_release),
             "filters": [{"filter": f, **o.as_dict()} for f, o in self.filters.items()],
+            "figures": None if self.figures is None else self.figures.as_dict(),
         }
 
 
@@ -193,11 +204,19 @@ async def _backlogs(redis: RedisClient, keys: Keys, infos: Sequence[SessionInfo]
 
 
 async def _rows(
-    redis: RedisClient, keys: Keys, infos: Sequence[SessionInfo], now_ms: int, alive: set[str]
+    redis: RedisClient,
+    keys: Keys,
+    infos: Sequence[SessionInfo],
+    now_ms: int,
+    alive: set[str],
+    figures: dict[str, ClientFigures] | None = None,
 ) -> list[ClientRow]:
     store = SubscriptionStore(redis, keys)
     counts = await store.subscription_counts([info.client_id for info in infos])
     queued = await _backlogs(redis, keys, infos)
+    if figures is None:
+        figures = await client_figures(redis, keys, infos, alive)
+    memory = {client_id: f.queued for client_id, f in figures.items()}
     return [
         ClientRow(
             info.client_id,
@@ -208,10 +227,12 @@ async def _rows(
             info.since,
             info.keepalive,
             count,
-            waiting,
+            waiting + memory.get(info.client_id, 0),
             info.expiry,
             expires_in(info, now_ms),
             info.username,
+            waiting,
+            memory.get(info.client_id),
         )
         for info, count, waiting in zip(infos, counts, queued, strict=True)
     ]
@@ -349,10 +370,11 @@ async def client_detail(redis: RedisClient, keys: Keys, client_id: str) -> Clien
     """
     info = await _describe(redis, keys, client_id)
     now_ms, alive = await _clock(redis, keys)
-    [row] = await _rows(redis, keys, [info], now_ms, alive)
+    figures = await client_figures(redis, keys, [info], alive)
+    [row] = await _rows(redis, keys, [info], now_ms, alive, figures)
     found = await SubscriptionStore(redis, keys).subscriptions(client_id)
     filters = {f: found[f] for f in sorted(found)}
-    return ClientDetail(row, info.username, filters, info.awaiting_release)
+    return ClientDetail(row, info.username, filters, info.awaiting_release, figures.get(client_id))
 
 
 # -- the kick ----------------------------------------------------------------------------

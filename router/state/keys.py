@@ -13,6 +13,8 @@ Layout (``rt`` is the default namespace prefix; ``ID`` is an escaped id, see bel
     rt:{n:ID}:stream          stream route changes, one entry a change (node)
     rt:{n:ID}:meta            hash   incarnation, version, ...         (node)
     rt:{n:ID}:figures         hash   figure -> value, expiring ($SYS)  (node)
+    rt:{n:ID}:clients         hash   client id -> its packed figures, expiring (node)
+    rt:{n:ID}:drops           hash   drops by reason, slowest clients, expiring (node)
     rt:{nodes}:registry       hash   node id -> incarnation            (registry)
     rt:{nodes}:heartbeats     zset   node id -> expiry, server ms      (registry)
     rt:{ch:ID}:clock          string the channel clock, an integer in +-(2^53-1)  (channel)
@@ -206,6 +208,15 @@ class Keys:
         """A node's last hour of traffic samples (see :mod:`router.state.node_history`)."""
         return self.node(node_id) + ":history"
 
+    def node_clients(self, node_id: str) -> str:
+        """A node's figures of each client it holds (see :mod:`router.state.client_figures`)."""
+        return self.node(node_id) + ":clients"
+
+    def node_drops(self, node_id: str) -> str:
+        """A node's drops by reason and its slowest clients (see
+        :mod:`router.state.client_figures`)."""
+        return self.node(node_id) + ":drops"
+
     def telemetry_seen(self) -> str:
         """The nodes that wrote telemetry lately, scored by when (Unix seconds)."""
         return f"{self.prefix}:{{telemetry}}:seen"
@@ -220,6 +231,16 @@ class Keys:
         """The mark that an event told once was told (``token`` any text: its bytes go
         after the tag, never inside it)."""
         return f"{self.prefix}:{{events}}:once:{token}"
+
+    # -- traces ----------------------------------------------------------------------
+
+    def trace_specs(self) -> str:
+        """The traces in force (see :mod:`router.state.trace_store`)."""
+        return f"{self.prefix}:{{traces}}:specs"
+
+    def trace_records(self, trace_id: str) -> str:
+        """What the nodes saw of one trace, a stream (its own slot)."""
+        return f"{self.prefix}:{{trace:{escape_id(trace_id)}}}:records"
 
     # -- the dashboard's accounts ----------------------------------------------------
 

@@ -57,6 +57,12 @@ DEFAULT_INTERVAL: Final = 2.0  # seconds between samples, when a node does not s
 MAX_GAP_INTERVALS: Final = 5  # two samples further apart span a gap: no rate over it
 CONCURRENCY: Final = 16  # per-node reads in flight at once on a cluster
 RATE_DIGITS: Final = 3  # rates are rounded to a thousandth of a message a second
+SHARED_AUTH: Final = "redis"
+"""A node's ``auth`` when it takes its users and rules from Redis (``--auth-redis``): the
+users and ACL rules ``router users|acl`` and the dashboard edit. The other words a node
+says: ``files`` (a password or ACL file), ``emqx`` (EMQX's records), ``jwt`` (tokens
+only), ``none`` (no source: every client admitted as the settings say); "" when the node
+did not say (an older version, or a listener started without it)."""
 
 _INTS: Final = (
     "heartbeat_ttl_ms",
@@ -109,8 +115,11 @@ class NodeTelemetry:
     messages_in: int = 0
     messages_out: int = 0
     dropped: int = 0
+    auth: str = ""  # where its users and rules come from (SHARED_AUTH, ...; "": not told)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.auth, str) or any(c.isspace() for c in self.auth):
+            raise TypeError(f"auth must be a str without spaces, not {self.auth!r}")
         if type(self.listeners) is not tuple or not all(
             isinstance(item, str) and item and not any(c.isspace() for c in item)
             for item in self.listeners
@@ -155,8 +164,9 @@ class NodeTelemetry:
         found: dict[str, Any] = {}
         if "listeners" in text:
             found["listeners"] = tuple(text["listeners"].split())
-        if "version" in text:
-            found["version"] = text["version"]
+        for name in ("version", "auth"):
+            if name in text:
+                found[name] = text[name]
         for name in _INTS:
             if name in text:
                 raw = text[name]

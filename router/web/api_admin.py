@@ -3,7 +3,10 @@
 The same stores as ``router bans`` and ``router users|acl``
 (:mod:`router.state.ban_store`, :mod:`router.state.auth_store`): a change reaches every
 node as it does from the CLI (within about a second). Users and rules take effect on the
-nodes started with ``--auth-redis``.
+nodes started with ``--auth-redis`` only: the lists of both say which live nodes enforce
+them (``enforced_by``), which take their users and rules elsewhere (``not_enforced_by``)
+and which did not say (``unknown``), as each node's telemetry tells
+(:func:`~router.web.telemetry.auth_enforcement`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from router.state.event_log import Event, EventLog
 from router.web.access import principal_of
 from router.web.context import context_of
 from router.web.replies import body_of, field, page, reply
+from router.web.telemetry import auth_enforcement
 
 routes = web.RouteTableDef()
 
@@ -81,10 +85,17 @@ async def _tell(request: web.Request, event: Event) -> None:
 # -- MQTT users and rules ----------------------------------------------------------------
 
 
+async def _enforcement(request: web.Request) -> dict[str, Any]:
+    node = context_of(request).node
+    return await auth_enforcement(node.registry.redis, node.keys)
+
+
 @routes.get("/api/v1/users")
 async def list_users(request: web.Request) -> web.Response:
+    """Every user (one page), and which nodes enforce them (see the module docstring)."""
     users = await _auth(request).users()
-    return page([{"name": u.name, "superuser": u.superuser} for u in users], None)
+    items = [{"name": u.name, "superuser": u.superuser} for u in users]
+    return reply({"items": items, "next": None, **await _enforcement(request)})
 
 
 @routes.post("/api/v1/users")
@@ -117,8 +128,9 @@ async def remove_user(request: web.Request) -> web.Response:
 
 @routes.get("/api/v1/acl")
 async def list_rules(request: web.Request) -> web.Response:
-    """The rules in the order they are tried."""
-    return reply({"rules": [str(rule) for rule in await _auth(request).rules()]})
+    """The rules in the order they are tried, and which nodes enforce them."""
+    rules = [str(rule) for rule in await _auth(request).rules()]
+    return reply({"rules": rules, **await _enforcement(request)})
 
 
 @routes.post("/api/v1/acl")

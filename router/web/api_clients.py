@@ -1,15 +1,20 @@
 """``/api/v1/clients``: find clients and their sessions, kick one, clear a session.
 
 The rows and details are those of ``router clients`` (:mod:`router.ops.client_view`),
-read from Redis, so every node answers for the whole cluster. A client id is one path
+read from Redis, so every node answers for the whole cluster; a client's figures are
+those its node published with its telemetry (at most an interval old), or this node's
+own, now, for a client it serves. A client id is one path
 segment of any characters, percent-encoded by the caller (``{client_id:[^/]+}``: aiohttp's
 default pattern would refuse ``{`` and ``}``; an encoded ``/`` is decoded after matching).
 """
 
 from __future__ import annotations
 
+import time
+
 from aiohttp import web
 
+from router.cluster.client_stats import figures_of
 from router.errors import RequestError
 from router.ops.client_view import (
     PROTOCOL_NAMES,
@@ -54,12 +59,19 @@ async def list_clients(request: web.Request) -> web.Response:
 
 @routes.get("/api/v1/clients/{client_id:[^/]+}")
 async def show_client(request: web.Request) -> web.Response:
-    """One client's session, subscriptions, queue and, when this node serves it, its
-    connection's counters."""
+    """One client's session, subscriptions, queue and figures (from the node that serves
+    it) and, when this node serves it, its connection's counters."""
     context = context_of(request)
     client_id = request.match_info["client_id"]
     node = context.node
-    detail = (await client_detail(node.registry.redis, node.keys, client_id)).as_dict()
+    found = await client_detail(node.registry.redis, node.keys, client_id)
+    detail = found.as_dict()
+    session = node.sessions.find(client_id)
+    if session is not None and found.row.node_id == node.node_id:  # (now, not a sample)
+        figures = figures_of(session, node.node_id, int(time.time() * 1000))
+        detail["figures"] = figures.as_dict()
+        detail["queued_memory"] = figures.queued
+        detail["queued"] = figures.queued + found.row.queued_redis
     if context.mqtt is not None:
         detail["connection"] = context.mqtt.describe_client(client_id)
     return reply(detail)

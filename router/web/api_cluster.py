@@ -4,6 +4,8 @@ Each node serving the API samples its own figures and keeps the last hour of the
 memory and in Redis (:mod:`router.web.telemetry`); these endpoints merge what every live
 node wrote, so any node answers for the cluster. A node without an HTTP listener still
 shows (alive or not, its heartbeat, its routes) with its figures unknown (null). The
+drops by reason and the slow subscribers are those the live nodes published with their
+telemetry (:mod:`router.ops.figures_view`). The
 events are the cluster's event log (:mod:`router.state.event_log`), kept for a day.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from router.errors import RequestError
+from router.ops.figures_view import DEFAULT_SLOW, MAX_SLOW, cluster_drops, slow_subscribers
 from router.state.event_log import KINDS, EventLog
 from router.web.context import context_of
 from router.web.replies import limit_of, page, query, reply
@@ -29,7 +32,19 @@ async def overview(request: web.Request) -> web.Response:
     retained = await node.retained.size()
     figures = await cluster_overview(node.registry.redis, node.keys, retained)
     figures["topics"] = context.topics()
+    figures["drops"] = await cluster_drops(node.registry.redis, node.keys)
     return reply(figures)
+
+
+@routes.get("/api/v1/slow-subscribers")
+async def slow(request: web.Request) -> web.Response:
+    """The clients with most queued in memory and most dropped, over every live node:
+    ``?limit=`` (1 to 100, default 10) of each."""
+    node = context_of(request).node
+    text = query(request, "limit") or str(DEFAULT_SLOW)
+    if not text.isdigit() or not 1 <= int(text) <= MAX_SLOW:
+        raise RequestError(f"limit is a whole number from 1 to {MAX_SLOW}, not {text!r}")
+    return reply(await slow_subscribers(node.registry.redis, node.keys, int(text)))
 
 
 @routes.get("/api/v1/nodes")

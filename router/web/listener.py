@@ -5,7 +5,7 @@ node's event loop:
 
 - ``/metrics`` and ``/healthz`` (:mod:`router.ops.metrics`), open to every client;
 - ``/api/v1/...``: the JSON API (:mod:`router.web.api_cluster`, ``api_clients``,
-  ``api_topics``, ``api_admin``), behind :mod:`router.web.access`;
+  ``api_topics``, ``api_admin``, ``api_traces``), behind :mod:`router.web.access`;
 - ``/`` and ``/static/...``: the dashboard, a single page over the API.
 
 ``router node run --metrics HOST:PORT`` serves the first two only (:func:`serve_http`
@@ -33,7 +33,7 @@ from router.errors import BodyTooLargeError, ListenerError
 from router.mqtt.server import MqttServer, parse_address
 from router.ops.metrics import NodeCollector, health
 from router.state.console_store import ConsoleStore
-from router.web import api_admin, api_clients, api_cluster, api_topics
+from router.web import api_admin, api_clients, api_cluster, api_topics, api_traces
 from router.web.access import Access, access_middleware, is_loopback
 from router.web.assets import missing
 from router.web.context import CONTEXT, WebContext
@@ -128,7 +128,7 @@ def build_app(
     app.router.add_post("/api/v1/login", access.login)
     app.router.add_post("/api/v1/logout", access.logout)
     app.router.add_get("/api/v1/me", access.me)
-    for module in (api_cluster, api_clients, api_topics, api_admin):
+    for module in (api_cluster, api_clients, api_topics, api_admin, api_traces):
         app.router.add_routes(module.routes)
     document = openapi_document(app)
 
@@ -159,10 +159,13 @@ async def serve_http(
     api: bool = True,
     tls: ssl.SSLContext | None = None,
     telemetry_interval: float = TELEMETRY_INTERVAL,
+    auth: str = "",
 ) -> AsyncIterator[tuple[str, int]]:
     """Serve ``node``'s HTTP listener on ``HOST:PORT`` (port 0: any free one) until the
     block ends; yields the bound address. ``api=False``: ``/metrics`` and ``/healthz``
-    only. Raises :class:`ListenerError` if it cannot listen."""
+    only. ``auth``: where the node takes its users and rules from, as its telemetry
+    tells the cluster (:class:`~router.web.telemetry.Telemetry`; "": not told). Raises
+    :class:`ListenerError` if it cannot listen."""
     host, port = parse_address(address)
     app = build_app(node, mqtt, api=api, loopback=is_loopback(host))
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -182,7 +185,9 @@ async def serve_http(
             log.warning("the dashboard's libraries are missing: run make web-assets")
         listeners = [f"{s}://{h}:{p}" for s, h, p in (mqtt.listeners if mqtt else [])]
         listeners.append(f"{'https' if tls else 'http'}://{bound[0]}:{bound[1]}")
-        async with Telemetry(node, mqtt, listeners, interval=telemetry_interval) as telemetry:
+        async with Telemetry(
+            node, mqtt, listeners, interval=telemetry_interval, auth=auth
+        ) as telemetry:
             app[CONTEXT].telemetry = telemetry
             yield bound[0], bound[1]
     finally:

@@ -46,15 +46,18 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final
 
+from router.cluster.client_stats import DropRates, node_figures, slowest
 from router.cluster.config import NodeConfig
 from router.cluster.node import RouterNode
 from router.cluster.tasks import stop_task
 from router.mqtt.server import MqttServer
 from router.mqtt.sys_topics import VERSION
+from router.state.client_figures import ClientFigureStore, NodeDrops
 from router.state.event_log import Event, EventLog
 from router.state.keys import Keys
 from router.state.node_history import (
     DEFAULT_INTERVAL,
+    SHARED_AUTH,
     NodeHistoryStore,
     NodeTelemetry,
     Rates,
@@ -104,7 +107,10 @@ class Telemetry:
     ``listeners``: "scheme://host:port" of the node's listeners, as the dashboard shows
     them. ``interval``: seconds between samples (> 0). ``keep``: samples kept, in memory
     and in Redis (>= 2). ``started_at``: the node's start (unix seconds; default now).
-    Raises ``ValueError`` for a bad interval or keep."""
+    ``auth``: where the node takes its users and rules from
+    (:data:`~router.state.node_history.SHARED_AUTH`, ...; "": not told), written with its
+    figures so that the dashboard can say which nodes enforce the users and rules it
+    edits. Raises ``ValueError`` for a bad interval or keep."""
 
     def __init__(
         self,
@@ -115,6 +121,7 @@ class Telemetry:
         keep: int = 1800,
         *,
         started_at: float | None = None,
+        auth: str = "",
     ) -> None:
         if not isinstance(interval, int | float) or not interval > 0:
             raise ValueError(f"interval must be a number > 0, not {interval!r}")
@@ -126,8 +133,12 @@ class Telemetry:
         self.interval = float(interval)
         self.keep = keep
         self.started_at = time.time() if started_at is None else started_at
+        self.auth = auth
         self.store = NodeHistoryStore(node.registry.redis, node.keys)
+        self.clients = ClientFigureStore(node.registry.redis, node.keys)
         self.latest: NodeTelemetry | None = None  # the figures of the last sample
+        self._stats: Mapping[str, int] = {}  # (the counters of the last sample)
+        self._drop_rates = DropRates()
         self._samples: collections.deque[TrafficSample] = collections.deque(maxlen=keep)
         self._task: asyncio.Task[None] | None = None
         self._cpu = (time.monotonic(), time.process_time())
@@ -169,6 +180,7 @@ class Telemetry:
         self._task = None
         try:
             await self.store.delete(self.node.node_id)
+            await self.clients.delete(self.node.node_id)
         except Exception:
             log.warning("telemetry of node %s left behind", self.node.node_id, exc_info=True)
 
@@ -191,6 +203,7 @@ class Telemetry:
         stats: dict[str, int] = dict(self.node.stats())
         if self.mqtt is not None:
             stats.update(self.mqtt.stats())
+        self._stats = stats
         now, cpu = time.monotonic(), time.process_time()
         (then, cpu_then), self._cpu = self._cpu, (now, cpu)
         cpu_percent = 100.0 * max(0.0, cpu - cpu_then) / (now - then) if now > then else 0.0
@@ -211,6 +224,7 @@ class Telemetry:
             messages_in=stats.get("published", 0),
             messages_out=stats.get("local_deliveries", 0),
             dropped=sum(stats.get(name, 0) for name in DROPPED),
+            auth=self.auth,
         )
 
     async def tick(self, lag_s: float = 0.0) -> NodeTelemetry:
@@ -234,7 +248,18 @@ class Telemetry:
             history_ttl_s=max(self.keep * self.interval, ttl),
         )
         await self.store.mark_seen(self.node.node_id, sample.t, sample.t - DEPARTED_SHOWN)
+        await self.write_clients(sample.t, ttl)
         return telemetry
+
+    async def write_clients(self, now: float, ttl_s: float) -> None:
+        """Publish the figures of every client this node holds, its drops by reason
+        (totals, rates since the last tick) and its slowest clients
+        (:mod:`router.state.client_figures`)."""
+        at_ms = int(now * 1000)
+        figures = node_figures(self.node.sessions.held(), self.node.node_id, at_ms)
+        totals, rates = self._drop_rates.sample(now, self._stats)
+        drops = NodeDrops(at_ms, totals, rates, slowest(figures))
+        await self.clients.write(self.node.node_id, figures, drops, ttl_s)
 
     async def _ping(self) -> float | None:
         """Milliseconds one PING took; None if it failed or took over :data:`PING_TIMEOUT`."""
@@ -329,6 +354,7 @@ def _node_row(
         "redis_latency_ms": shown.redis_latency_ms if shown else None,
         "heartbeat_age_ms": heartbeat_age_ms,
         "routes": routes,
+        "auth": (shown.auth or None) if shown else None,
     }
 
 
@@ -377,3 +403,25 @@ async def cluster_overview(redis: RedisClient, keys: Keys, retained_count: int) 
         "rates": rates.as_dict(),
         "history": merge_histories((h for _, h in reporting), interval, past).as_dict(),
     }
+
+
+async def auth_enforcement(redis: RedisClient, keys: Keys) -> dict[str, Any]:
+    """Which live nodes enforce the users and ACL rules kept in Redis (the ones
+    ``/api/v1/users`` and ``/api/v1/acl`` edit), as each said in its telemetry:
+    ``enforced_by`` (node ids: started with ``--auth-redis``), ``not_enforced_by``
+    (``[{"node_id", "auth"}]``: the source each takes its users and rules from instead)
+    and ``unknown`` (live nodes that did not say: no HTTP listener, which is where the
+    telemetry is written, or an older version). Each list sorted by node id. Raises
+    :class:`StateUnavailableError` when Redis does not answer."""
+    live = sorted(info.node_id for info in await NodeRegistry(redis, keys).live_nodes())
+    records = await NodeHistoryStore(redis, keys).read(live)
+    enforced, other, unknown = [], [], []
+    for node_id in live:
+        told = records[node_id].telemetry
+        if told is None or not told.auth:
+            unknown.append(node_id)
+        elif told.auth == SHARED_AUTH:
+            enforced.append(node_id)
+        else:
+            other.append({"node_id": node_id, "auth": told.auth})
+    return {"enforced_by": enforced, "not_enforced_by": other, "unknown": unknown}

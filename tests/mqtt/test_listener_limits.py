@@ -182,6 +182,7 @@ class StalledTransport:
     peer = "stalled"
 
     def __init__(self, backlog: int) -> None:
+        self.tap = None
         self.written = backlog
         self._closed = asyncio.Event()
 
@@ -237,6 +238,7 @@ class ResetTransport:
     peer = "reset"
 
     def __init__(self) -> None:
+        self.tap = None
         self.reset = False
         self.reader = PacketReader()
         self.reader.level = MQTT_5

@@ -45,7 +45,7 @@ def observer(url: str, keys: Keys) -> Iterator[Cluster]:
 
 
 def stopped_stats(lines: list[str]) -> dict[str, int]:
-    [line] = [line for line in lines if "stopped:" in line]
+    [line] = [line for line in lines if "stopped: {" in line]  # (not the node_stopped event)
     stats: dict[str, int] = ast.literal_eval(line.split("stopped: ", 1)[1])
     return stats
 

@@ -390,7 +390,7 @@ async def test_bans_users_and_rules(sites: list[Site], http: aiohttp.ClientSessi
     status, added = await call(http, "POST", a.url + "/api/v1/acl", json=rule, headers=headers)
     assert (status, added) == (201, {"position": 1})
     status, rules = await call(http, "GET", b.url + "/api/v1/acl")
-    assert rules == {"rules": ["allow all subscribe sensors/#"]}
+    assert rules["rules"] == ["allow all subscribe sensors/#"]
     bad_rule = {"rule": "allow all fly sensors/#"}
     status, error = await call(http, "POST", a.url + "/api/v1/acl", json=bad_rule, headers=headers)
     assert (status, error["error"]) == (400, "AclRuleError")

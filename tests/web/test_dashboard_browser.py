@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -25,6 +26,9 @@ from uuid import uuid4
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
+from router.mqtt.codec import PacketReader, encode
+from router.mqtt.packets import MQTT_5, Connect, SubAck, Subscribe, Subscription
+from router.mqtt.properties import Properties
 from router.state.keys import Keys
 from router.web import assets
 from tests.support.browser import PHONE_VIEWPORT, BrowserPage, OpenPage
@@ -121,10 +125,10 @@ def confirm(dash: BrowserPage, name: str) -> None:
 
 
 @contextlib.contextmanager
-def publishing(port: int, topic: str, rate: float) -> Iterator[None]:
-    """A paho publisher on ``port`` sending QoS 0 to ``topic`` at ``rate`` per second
-    until the block ends."""
-    publisher = Paho(port, f"load-{uuid4().hex[:6]}", V5)
+def publishing(port: int, topic: str, rate: float, client_id: str | None = None) -> Iterator[None]:
+    """A paho publisher on ``port`` (as ``client_id``, a new one if None) sending QoS 0
+    to ``topic`` at ``rate`` per second until the block ends."""
+    publisher = Paho(port, client_id or f"load-{uuid4().hex[:6]}", V5)
     assert publisher.connected()[0] == 0
     stop = threading.Event()
     failed: list[BaseException] = []
@@ -179,9 +183,11 @@ def test_an_admin_works_the_cluster_from_the_dashboard(
     an_away_session_cleared(dash, cluster.mqtt[1])
     a_publish_from_the_form_reaches_a_subscriber(dash, *cluster.mqtt)
     the_in_rate_shows_a_publishers_load(dash, cluster.mqtt[0])
+    a_slow_subscriber_shown_with_its_figures(dash, *cluster.mqtt)
     a_retained_message_listed_and_deleted(dash, cluster.mqtt[0])
     a_ban_added_and_lifted(dash)
     the_events_show_the_ban_and_the_nodes(dash)
+    a_traced_client_s_packets_shown(dash, cluster.mqtt[1])
     a_user_and_a_rule_added_and_removed(dash)
     assert dash.errors == []
 
@@ -239,6 +245,60 @@ def an_away_session_cleared(dash: BrowserPage, port: int) -> None:
     dash.shot("client-cleared")
 
 
+def stuck_subscriber(port: int, client_id: str, topic_filter: str) -> socket.socket:
+    """A raw MQTT 5 client that subscribes to ``topic_filter`` at QoS 1 with a Receive
+    Maximum of 1 and a Maximum Packet Size of 200, then never reads nor acknowledges."""
+    stuck = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+    reader = PacketReader()
+    reader.level = MQTT_5
+    properties = Properties(receive_maximum=1, maximum_packet_size=200)
+    stuck.sendall(encode(Connect(client_id, MQTT_5, True, keepalive=600, properties=properties)))
+    stuck.sendall(encode(Subscribe(1, (Subscription(topic_filter, 1),)), MQTT_5))
+    got: list[object] = []
+    while not any(type(packet) is SubAck for packet in got):
+        got += reader.feed(stuck.recv(65536))
+    return stuck
+
+
+def a_slow_subscriber_shown_with_its_figures(
+    dash: BrowserPage, port_one: int, port_two: int
+) -> None:
+    """A client of n2 that never reads: the overview (of n1) lists it among the slow
+    subscribers and says why copies were dropped; its page tells its queue, drops and
+    traffic in words, without raw fields."""
+    stuck = stuck_subscriber(port_two, "dash-slow", "dash/slow/#")
+    publisher = Paho(port_one, "dash-slow-pub", V5)
+    try:
+        assert publisher.connected()[0] == 0
+        publisher.publish("dash/slow/big", b"x" * 500, 1)  # (over its Maximum Packet Size)
+        for _ in range(30):  # (1 in flight, never acknowledged; 29 wait in n2's memory)
+            publisher.publish("dash/slow/small", b"tick", 1)
+        page = dash.visit("#/overview", ready=tagged("rate-in"), name="overview-before-slow")
+        row = page.locator(f'{tagged("slow-row")}[data-client-id="dash-slow"]')
+        expect(row).to_contain_text("29 (116 B)", timeout=RATE_WAIT_MS)
+        expect(row).to_contain_text("n2")
+        oversized = page.locator(f'{tagged("drop-reason")}[data-reason="mqtt_oversized_dropped"]')
+        expect(oversized).to_contain_text("Larger than its client's Maximum Packet Size")
+        dash.shot("overview-slow-subscribers")
+        row.locator("a").click()
+        expect(page.locator(tagged("client-id"))).to_have_text("dash-slow")
+        session = page.locator(tagged("client-session"))
+        expect(session).to_contain_text("29 messages (29 in memory on n2, 0 in its Redis queue)")
+        expect(session).to_contain_text("connected on node n2")
+        for raw in ("since_ms", "username", "queued_memory"):
+            expect(session).not_to_contain_text(raw)
+        figures = page.locator(tagged("client-figures"))
+        expect(figures).to_contain_text("Queued in memory")
+        expect(figures).to_contain_text("29 (116 B)")
+        expect(figures).to_contain_text("In flight (not acknowledged)")
+        expect(figures).to_contain_text("dropped: larger than its Maximum Packet Size")
+        expect(figures).to_contain_text("Messages out (delivered to it)")
+        dash.shot("client-figures")
+    finally:
+        publisher.close()
+        stuck.close()
+
+
 def a_publish_from_the_form_reaches_a_subscriber(
     dash: BrowserPage, port_one: int, port_two: int
 ) -> None:
@@ -264,20 +324,47 @@ def a_publish_from_the_form_reaches_a_subscriber(
         )
         page.fill(tagged("publish-topic"), "dash/+/news")  # the API's refusal is shown
         page.click(tagged("publish-submit"))
-        expect(page.locator(tagged("publish-error"))).to_contain_text("InvalidTopicError")
+        refused = page.locator(tagged("publish-error"))  # in words, the type in its title
+        expect(refused).to_contain_text("Invalid topic 'dash/+/news'")
+        expect(refused).not_to_contain_text("InvalidTopicError")
+        expect(refused).to_have_attribute("title", "InvalidTopicError")
         expect(page.locator(tagged("publish-result"))).to_be_hidden()
         dash.shot("publish-refused")
-
-        page = dash.visit("#/subscriptions", ready=tagged("route-row"), name="subscriptions-routes")
-        expect(page.locator(tagged("routes-table"))).to_contain_text("dash/#")
-        page.fill(tagged("match-topic"), "dash/news")
-        page.click(tagged("match-submit"))
-        expect(page.locator(tagged("match-nodes"))).to_have_text("n2")
-        expect(page.locator(tagged("match-filters"))).to_contain_text("dash/#")
-        dash.shot("subscriptions")
+        who_would_receive(dash, port_one, port_two)
     finally:
         prober.close()
         subscriber.close()
+
+
+def who_would_receive(dash: BrowserPage, port_one: int, port_two: int) -> None:
+    """n1's page names n2's subscriber (not only n1's clients) and a share group with
+    members on both nodes as a group: one of its 2 members gets each message."""
+    names = ("dash-member-1", "dash-member-2")
+    members = [Paho(port, name, V5) for port, name in zip((port_one, port_two), names, strict=True)]
+    try:
+        for member in members:
+            assert member.connected()[0] == 0
+            assert member.subscribe("$share/dashg/dash/#", 0) == [0]
+        page = dash.visit("#/subscriptions", ready=tagged("route-row"), name="subscriptions-routes")
+        expect(page.locator(tagged("routes-table"))).to_contain_text("dash/#")
+        page.fill(tagged("match-topic"), "dash/news")
+        group = page.locator(f'{tagged("match-group")}[data-group="dashg"]')
+        shown_after(
+            lambda: page.click(tagged("match-submit")),
+            group.filter(has_text="one of its 2 members"),
+        )
+        expect(page.locator(tagged("match-nodes"))).to_have_text("n1, n2")
+        n2 = page.locator(f'{tagged("match-node")}[data-node-id="n2"]')
+        expect(n2).to_contain_text("dash/#")
+        expect(n2.locator(tagged("match-receivers"))).to_have_text("dash-sub (QoS 1)")
+        for name, node in zip(names, ("n1", "n2"), strict=True):
+            on_node = group.locator(f'{tagged("match-group-node")}[data-node-id="{node}"]')
+            expect(on_node).to_contain_text(f"1 member: {name}")
+        expect(page.locator(tagged("match-result"))).not_to_contain_text("{")  # no raw JSON
+        dash.shot("subscriptions")
+    finally:
+        for member in members:
+            member.close()
 
 
 def the_in_rate_shows_a_publishers_load(dash: BrowserPage, port: int) -> None:
@@ -315,6 +402,24 @@ def a_retained_message_listed_and_deleted(dash: BrowserPage, port: int) -> None:
     expect(kept).to_have_count(0)
 
 
+def a_traced_client_s_packets_shown(dash: BrowserPage, port: int) -> None:
+    """A trace started from the page follows a client on its node: its PUBLISH comes in
+    and its node's routing of it shows, as it comes."""
+    page = dash.visit("#/traces", ready=tagged("trace-value"), name="traces-form")
+    page.fill(tagged("trace-value"), "dash-traced")
+    page.click(tagged("trace-start"))
+    expect(page.locator(tagged("trace-row"))).to_have_count(1)
+    with publishing(port, "dash/traced", 10, client_id="dash-traced"):
+        routed = page.locator(f'{tagged("trace-record")}[data-what="routed"]').first
+        expect(routed).to_contain_text("qos 0", timeout=TIMEOUT * 1000)
+        came = page.locator(f'{tagged("trace-record")}[data-what="in"]').first
+        expect(came).to_contain_text("PUBLISH")
+        dash.shot("traces")
+    page.locator(tagged("trace-stop")).click()
+    confirm(dash, "trace-stop-confirm")
+    expect(page.locator(tagged("trace-row"))).to_have_count(0)
+
+
 def a_ban_added_and_lifted(dash: BrowserPage) -> None:
     page = dash.visit("#/bans", ready=tagged("ban-value"), name="bans-form")
     page.select_option(tagged("ban-kind"), "client")
@@ -342,8 +447,14 @@ def the_events_show_the_ban_and_the_nodes(dash: BrowserPage) -> None:
 
 
 def a_user_and_a_rule_added_and_removed(dash: BrowserPage) -> None:
-    """An MQTT user added, its password changed, removed; an ACL rule added, removed."""
+    """An MQTT user added, its password changed, removed; an ACL rule added, removed.
+    Neither node runs with ``--auth-redis``: the page says so, and names them."""
     page = dash.visit("#/users", ready=tagged("user-name"), name="users-form")
+    warning = page.locator(tagged("enforcement-warning"))
+    expect(warning).to_contain_text("No node enforces these users and rules")
+    expect(warning.locator(tagged("not-enforced-by"))).to_have_text(
+        "n1 (no users or rules), n2 (no users or rules)"
+    )
     page.fill(tagged("user-name"), "dash-mqtt-user")
     page.fill(tagged("user-password"), "first password")
     page.click(tagged("user-add"))
@@ -383,6 +494,7 @@ def test_a_login_holds_on_every_node_and_a_phone_folds_the_menu(
     expect(page.locator(tagged("node-row"))).to_have_count(2)
     expect(nav).to_be_hidden()
     dash.shot("nodes")
+    every_page_fits_a_phone(dash, cluster.mqtt[1])
 
     page.click(tagged("logout"))
     expect(page.locator(tagged("login-user"))).to_be_visible()
@@ -397,6 +509,45 @@ def test_a_login_holds_on_every_node_and_a_phone_folds_the_menu(
     page.click(tagged("login-submit"))
     expect(page.locator(tagged("client-search"))).to_be_visible()  # back where it was going
     assert dash.errors == []
+
+
+PHONE_PAGES = (  # route, what shows once the page is drawn with its content
+    ("#/overview", tagged("event-row")),
+    ("#/nodes", tagged("node-row")),
+    ("#/clients", tagged("client-row")),
+    ("#/clients/dash-phone", tagged("client-id")),
+    ("#/subscriptions", tagged("route-row")),
+    ("#/retained", tagged("retained-row")),
+    ("#/bans", tagged("bans-table")),
+    ("#/users", tagged("users-table")),
+    ("#/publish", tagged("publish-form")),
+)
+"""Every page but the login (saved by :func:`log_in`): the admin's test saves each at
+the desktop size, the phone test at the phone's."""
+
+
+def every_page_fits_a_phone(dash: BrowserPage, port: int) -> None:
+    """Each page, with a client, a route and a retained message to show, saved at the
+    phone's size (``phone-page-*``), and no table cut off on it: each fits, or scrolls
+    sideways inside the window. The match table too, once filled."""
+    phone = Paho(port, "dash-phone", V5)
+    try:
+        assert phone.connected()[0] == 0
+        assert phone.subscribe("phone/with/a/rather/long/filter/#", 1) == [1]
+        phone.publish("phone/kept", b"kept for the phone", 1, retain=True)
+        for route, ready in PHONE_PAGES:
+            name = "page-" + (route.lstrip("#/").replace("/", "-"))
+            page = dash.visit(route, ready=ready, name=name)
+            assert dash.cut_off_tables() == [], route
+        page = dash.visit("#/subscriptions", ready=tagged("route-row"), name="page-match")
+        page.fill(tagged("match-topic"), "phone/with/a/rather/long/filter/x")
+        page.click(tagged("match-submit"))
+        expect(page.locator(tagged("match-receivers"))).to_contain_text("dash-phone")
+        dash.shot("page-match")
+        assert dash.cut_off_tables() == []
+    finally:
+        phone.publish("phone/kept", b"", 1, retain=True)
+        phone.close()
 
 
 def test_a_viewer_reads_and_is_offered_no_change(cluster: Cluster, open_page: OpenPage) -> None:

@@ -44,6 +44,7 @@ ROW_FIELDS = {
     "redis_latency_ms",
     "heartbeat_age_ms",
     "routes",
+    "auth",
     "down_since_ms",
 }
 

@@ -54,7 +54,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
-from router.cluster.local_sessions import ClientSession, Overflow
+from router.cluster.local_sessions import EXPIRED, ClientSession, Overflow
 from router.cluster.sessions.away import AwaySession, spill_forever
 from router.cluster.sessions.recovery import InboxRecovery, Recovery
 from router.cluster.sessions.resumes import Read, Resume, drain, tail_follows
@@ -573,6 +573,8 @@ class SessionKeeper:
         finally:
             await queue.aclose()
         self.expired_dropped += expired
+        if expired:
+            session.lose(EXPIRED, expired)
         return found
 
     async def reset_queue(self, client_id: str, expiry: int) -> None:

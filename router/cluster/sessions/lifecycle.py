@@ -140,7 +140,8 @@ class SessionLifecycle:
 
         ``client.authenticate`` hooks judge the credentials (none registered: everyone is
         accepted); a refusal raises :class:`NotAuthorizedError` and changes nothing. An
-        attached client that connects again is authenticated again and keeps its session.
+        attached client that connects again is authenticated again and keeps its session,
+        under the new ``expiry`` (written to Redis when it changed).
         With ``clean_start`` earlier state is dropped; without it a session kept for the
         client (on this node or another) goes on here: its subscriptions, and what was
         queued for it first (:mod:`router.cluster.sessions.keeper`). ``expiry`` is the
@@ -199,6 +200,9 @@ class SessionLifecycle:
         session = self.sessions.find(client_id)
         if session is not None and not session.away and client_id in self.claims:
             if await self.claims.still_held(client_id):  # (else closed as taken over)
+                if expiry != session.expiry:  # (Redis tells it too: a dead node's adopter
+                    # reads it there, to adopt the session or remove it)
+                    await self._mark_open(client_id, expiry, *profile)
                 session.expiry = expiry
                 await self._policy.attached(client, new=False)
                 return True
@@ -278,6 +282,12 @@ class SessionLifecycle:
                 await self.keeper.come_back(session, None, expiry)
             elif claimed is not None:
                 previous = claimed.previous
+                if (  # (its connection on the other node ends)
+                    previous is not None
+                    and previous.node_id != self.node_id
+                    and (info is None or info.connected)
+                ):
+                    session.takeovers += 1
                 if previous is None or not self._is_dead(previous.node_id):
                     await self.claims.notify_previous(client_id, claimed, resume=info is not None)
                 if info is not None:
@@ -486,7 +496,10 @@ class SessionLifecycle:
             stored = {validate_filter(f): options for f, options in adopted.filters.items()}
             await self._policy.attached(ClientInfo(client_id, info.username), new=True)
             opened[client_id] = (session, adopted.owner, self._restore(client_id, stored))
-        self.clean_sessions_removed += sum(await self.subscriptions.remove_clients(ended))
+        removed = sum(await self.subscriptions.remove_clients(ended))
+        # (added after the await: batches run at once, and `+= await` reads the count
+        # before it, so one batch's addition undid another's)
+        self.clean_sessions_removed += removed
         return [opened.get(client_id) for client_id, _ in orphans]
 
     async def adopt_routes(self, changes: list[CountChange]) -> None:
@@ -560,6 +573,7 @@ class SessionLifecycle:
     async def restore(self) -> None:
         """Write back what Redis lost of the sessions this node serves
         (:mod:`router.cluster.sessions.restoration`)."""
-        self.sessions_restored += await restore_sessions(
+        restored = await restore_sessions(
             self.claims, self.sessions, self.subscriptions, self.store, self.keeper
         )
+        self.sessions_restored += restored  # (after the await: see adopt_claims)

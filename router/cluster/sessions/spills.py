@@ -17,7 +17,12 @@ import logging
 from dataclasses import dataclass
 from typing import Final
 
-from router.cluster.local_sessions import ClientSession, Overflow
+from router.cluster.local_sessions import (
+    OFFLINE_QOS0,
+    SESSION_QUEUE_FULL,
+    ClientSession,
+    Overflow,
+)
 from router.cluster.tasks import stop_task
 from router.core.messages import Delivery
 from router.errors import RouterError, StateFailureError
@@ -63,9 +68,15 @@ class Spills:
         self._due: list[_Due] = []
         self._writers: set[asyncio.Task[None]] = set()
 
-    def _kept(self, deliveries: list[Delivery]) -> list[Delivery]:
+    def _kept(
+        self, deliveries: list[Delivery], session: ClientSession | None = None
+    ) -> list[Delivery]:
         kept = [d for d in deliveries if d.qos > 0]
-        self.offline_qos0_skipped += len(deliveries) - len(kept)
+        skipped = len(deliveries) - len(kept)
+        if skipped:
+            self.offline_qos0_skipped += skipped
+            if session is not None:
+                session.lose(OFFLINE_QOS0, skipped)
         return kept
 
     def _count(self, stored: int, dropped: int) -> None:
@@ -88,7 +99,7 @@ class Spills:
         writes their copies in a few round trips, not one each). False when Redis did
         not take it: then it is back at the head of ``session``. The caller has no other
         spill of ``session`` due."""
-        kept = self._kept(batch)
+        kept = self._kept(batch, session)
         if not kept:
             return True
         loop = asyncio.get_running_loop()
@@ -138,6 +149,8 @@ class Spills:
         for due, outcome in zip(group, outcomes, strict=True):
             if isinstance(outcome, tuple):
                 self._count(*outcome)
+                if outcome[1]:
+                    due.session.lose(SESSION_QUEUE_FULL, outcome[1])
                 if not due.done.done():  # (its caller may have been cancelled)
                     due.done.set_result(True)
             else:

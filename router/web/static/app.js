@@ -11,12 +11,50 @@
 
 const POLL_MS = 2000;        // the overview (the docs promise a 2 s refresh)
 const NODES_POLL_MS = 5000;  // the nodes page
-// Headings of the parts of a client's detail (GET /clients/{id}); others show their key.
-const SECTION_TITLES = {
-  filters: "Subscriptions",
-  connection: "Connection (on this node)",
-  awaiting_release: "QoS 2 packets awaiting PUBREL",
+// Where a node takes its users and rules from, as its telemetry says (the Users & ACL page).
+const AUTH_WORDS = {
+  redis: "Redis", files: "password or ACL file", emqx: "EMQX's records", jwt: "JWT only",
+  none: "no users or rules",
 };
+// The Users & ACL page's lists carry who enforces them; null for an answer without.
+function enforcementOf(answer) {
+  if (!answer || !Array.isArray(answer.enforced_by)) return null;
+  return {
+    enforced_by: answer.enforced_by,
+    not_enforced_by: answer.not_enforced_by || [],
+    unknown: answer.unknown || [],
+  };
+}
+
+/** The overview's drop reasons (the nodes' counters) in words. */
+const DROP_REASONS = {
+  queue_drops: "A connected client's queue in memory was full",
+  session_queue_drops: "An away session's queue in Redis was full",
+  offline_qos0_skipped: "QoS 0 for an away session (not kept)",
+  expired_dropped: "Expired in an away session's queue",
+  mqtt_expired_dropped: "Expired before its client took it",
+  mqtt_oversized_dropped: "Larger than its client's Maximum Packet Size",
+  undeliverable: "A share group with no member left",
+  unrouted: "Published where no one subscribes (not in Dropped /s)",
+  acl_denied_deliveries: "Kept from a subscriber by the ACL (not in Dropped /s)",
+};
+
+/** A client's drop reasons (GET /clients/ID figures.drops) in words. */
+const CLIENT_DROPS = {
+  queue_full: "its queue in memory was full",
+  expired: "expired before it took them",
+  oversized: "larger than its Maximum Packet Size",
+  session_queue_full: "its Redis queue was full while away",
+  offline_qos0: "QoS 0 while away (not kept)",
+};
+
+/** Bytes in words: "512 B", "1.5 KiB", "3.2 MiB". */
+function bytesText(n) {
+  if (n === null || n === undefined) return "-";
+  if (n >= 1048576) return `${(n / 1048576).toFixed(1)} MiB`;
+  if (n >= 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${n} B`;
+}
 
 document.addEventListener("alpine:init", () => {
   Alpine.store("session", {
@@ -25,13 +63,13 @@ document.addEventListener("alpine:init", () => {
     forget() { this.known = false; this.user = null; this.role = null; this.csrf = null; },
   });
 
-  Alpine.store("notice", { error: "", info: "" });
+  Alpine.store("notice", { error: "", errorType: "", info: "" });
 
   Alpine.store("route", {
     page: "loading",
     arg: null,
     after: null,   // where to go back to after logging in
-    pages: ["overview", "nodes", "clients", "subscriptions", "retained", "bans", "users", "publish"],
+    pages: ["overview", "nodes", "clients", "subscriptions", "retained", "bans", "users", "publish", "traces"],
     /** Read location.hash into page/arg; a new page starts without the last one's error. */
     read() {
       const [, name, ...rest] = (location.hash || "#/overview").split("/");
@@ -76,6 +114,7 @@ document.addEventListener("alpine:init", () => {
       { page: "clients", label: "Clients" }, { page: "subscriptions", label: "Subscriptions" },
       { page: "retained", label: "Retained" }, { page: "bans", label: "Bans" },
       { page: "users", label: "Users & ACL" }, { page: "publish", label: "Publish" },
+      { page: "traces", label: "Traces" },
     ],
     async init() {
       const route = Alpine.store("route");
@@ -146,6 +185,7 @@ document.addEventListener("alpine:init", () => {
       data: null,
       nodes: [],
       events: [],
+      slow: null,
       counts: [
         ["connections", "Connections"], ["sessions", "Sessions"], ["subscriptions", "Subscriptions"],
         ["routes", "Routes"], ["topics", "Topics"], ["retained", "Retained"],
@@ -165,19 +205,38 @@ document.addEventListener("alpine:init", () => {
       },
       async refresh() {
         try {
-          const [overview, nodes, events] = await Promise.all([
+          const [overview, nodes, events, slow] = await Promise.all([
             api("GET", "/overview"), api("GET", "/nodes"), api("GET", "/events?limit=10"),
+            api("GET", "/slow-subscribers?limit=10"),
           ]);
           if (!shown) return;
           this.data = overview;
           this.nodes = nodes.items || [];
           this.events = events.items || [];
+          this.slow = slow;
           this.draw(overview.history);
         } catch (err) {
           report(err);
         }
       },
       rate(name) { return this.data && this.data.rates ? fmt.num(this.data.rates[name]) : "-"; },
+      /** The drop reasons that dropped anything, in words, busiest now first. */
+      dropRows() {
+        const drops = (this.data && this.data.drops) || {};
+        return Object.entries(drops)
+          .filter(([, d]) => d.total > 0 || d.per_s > 0)
+          .map(([reason, d]) => ({ reason, label: DROP_REASONS[reason] || reason, ...d }))
+          .sort((a, b) => b.per_s - a.per_s || b.total - a.total);
+      },
+      /** The clients with most queued, then those that dropped most, each once. */
+      slowRows() {
+        const s = this.slow || {};
+        const rows = new Map();
+        for (const c of [...(s.by_queue || []), ...(s.by_drops || [])]) rows.set(c.client_id, c);
+        return [...rows.values()];
+      },
+      clientHref(id) { return `#/clients/${encodeURIComponent(id)}`; },
+      bytesText(n) { return bytesText(n); },
       count(name) { return this.data ? fmt.int(this.data[name]) : "-"; },
       nodesText() {
         const n = this.data && this.data.nodes;
@@ -264,34 +323,54 @@ document.addEventListener("alpine:init", () => {
         else report(err);
       }
     },
-    /** The detail's plain fields (strings, numbers, booleans, null). */
-    scalars(detail) {
-      return Object.entries(detail).filter(([k, v]) => k !== "connection" && (v === null || typeof v !== "object"));
-    },
-    /** The detail's lists and objects, each drawn as a card of its own. */
-    sections(detail) {
-      return Object.entries(detail).filter(([, v]) => v !== null && typeof v === "object");
-    },
-    title(name) { return SECTION_TITLES[name] || name; },
-    /** Connected to another node: its connection's figures are that node's to show. */
-    elsewhere() {
+    /** The session in words: one state, one user, one "queued", times in local time. */
+    sessionPairs() {
       const d = this.detail;
-      return Boolean(d && d.state === "connected" && !d.connection);
+      if (!d) return [];
+      const node = d.node_alive ? d.node : `${d.node} (not alive)`;
+      const since = d.state === "connected" ? "Connected since" : "Away since";
+      const expiry = d.expiry === 0 ? "ends with its connection"
+        : d.expires_in === "never" ? "never expires"
+        : d.expires_in === null ? `${fmt.duration(d.expiry)} after it leaves`
+        : `ends in ${fmt.duration(d.expires_in)}`;
+      return [
+        ["State", `${d.state} on node ${node}`],
+        ["User", d.username ?? d.user ?? "none"],
+        ["Protocol", d.protocol === "api" ? "embedding API" : `MQTT ${d.protocol}`],
+        [since, fmt.ms_time(d.since_ms)],
+        ["Keep alive", d.keepalive ? `${d.keepalive} s` : "none"],
+        ["Subscriptions", fmt.int(d.subscriptions)],
+        ["Queued", this.queuedText()],
+        ["Session", expiry],
+      ];
     },
-    /** The columns of a list: the keys of its objects, or "value" for plain items. */
-    columns(rows) {
-      const keys = new Set();
-      for (const row of rows) {
-        if (row !== null && typeof row === "object" && !Array.isArray(row)) {
-          Object.keys(row).forEach((k) => keys.add(k));
-        } else {
-          keys.add("value");
-        }
+    /** "12 messages (10 in memory on n1, 2 in its Redis queue)". */
+    queuedText() {
+      const d = this.detail;
+      const memory = d.queued_memory === null || d.queued_memory === undefined
+        ? "memory unknown" : `${fmt.int(d.queued_memory)} in memory on ${d.node}`;
+      return `${fmt.int(d.queued)} messages (${memory}, ${fmt.int(d.queued_redis)} in its Redis queue)`;
+    },
+    /** The client's figures as rows of words. */
+    figurePairs() {
+      const f = this.detail && this.detail.figures;
+      if (!f) return [];
+      const rows = [
+        ["Messages in (published by it)", `${fmt.int(f.messages_in)} (${bytesText(f.bytes_in)})`],
+        ["Messages out (delivered to it)", `${fmt.int(f.messages_out)} (${bytesText(f.bytes_out)})`],
+        ["Queued in memory", `${fmt.int(f.queued_memory)} (${bytesText(f.queued_memory_bytes)})`],
+        ["In flight (not acknowledged)", fmt.int(f.inflight)],
+        ["Dropped", fmt.int(f.dropped)],
+      ];
+      for (const [reason, n] of Object.entries(f.drops || {})) {
+        if (n > 0) rows.push([`  dropped: ${CLIENT_DROPS[reason] || reason}`, fmt.int(n)]);
       }
-      return [...keys];
+      rows.push(["Takeovers of its id", fmt.int(f.takeovers)]);
+      rows.push(["Last activity", f.last_activity_ms ? fmt.ms_time(f.last_activity_ms) : "never"]);
+      return rows;
     },
-    cellOf(row, col) {
-      return row !== null && typeof row === "object" && !Array.isArray(row) ? row[col] : row;
+    retainHandling(n) {
+      return ["sent", "sent if new", "not sent"][n] ?? String(n);
     },
     kick() {
       return confirmed(`Disconnect client ${this.id}?`, async () => {
@@ -311,26 +390,51 @@ document.addEventListener("alpine:init", () => {
 
   Alpine.data("subscriptionsPage", () => pagedList({
     filters: { filter: "", node: "" },
-    topic: "", matched: null, matchError: "",
+    topic: "", matched: null, matchError: "", matchErrorType: "",
     path() { return `/subscriptions${query(this.filters)}`; },
     /** A share group's members by node ("n1: 2, n2: 1"); nothing for a plain filter. */
     membersText(route) {
       if (!route.members) return "";
       return Object.entries(route.members).map(([node, n]) => `${node}: ${n}`).join(", ");
     },
-    /** The matched clients as [node, ids] pairs (the API answers them by node). */
-    clientsByNode() {
-      const clients = this.matched && this.matched.clients;
-      if (Array.isArray(clients)) return [["clients", clients]];
-      return Object.entries(clients || {});
+    /** A node's matching plain filters (its share groups are shown as groups). */
+    plainFilters(node) {
+      const filters = (this.matched && this.matched.filters && this.matched.filters[node]) || [];
+      return filters.filter((f) => !f.startsWith("$share/"));
+    },
+    /** A node's subscribers that get every message: "id (QoS 1)", "id (QoS 0, away)". */
+    receiversText(node) {
+      const m = this.matched;
+      const found = (m && m.receivers && m.receivers[node]) || [];
+      if (!found.length) return "none";
+      const words = found.map((r) => `${r.client_id} (QoS ${r.qos}${r.connected ? "" : ", away"})`);
+      const more = ((m.receiver_counts && m.receiver_counts[node]) || 0) - found.length;
+      return words.join(", ") + (more > 0 ? ` and ${more} more` : "");
+    },
+    /** How a share group delivers: one of its members for each message. */
+    groupText(g) {
+      const n = g.member_count;
+      return n === 1 ? "each message goes to its one member"
+        : `each message goes to one of its ${n} members (which one is chosen as it is published)`;
+    },
+    /** A group's members on one node: "c1, c2"; or their number when none was read. */
+    membersOf(g, node) {
+      const ids = (g.members && g.members[node]) || [];
+      const count = g.nodes[node] || 0;
+      const label = `${count} member${count === 1 ? "" : "s"}`;
+      if (!ids.length) return label;
+      const more = count - ids.length;
+      return `${label}: ${ids.join(", ")}${more > 0 ? ` and ${more} more` : ""}`;
     },
     async match() {
       this.matchError = "";
+      this.matchErrorType = "";
       try {
         this.matched = await api("GET", `/match${query({ topic: this.topic })}`);
       } catch (err) {
         this.matched = null;
         this.matchError = describe(err);
+        this.matchErrorType = errorType(err);
       }
     },
   }));
@@ -354,6 +458,60 @@ document.addEventListener("alpine:init", () => {
       });
     },
   }));
+
+  /** Traces: start one, pick one, read what the nodes saw as it comes (polled). */
+  Alpine.data("tracesPage", () => {
+    let timer = null;
+    return {
+      form: { kind: "client", value: "", seconds: 60 },
+      traces: [], chosen: null, records: [],
+      init() {
+        this.load();
+        timer = setInterval(() => { if (!document.hidden) this.poll(); }, POLL_MS);
+      },
+      destroy() { clearInterval(timer); },
+      async load() {
+        try {
+          this.traces = (await api("GET", "/traces")).items || [];
+        } catch (err) {
+          report(err);
+        }
+      },
+      async start() {
+        try {
+          const body = { kind: this.form.kind, value: this.form.value, seconds: Number(this.form.seconds) };
+          const spec = await api("POST", "/traces", body);
+          this.form.value = "";
+          await this.load();
+          await this.show(spec.id);
+        } catch (err) {
+          report(err);
+        }
+      },
+      async show(id) {
+        this.chosen = id;
+        this.records = [];
+        await this.poll();
+      },
+      async poll() {
+        if (!this.chosen) return;
+        try {
+          const last = this.records.length ? this.records[this.records.length - 1].id : "";
+          const query = last ? `?after=${encodeURIComponent(last)}` : "";
+          const found = await api("GET", `/traces/${encodeURIComponent(this.chosen)}${query}`);
+          this.records = this.records.concat(found.items || []).slice(-2000);
+        } catch (err) {
+          report(err);
+        }
+      },
+      stop(spec) {
+        return confirmed(`Stop the trace of ${spec.kind} ${spec.value}?`, async () => {
+          await api("DELETE", `/traces/${encodeURIComponent(spec.id)}`);
+          await this.load();
+        });
+      },
+    };
+  });
 
   Alpine.data("bansPage", () => pagedList({
     form: { kind: "client", value: "", seconds: "", reason: "" },
@@ -388,14 +546,40 @@ document.addEventListener("alpine:init", () => {
     form: { name: "", password: "", superuser: false },
     passwordFor: null, newPassword: "",
     rules: [], rule: "", position: "",
+    enforcement: null,  // {enforced_by, not_enforced_by, unknown} of the last list read
     init() { this.load(); this.loadRules(); },
     path() { return "/users"; },
-    async loadRules() {
+    async load() {
       try {
-        this.rules = (await api("GET", "/acl")).rules || [];
+        const answer = await api("GET", "/users");
+        this.items = answer.items || [];
+        this.next = answer.next || null;
+        this.enforcement = enforcementOf(answer);
+        this.loaded = true;
       } catch (err) {
         report(err);
       }
+    },
+    async loadRules() {
+      try {
+        const answer = await api("GET", "/acl");
+        this.rules = answer.rules || [];
+        this.enforcement = enforcementOf(answer) || this.enforcement;
+      } catch (err) {
+        report(err);
+      }
+    },
+    /** No live node says it enforces these users and rules. */
+    unenforced() {
+      const e = this.enforcement;
+      return Boolean(e && e.enforced_by.length === 0);
+    },
+    /** The nodes that do not enforce them, in words: "n1 (no source), n2 (files)". */
+    notEnforcedText() {
+      const e = this.enforcement;
+      if (!e) return "";
+      const named = e.not_enforced_by.map((n) => `${n.node_id} (${AUTH_WORDS[n.auth] || n.auth})`);
+      return fmt.list([...named, ...e.unknown.map((id) => `${id} (did not say)`)]);
     },
     async add() {
       try {
@@ -444,11 +628,12 @@ document.addEventListener("alpine:init", () => {
 
   Alpine.data("publishPage", () => ({
     topic: "", payload: "", encoding: "utf-8", qos: 0, retain: false,
-    busy: false, result: "", error: "",
+    busy: false, result: "", error: "", errorType: "",
     async send() {
       this.busy = true;
       this.result = "";
       this.error = "";
+      this.errorType = "";
       try {
         const answer = await api("POST", "/publish", {
           topic: this.topic, payload: this.payload, encoding: this.encoding,
@@ -459,6 +644,7 @@ document.addEventListener("alpine:init", () => {
           : `Published (id ${answer.id}); no node has a subscriber for it.`;
       } catch (err) {
         this.error = describe(err);
+        this.errorType = errorType(err);
       } finally {
         this.busy = false;
       }

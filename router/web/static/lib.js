@@ -8,7 +8,8 @@
  * - every request goes through api(): same-origin credentials, JSON in and out, the
  *   login's CSRF token in X-CSRF-Token on anything but GET; a 401 shows the login page
  *   (and comes back to the page after logging in); an error answer {"error","message"}
- *   becomes an ApiError whose type and message are shown to the user;
+ *   becomes an ApiError whose message is shown to the user in words (describe()), its
+ *   type kept for a title attribute (errorType());
  * - a paged list follows the API's cursors: {"items", "next"}, next null on the last page.
  */
 "use strict";
@@ -25,10 +26,27 @@ class ApiError extends Error {
   }
 }
 
-/** Turn an error into the one line shown to the user. */
+/**
+ * Turn an error into the one line shown to the user: the router's message as a sentence
+ * ("No client 'x'."), never its exception type (errorType() gives that, for a title).
+ */
 function describe(err) {
-  if (err instanceof ApiError) return `${err.kind}: ${err.message}`;
+  if (err instanceof ApiError) return sentence(err.message);
   return `The node did not answer (${err && err.message ? err.message : err}).`;
+}
+
+/** The router's error type of an answer ("ClientNotFoundError"); "" for any other error. */
+function errorType(err) {
+  return err instanceof ApiError ? err.kind : "";
+}
+
+/** A message as a sentence: a leading lowercase word capitalized (not a topic or an id
+ * such as "dash/+"), a full stop added when it ends without one. */
+function sentence(message) {
+  let text = String(message || "").trim();
+  if (!text) return "The request failed.";
+  if (/^[a-z]+(\s|,|$)/.test(text)) text = text[0].toUpperCase() + text.slice(1);
+  return /[.!?)]$/.test(text) ? text : `${text}.`;
 }
 
 /**
@@ -142,7 +160,9 @@ function timeLabels(chart, ticks) {
  * (api() has already put the login page up). */
 function report(err) {
   if (err instanceof ApiError && err.status === 401) return;
-  Alpine.store("notice").error = describe(err);
+  const notice = Alpine.store("notice");
+  notice.error = describe(err);
+  notice.errorType = errorType(err);
 }
 
 /**
