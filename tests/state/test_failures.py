@@ -54,6 +54,7 @@ from router.state.alias_store import RedisAliasTable
 from router.state.auth_store import AuthStore
 from router.state.ban_store import BanStore
 from router.state.channels import Channel
+from router.state.client_figures import ClientFigureStore, NodeDrops
 from router.state.connection import check_eviction, eviction_policies, open_redis
 from router.state.console_store import ConsoleStore
 from router.state.emqx_records import EmqxRecords
@@ -75,6 +76,7 @@ from router.state.scripts import RedisClient, Scripts
 from router.state.session_queue import SessionQueue
 from router.state.session_store import SessionStore
 from router.state.subscriptions import Owner, SubscriptionStore
+from router.state.trace_store import TraceRecord, TraceSpec, TraceStore
 from router.state.wakeups import WakeUps
 
 DEAD_URL = "redis://127.0.0.1:1/0"  # (nothing listens on port 1: refused at once)
@@ -331,6 +333,23 @@ CALLS: dict[str, Call] = {
     ),
     "retained_store.RetainedStore.page": lambda r: RetainedStore(r, KEYS).page(),
     "retained_store.RetainedStore.size": lambda r: RetainedStore(r, KEYS).size(),
+    # client_figures
+    "client_figures.ClientFigureStore.write": lambda r: ClientFigureStore(r, KEYS).write(
+        "n1", [], NodeDrops(0, {}, {}), 1.0
+    ),
+    "client_figures.ClientFigureStore.delete": lambda r: ClientFigureStore(r, KEYS).delete("n1"),
+    "client_figures.ClientFigureStore.clients": lambda r: ClientFigureStore(r, KEYS).clients(
+        {"n1": ["c1"]}
+    ),
+    "client_figures.ClientFigureStore.drops": lambda r: ClientFigureStore(r, KEYS).drops(["n1"]),
+    # trace_store
+    "trace_store.TraceStore.start": lambda r: TraceStore(r, KEYS).start("client", "c1", 5),
+    "trace_store.TraceStore.stop": lambda r: TraceStore(r, KEYS).stop("t1"),
+    "trace_store.TraceStore.traces": lambda r: TraceStore(r, KEYS).traces(),
+    "trace_store.TraceStore.append": lambda r: TraceStore(r, KEYS).append(
+        TraceSpec("t1", "client", "c1", 1e10), [TraceRecord("n1", "in", "c1", "", "x")]
+    ),
+    "trace_store.TraceStore.records": lambda r: TraceStore(r, KEYS).records("t1"),
     # event_log
     "event_log.EventLog.add": lambda r: EventLog(r, KEYS).add(EVENT, once="t"),
     "event_log.EventLog.add_many": lambda r: EventLog(r, KEYS).add_many([EVENT]),
