@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from router.state.ban_store import KINDS, Ban, BanStore, ban_event
+from router.state.ban_store import KINDS, Ban, BanStore, ban_event, ban_lifted_event
 from router.state.event_log import EventLog
 
 from .common import (
@@ -115,8 +115,7 @@ def bans_remove(target: Target, kind: str, value: str, as_json: bool) -> None:
         async with redis_client(target) as redis:
             removed = await BanStore(redis, target.keys).remove(kind, value)
             if removed:
-                lifted = ban_event(Ban(kind, value), "cli", removed=True)  # type: ignore[arg-type]
-                await EventLog(redis, target.keys).add(lifted)
+                await EventLog(redis, target.keys).add(ban_lifted_event(kind, value, "cli"))
             return removed
 
     removed = run(main())

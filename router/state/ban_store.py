@@ -47,12 +47,10 @@ class Ban:
         return not self.until or self.until > now
 
 
-def ban_event(ban: Ban, by: str, *, removed: bool = False) -> Event:
-    """The event that tells ``ban`` was added (or ``removed``) by ``by`` (a node id,
-    ``cli`` or ``api``), for the cluster's event log."""
+def ban_event(ban: Ban, by: str) -> Event:
+    """The event that tells ``ban`` was added by ``by`` (a node id, ``cli`` or ``api``),
+    for the cluster's event log."""
     subject = f"{ban.kind}:{ban.value}"
-    if removed:
-        return Event("ban_removed", "info", by, subject, f"ban of {ban.kind} {ban.value} lifted")
     ends = (
         "until removed"
         if not ban.until
@@ -60,6 +58,11 @@ def ban_event(ban: Ban, by: str, *, removed: bool = False) -> Event:
     )
     why = f": {ban.reason}" if ban.reason else ""
     return Event("ban_added", "info", by, subject, f"{ban.kind} {ban.value} banned {ends}{why}")
+
+
+def ban_lifted_event(kind: str, value: str, by: str) -> Event:
+    """The event that tells the ban of ``value`` of ``kind`` was lifted by ``by``."""
+    return Event("ban_removed", "info", by, f"{kind}:{value}", f"ban of {kind} {value} lifted")
 
 
 def ban_field(kind: str, value: object) -> str:

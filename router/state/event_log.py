@@ -166,13 +166,16 @@ class EventLog:
         since_ms: int = 0,
         kinds: Iterable[str] | None = None,
         subject: str | None = None,
+        within_ms: int = KEEP_MS,
     ) -> list[Event]:
-        """The newest ``limit`` events of the last day (newest first), later than
-        ``since_ms`` (server milliseconds), of ``kinds`` and about ``subject`` if given."""
+        """The newest ``limit`` events of the last ``within_ms`` (a day at most; newest
+        first), later than ``since_ms`` (server milliseconds), of ``kinds`` and about
+        ``subject`` if given."""
         wanted = None if kinds is None else frozenset(kinds)
         with translating:
             now_s, now_us = await self._redis.time()
-        horizon = max(since_ms + 1, int(now_s) * 1000 + int(now_us) // 1000 - KEEP_MS)
+        within = min(within_ms, KEEP_MS)
+        horizon = max(since_ms + 1, int(now_s) * 1000 + int(now_us) // 1000 - within)
         found: list[Event] = []
         end = "+"
         while len(found) < limit:
@@ -195,11 +198,8 @@ class EventLog:
         told of in the last ``within_ms``: node id -> that event (a node whose latest is
         ``node_down`` is down: what the registry forgets once a dead node is purged, an
         operator still needs to see)."""
-        with translating:
-            now_s, now_us = await self._redis.time()
-        since = int(now_s) * 1000 + int(now_us) // 1000 - within_ms
         latest: dict[str, Event] = {}
-        for event in await self.recent(1_000, since_ms=since, kinds=_LIFE):
+        for event in await self.recent(1_000, kinds=_LIFE, within_ms=within_ms):
             latest.setdefault(event.subject, event)  # (newest first)
         return latest
 

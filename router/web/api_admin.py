@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from router.state.auth_store import AuthStore
-from router.state.ban_store import Ban, BanStore, ban_event
+from router.state.ban_store import Ban, BanStore, ban_event, ban_lifted_event
 from router.state.event_log import Event, EventLog
 from router.web.access import principal_of
 from router.web.context import context_of
@@ -66,8 +66,7 @@ async def remove_ban(request: web.Request) -> web.Response:
     kind, value = request.match_info["kind"], request.match_info["value"]
     removed = await _bans(request).remove(kind, value)
     if removed:
-        lifted = Ban(kind, value)  # type: ignore[arg-type]  # (remove checked the kind)
-        await _tell(request, ban_event(lifted, _by(request), removed=True))
+        await _tell(request, ban_lifted_event(kind, value, _by(request)))
     return reply({"removed": removed})
 
 

@@ -59,6 +59,7 @@ from router.state.node_history import (
     DEFAULT_INTERVAL,
     SHARED_AUTH,
     NodeHistoryStore,
+    NodeRecord,
     NodeTelemetry,
     Rates,
     TrafficSample,
@@ -292,6 +293,15 @@ async def cluster_nodes(
     from the node's telemetry, None for a node that is not alive or wrote none (no HTTP
     listener). Raises :class:`StateUnavailableError` when Redis does not answer,
     :class:`CorruptStateError` for bad state."""
+    rows, _ = await _cluster_view(redis, keys, route_counts)
+    return rows
+
+
+async def _cluster_view(
+    redis: RedisClient, keys: Keys, route_counts: Mapping[str, int] | None
+) -> tuple[list[dict[str, Any]], dict[str, NodeRecord]]:
+    """:func:`cluster_nodes`' rows, and the records of every node they name (read once:
+    the overview's history needs them too)."""
     registered = await NodeRegistry(redis, keys).nodes()
     now = time.time()
     store = NodeHistoryStore(redis, keys)
@@ -301,7 +311,7 @@ async def cluster_nodes(
     stopped = {node for node, event in lives.items() if event.kind == "node_stopped"}
     names = {info.node_id for info in registered}
     departed = sorted((set(seen) - stopped | set(down)) - names)
-    records = await store.read(info.node_id for info in registered)
+    records = await store.read([*(info.node_id for info in registered), *departed])
     rows = []
     for info in sorted(registered, key=lambda i: i.node_id):
         stored = records[info.node_id].telemetry
@@ -325,7 +335,7 @@ async def cluster_nodes(
         row["down_since_ms"] = since
         rows.append(row)
     rows.sort(key=lambda row: row["node_id"])
-    return rows
+    return rows, records
 
 
 def _down_since(down: Mapping[str, Event], node_id: str) -> int | None:
@@ -369,11 +379,9 @@ async def cluster_overview(redis: RedisClient, keys: Keys, retained_count: int) 
     last hour merged (oldest first: the traffic of a node that died stays in the past it
     covers). Raises :class:`StateUnavailableError` when Redis does not answer,
     :class:`CorruptStateError` for bad state."""
-    nodes = await cluster_nodes(redis, keys)
+    nodes, records = await _cluster_view(redis, keys, None)
     alive = [row["node_id"] for row in nodes if row["alive"]]
     ended = [row["node_id"] for row in nodes if not row["alive"]]
-    store = NodeHistoryStore(redis, keys)
-    records = await store.read([*alive, *ended])
     reporting = [
         (record.telemetry, record.history)
         for node_id in alive
