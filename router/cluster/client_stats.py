@@ -17,7 +17,7 @@ connection and the node move as they go, never anything allocated per message:
 :class:`~router.state.client_figures.ClientFigures`; :func:`slowest` picks the clients
 an operator should look at first; :class:`DropRates` turns a node's drop counters into
 rates between two samples. The node's telemetry publishes all of them every interval
-(:mod:`router.web.telemetry`, :mod:`router.state.client_figures`).
+(:mod:`router.ops.telemetry`, :mod:`router.state.client_figures`).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import time
 from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, Final, TypeVar
 
+from router.cluster.filter_traffic import FilterTraffic
 from router.cluster.forwarding import Forwarder
 from router.cluster.inbox import Forward
 from router.cluster.local_sessions import LocalSessions
@@ -100,6 +101,7 @@ class Dispatcher:
         self.undeliverable = 0
         self.unmatched = 0  # copies from the inbox that no local subscription matched
         self.latency = LatencyHistogram()  # seconds per publish call (a batch counts once)
+        self.filter_traffic = FilterTraffic()  # publishes per matching route
 
     async def publish(self, outgoing: Outgoing, arrived_before: int | None = None) -> PublishResult:
         """See :meth:`RouterNode.publish <router.cluster.node.RouterNode.publish>`;
@@ -227,10 +229,13 @@ class Dispatcher:
         observer = self._policy.delivery_observer
         traffic = self._traffic
         tracer = self.tracer
+        count_filters = self.filter_traffic.count
         results: list[PublishResult] = []
         per_node: dict[str, list[Forward]] = {}
         for message in messages:
-            nodes = match(message.topic, message.publisher).nodes
+            routed = match(message.topic, message.publisher)
+            nodes = routed.nodes
+            count_filters(routed.matched)
             queued = dropped = 0
             if not nodes:
                 self.unrouted += 1

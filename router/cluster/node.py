@@ -217,6 +217,7 @@ class RouterNode:
         self.inbox_backlog = self._inbox.backlog  # (read by the metrics endpoint)
         self._claims.notices_heard = lambda: self._inbox.listening
         self.publish_latency = self._dispatcher.latency
+        self.filter_traffic = self._dispatcher.filter_traffic  # (read by the telemetry)
         self._generation: str | None = None
         self._running = False
         self._taken_over = asyncio.Event()

@@ -45,10 +45,13 @@ class _NodeRoutes:
 class RouteMatch:
     """Where a publish must go: ``nodes`` that get a copy, and for each of them the share
     groups it was chosen to serve (a node may be listed for groups only). ``filters``
-    explains the plain part: node -> its routes that matched."""
+    explains the plain part: node -> its routes that matched. ``matched``: every route
+    that matched, each once however many nodes hold it (plain filters and the share
+    filters a node was chosen for)."""
 
     nodes: dict[str, list[TopicFilter]]
     filters: dict[str, list[str]]
+    matched: tuple[str, ...] = ()
 
 
 #: A cached route answer: the whole match when no share group matches, else what to
@@ -241,6 +244,7 @@ class RouteMirror:
     def _choose(self, found: Candidates, topic: str, publisher: str | None) -> RouteMatch:
         """The route match of ``found``: one slot chosen for each share group."""
         nodes: dict[str, list[TopicFilter]] = {node_id: [] for node_id in found.plain}
+        matched = {route for routes in found.plain.values() for route in routes}
         choose = self._strategy.choose
         for share_filter in found.groups:
             slots = self._slots.get(share_filter)
@@ -248,7 +252,8 @@ class RouteMirror:
                 continue
             chosen = choose(slots, topic, publisher)
             nodes.setdefault(chosen, []).append(share_filter)
-        return RouteMatch(dict(sorted(nodes.items())), found.plain)
+            matched.add(share_filter)
+        return RouteMatch(dict(sorted(nodes.items())), found.plain, tuple(matched))
 
     def cache_stats(self) -> CacheStats | None:
         """The match cache's counters, or None without a cache."""

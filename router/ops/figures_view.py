@@ -1,13 +1,14 @@
 """Operator views of the clients' figures: one client's, the slowest, the drops by reason.
 
-Every node that serves the HTTP API publishes, each telemetry interval, the figures of
+Every node (:mod:`router.ops.telemetry`) publishes, each telemetry interval, the figures of
 every client it holds and its drops by reason (:mod:`router.state.client_figures`), so
 any node, and the CLI, reads them from Redis for the whole cluster: a client's figures
 are those its node (the one its session in Redis names) published last, at most an
-interval old; a node that is not alive, or publishes none (no HTTP listener), has none
+interval old; a node that is not alive, or publishes none (embedded without a sampler), has none
 (None, shown as unknown).
 
 * :func:`client_figures`: the figures of some sessions, one HMGET a node.
+* :func:`busiest_filters`: the topic filters with most publishes a second.
 * :func:`slow_subscribers`: the clients with most queued in memory and most dropped,
   over the live nodes' slowest (each node reports its
   :data:`~router.cluster.client_stats.SLOWEST` of each).
@@ -84,3 +85,27 @@ async def cluster_drops(redis: RedisClient, keys: Keys) -> dict[str, dict[str, f
         }
         for reason in NODE_DROP_REASONS
     }
+
+
+async def busiest_filters(
+    redis: RedisClient, keys: Keys, count: int = DEFAULT_SLOW
+) -> list[dict[str, Any]]:
+    """The ``count`` topic filters with most publishes a second over the live nodes'
+    last intervals (each node reports its busiest:
+    :mod:`router.cluster.filter_traffic`), most first: ``{"filter", "per_s", "nodes"}``
+    (``nodes``: how many nodes counted publishes to it). A publish counts once, at the
+    node where it entered the cluster. Raises ``ValueError`` for a count outside
+    1..:data:`MAX_SLOW`."""
+    if not 1 <= count <= MAX_SLOW:
+        raise ValueError(f"count is 1 to {MAX_SLOW}, not {count!r}")
+    live = [node.node_id for node in await NodeRegistry(redis, keys).live_nodes()]
+    rates: dict[str, float] = defaultdict(float)
+    nodes: dict[str, int] = defaultdict(int)
+    for drops in (await ClientFigureStore(redis, keys).drops(live)).values():
+        for name, per_s in drops.busiest:
+            rates[name] += per_s
+            nodes[name] += 1
+    ranked = sorted(rates.items(), key=lambda item: (-item[1], item[0]))[:count]
+    return [
+        {"filter": name, "per_s": round(per_s, 3), "nodes": nodes[name]} for name, per_s in ranked
+    ]

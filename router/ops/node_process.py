@@ -13,7 +13,9 @@ embeds a node awaits :func:`run_node` in its own event loop::
 A run goes: read what the settings name in files (JWT key, password and ACL files,
 TLS certificates: a bad one is a typed error before anything connects), join the
 cluster (:func:`router.connect`), put the users and rules on the node, open the MQTT
-listeners, then the HTTP ones, log ``node ID ready``; serve until ``stop`` is set or
+listeners, start the node's telemetry (:mod:`router.ops.telemetry`: its figures and its
+clients' in Redis, for every node's API and the CLI), then open the HTTP listeners, log
+``node ID ready``; serve until ``stop`` is set or
 another process takes the node id over (:class:`StaleIncarnationError`); close the
 listeners, leave (routes removed, deregistered) and log ``node ID stopped`` with its
 counters.
@@ -48,6 +50,7 @@ from router.errors import InvalidSettingError, StaleIncarnationError
 from router.mqtt.server import MqttServer, serve, tls_context
 from router.ops.auth_sources import AuthSources, auth_sources, install
 from router.ops.node_settings import NodeProcessSettings
+from router.ops.telemetry import Telemetry, listener_names
 
 if TYPE_CHECKING:
     from router.cluster.jwt_auth import JwtVerifier
@@ -62,8 +65,9 @@ LISTENER_KINDS = {"mqtt": "MQTT", "mqtts": "MQTT TLS", "ws": "MQTT WS"}
 class HttpServing(Protocol):
     """Serves a node's HTTP listener on ``address`` for the block, yielding the bound
     (host, port): :func:`router.web.listener.serve_http`. ``api=False``: ``/metrics``
-    and ``/healthz`` only. ``auth``: where the node takes its users and rules from
-    (:meth:`AuthSources.kind`), told to the cluster in the node's telemetry."""
+    and ``/healthz`` only. ``telemetry``: the node's sampler, whose figures the API
+    shows (None: the listener samples for itself, telling ``auth``: where the node takes
+    its users and rules from, :meth:`AuthSources.kind`)."""
 
     def __call__(
         self,
@@ -73,6 +77,7 @@ class HttpServing(Protocol):
         *,
         api: bool = True,
         tls: ssl.SSLContext | None = None,
+        telemetry: Telemetry | None = None,
         auth: str = "",
     ) -> AbstractAsyncContextManager[tuple[str, int]]: ...
 
@@ -177,14 +182,17 @@ async def run_node(
             contextlib.AsyncExitStack() as extras,
         ):
             _log_listeners(front, anonymous)
+            auth = loaded.sources.kind(jwt=loaded.verifier is not None)
+            telemetry = Telemetry(node, front, listener_names(front), auth=auth)
+            await extras.enter_async_context(telemetry)
             metrics = served = None
             if settings.metrics is not None and http is not None:
                 listener = http(node, settings.metrics, front, api=False)
                 metrics = await extras.enter_async_context(listener)
                 log.info("metrics on http://%s:%d/metrics", *metrics)
             if settings.http is not None and http is not None:
-                auth = loaded.sources.kind(jwt=loaded.verifier is not None)
-                listener = http(node, settings.http, front, tls=loaded.http_tls, auth=auth)
+                tls = loaded.http_tls
+                listener = http(node, settings.http, front, tls=tls, telemetry=telemetry)
                 served = await extras.enter_async_context(listener)
                 log.info("HTTP on %s://%s:%d", "https" if loaded.http_tls else "http", *served)
                 warn_open_http(served[0])

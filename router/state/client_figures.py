@@ -14,6 +14,7 @@ on their own (a node that stops gracefully deletes them)::
                                "total:REASON" -> count since the node started
                                "rate:REASON" -> a second, over the last interval
                                "slowest" -> msgpack [[client id, packed figures], ...]
+                               "busiest" -> msgpack [[topic filter, publishes/s], ...]
 
 A client's drops have the reasons :data:`DROP_REASONS`; a node's those of
 :data:`NODE_DROP_REASONS` (its counters of ``node.stats()`` and ``mqtt.stats()``).
@@ -163,14 +164,17 @@ class ClientFigures:
 @dataclass(frozen=True)
 class NodeDrops:
     """A node's drops at ``at_ms``: ``totals`` since it started and ``rates`` a second
-    over its last interval, by each of :data:`NODE_DROP_REASONS`, and its ``slowest``
+    over its last interval, by each of :data:`NODE_DROP_REASONS`, its ``slowest``
     clients (those with most queued or dropped, see
-    :func:`router.cluster.client_stats.slowest`)."""
+    :func:`router.cluster.client_stats.slowest`) and its ``busiest`` topic filters over
+    its last interval: (filter, publishes a second), most first
+    (:mod:`router.cluster.filter_traffic`)."""
 
     at_ms: int
     totals: Mapping[str, int]
     rates: Mapping[str, float]
     slowest: Sequence[ClientFigures] = ()
+    busiest: Sequence[tuple[str, float]] = ()
 
 
 def _text(value: Any) -> str:
@@ -200,6 +204,7 @@ class ClientFigureStore:
             stored[f"total:{reason}"] = str(drops.totals.get(reason, 0))
             stored[f"rate:{reason}"] = repr(round(float(drops.rates.get(reason, 0.0)), 3))
         stored["slowest"] = msgpack.packb([[c.client_id, c.pack()] for c in drops.slowest])
+        stored["busiest"] = msgpack.packb([[name, float(rate)] for name, rate in drops.busiest])
         mapping = {figures.client_id: figures.pack() for figures in clients}
         with translating:
             async with self.redis.pipeline(transaction=True) as pipe:
@@ -259,11 +264,15 @@ def _drops_of(node_id: str, stored: Mapping[Any, Any]) -> NodeDrops:
             ClientFigures.unpack(_text(client_id), node_id, packed)
             for client_id, packed in msgpack.unpackb(text.get("slowest", b"\x90"))
         ]
+        busiest = [
+            (str(name), float(rate)) for name, rate in msgpack.unpackb(text.get("busiest", b"\x90"))
+        ]
         return NodeDrops(
             int(text.get("at_ms", 0)),
             {r: int(text.get(f"total:{r}", 0)) for r in NODE_DROP_REASONS},
             {r: float(text.get(f"rate:{r}", 0)) for r in NODE_DROP_REASONS},
             slowest,
+            busiest,
         )
     except (ValueError, TypeError, msgpack.UnpackException):
         raise CorruptStateError(f"the stored drops of node {node_id!r} are not valid") from None

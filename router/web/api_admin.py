@@ -6,7 +6,7 @@ node as it does from the CLI (within about a second). Users and rules take effec
 nodes started with ``--auth-redis`` only: the lists of both say which live nodes enforce
 them (``enforced_by``), which take their users and rules elsewhere (``not_enforced_by``)
 and which did not say (``unknown``), as each node's telemetry tells
-(:func:`~router.web.telemetry.auth_enforcement`).
+(:func:`~router.ops.nodes_view.auth_enforcement`).
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Any
 
 from aiohttp import web
 
+from router.ops.nodes_view import auth_enforcement
 from router.state.auth_store import AuthStore
 from router.state.ban_store import Ban, BanStore, ban_event, ban_lifted_event
 from router.state.event_log import Event, EventLog
 from router.web.access import principal_of
 from router.web.context import context_of
 from router.web.replies import body_of, field, page, reply
-from router.web.telemetry import auth_enforcement
 
 routes = web.RouteTableDef()
 

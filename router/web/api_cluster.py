@@ -1,11 +1,11 @@
 """``/api/v1/overview``, ``/api/v1/nodes`` and ``/api/v1/events``: the cluster at a glance.
 
-Each node serving the API samples its own figures and keeps the last hour of them, in
-memory and in Redis (:mod:`router.web.telemetry`); these endpoints merge what every live
-node wrote, so any node answers for the cluster. A node without an HTTP listener still
-shows (alive or not, its heartbeat, its routes) with its figures unknown (null). The
-drops by reason and the slow subscribers are those the live nodes published with their
-telemetry (:mod:`router.ops.figures_view`). The
+Every node samples its own figures and keeps the last hour of them, in memory and in
+Redis (:mod:`router.ops.telemetry`); these endpoints merge what every live node wrote,
+so any node answers for the cluster. A node that wrote none (embedded without a sampler)
+still shows (alive or not, its heartbeat, its routes) with its figures unknown (null). The
+drops by reason, the slow subscribers and the busiest topic filters are those the live
+nodes published with their telemetry (:mod:`router.ops.figures_view`). The
 events are the cluster's event log (:mod:`router.state.event_log`), kept for a day.
 """
 
@@ -14,11 +14,17 @@ from __future__ import annotations
 from aiohttp import web
 
 from router.errors import RequestError
-from router.ops.figures_view import DEFAULT_SLOW, MAX_SLOW, cluster_drops, slow_subscribers
+from router.ops.figures_view import (
+    DEFAULT_SLOW,
+    MAX_SLOW,
+    busiest_filters,
+    cluster_drops,
+    slow_subscribers,
+)
+from router.ops.nodes_view import cluster_nodes, cluster_overview
 from router.state.event_log import KINDS, EventLog
 from router.web.context import context_of
 from router.web.replies import limit_of, page, query, reply
-from router.web.telemetry import cluster_nodes, cluster_overview
 
 routes = web.RouteTableDef()
 
@@ -41,10 +47,23 @@ async def slow(request: web.Request) -> web.Response:
     """The clients with most queued in memory and most dropped, over every live node:
     ``?limit=`` (1 to 100, default 10) of each."""
     node = context_of(request).node
+    return reply(await slow_subscribers(node.registry.redis, node.keys, _top(request)))
+
+
+@routes.get("/api/v1/busiest-filters")
+async def busiest(request: web.Request) -> web.Response:
+    """The topic filters with most publishes a second over every live node's last
+    interval: ``?limit=`` (1 to 100, default 10)."""
+    node = context_of(request).node
+    found = await busiest_filters(node.registry.redis, node.keys, _top(request))
+    return reply({"items": found})
+
+
+def _top(request: web.Request) -> int:
     text = query(request, "limit") or str(DEFAULT_SLOW)
     if not text.isdigit() or not 1 <= int(text) <= MAX_SLOW:
         raise RequestError(f"limit is a whole number from 1 to {MAX_SLOW}, not {text!r}")
-    return reply(await slow_subscribers(node.registry.redis, node.keys, int(text)))
+    return int(text)
 
 
 @routes.get("/api/v1/nodes")

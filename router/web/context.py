@@ -10,8 +10,8 @@ from aiohttp import web
 
 from router.cluster.node import RouterNode
 from router.mqtt.server import MqttServer
+from router.ops.telemetry import Telemetry
 from router.state.console_store import ConsoleStore
-from router.web.telemetry import Telemetry
 
 TOPICS_SECONDS: Final = 10.0
 

@@ -10,9 +10,10 @@ node's event loop:
 
 ``router node run --metrics HOST:PORT`` serves the first two only (:func:`serve_http`
 with ``api=False``). Every error an endpoint raises becomes a JSON reply
-(:mod:`router.web.replies`); the listener never answers with a traceback. While the
-listener serves the API, the node samples its own figures for the dashboard
-(:class:`~router.web.telemetry.Telemetry`, one pipeline every two seconds).
+(:mod:`router.web.replies`); the listener never answers with a traceback. The API
+shows the figures every node samples (:class:`~router.ops.telemetry.Telemetry`, which
+:func:`~router.ops.node_process.run_node` starts for every node and hands in); a
+listener serving the API of a node without a sampler starts one for the block.
 """
 
 from __future__ import annotations
@@ -32,20 +33,20 @@ from router.cluster.node import RouterNode
 from router.errors import BodyTooLargeError, ListenerError
 from router.mqtt.server import MqttServer, parse_address
 from router.ops.metrics import NodeCollector, health
+from router.ops.telemetry import Telemetry, listener_names
 from router.state.console_store import ConsoleStore
+from router.state.node_history import DEFAULT_INTERVAL
 from router.web import api_admin, api_clients, api_cluster, api_topics, api_traces
 from router.web.access import Access, access_middleware, is_loopback
 from router.web.assets import missing
 from router.web.context import CONTEXT, WebContext
 from router.web.openapi import openapi_document
 from router.web.replies import MAX_BODY, error_reply
-from router.web.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
 STATIC: Final = Path(__file__).resolve().parent / "static"
 PROMETHEUS_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
-TELEMETRY_INTERVAL: Final = 2.0
 HTTP_ERRORS: Final = {
     404: "NotFoundError",
     405: "MethodNotAllowedError",
@@ -158,14 +159,16 @@ async def serve_http(
     *,
     api: bool = True,
     tls: ssl.SSLContext | None = None,
-    telemetry_interval: float = TELEMETRY_INTERVAL,
+    telemetry: Telemetry | None = None,
+    telemetry_interval: float = DEFAULT_INTERVAL,
     auth: str = "",
 ) -> AsyncIterator[tuple[str, int]]:
     """Serve ``node``'s HTTP listener on ``HOST:PORT`` (port 0: any free one) until the
     block ends; yields the bound address. ``api=False``: ``/metrics`` and ``/healthz``
-    only. ``auth``: where the node takes its users and rules from, as its telemetry
-    tells the cluster (:class:`~router.web.telemetry.Telemetry`; "": not told). Raises
-    :class:`ListenerError` if it cannot listen."""
+    only. ``telemetry``: the node's running sampler, which the API reads and which is
+    told this listener's address; None: the listener starts one for the block, every
+    ``telemetry_interval`` seconds, telling ``auth`` (where the node takes its users and
+    rules from; "": not told). Raises :class:`ListenerError` if it cannot listen."""
     host, port = parse_address(address)
     app = build_app(node, mqtt, api=api, loopback=is_loopback(host))
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -183,12 +186,16 @@ async def serve_http(
             return
         if missing():
             log.warning("the dashboard's libraries are missing: run make web-assets")
-        listeners = [f"{s}://{h}:{p}" for s, h, p in (mqtt.listeners if mqtt else [])]
-        listeners.append(f"{'https' if tls else 'http'}://{bound[0]}:{bound[1]}")
-        async with Telemetry(
-            node, mqtt, listeners, interval=telemetry_interval, auth=auth
-        ) as telemetry:
+        address = f"{'https' if tls else 'http'}://{bound[0]}:{bound[1]}"
+        if telemetry is not None:
+            telemetry.add_listener(address)
             app[CONTEXT].telemetry = telemetry
+            yield bound[0], bound[1]
+            return
+        async with Telemetry(
+            node, mqtt, [*listener_names(mqtt), address], telemetry_interval, auth=auth
+        ) as own:
+            app[CONTEXT].telemetry = own
             yield bound[0], bound[1]
     finally:
         await runner.cleanup()

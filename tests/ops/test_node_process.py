@@ -35,6 +35,7 @@ from router.ops.auth_sources import AuthSources
 from router.ops.node_process import YOUNG_THRESHOLD, ReadyNode, run_node, settle_collector
 from router.ops.node_settings import NodeProcessSettings
 from router.ops.processes import free_port, listening
+from router.state.client_figures import ClientFigureStore
 from router.state.connection import open_redis
 from router.state.keys import Keys
 from router.state.node_history import NodeHistoryStore
@@ -147,6 +148,41 @@ async def test_run_node_tells_the_cluster_where_its_users_and_rules_come_from(
             return record.telemetry is not None and record.telemetry.auth == told
 
         await eventually(says, TIMEOUT, f"the node's telemetry to say auth {told}")
+    finally:
+        stop.set()
+        async with asyncio.timeout(TIMEOUT):
+            await task
+
+
+async def test_a_node_without_http_publishes_its_figures_and_its_clients(
+    url: str, keys: Keys
+) -> None:
+    """Another node's dashboard shows this one: a node run without ``--http`` samples
+    its figures, names its listeners and publishes its clients' figures all the same."""
+    port = free_port()
+    settings = node_settings(url, keys, port)
+    stop = asyncio.Event()
+    ready: list[ReadyNode] = []
+    task = asyncio.create_task(run_node(settings, stop, on_ready=ready.append))
+    try:
+        await eventually(lambda: bool(ready) or task.done(), TIMEOUT, "the node to be ready")
+        client = await RawClient.connect(port, "device-1", clean_start=True, expiry=0)
+        await client.publish_now("t/x", b"hello")
+        redis = ready[0].node.registry.redis
+        store, figures = NodeHistoryStore(redis, keys), ClientFigureStore(redis, keys)
+
+        async def published() -> bool:
+            record = (await store.read([settings.node_id]))[settings.node_id]
+            told = await figures.clients({settings.node_id: ["device-1"]})
+            return (
+                record.telemetry is not None
+                and record.telemetry.listeners == (f"mqtt://127.0.0.1:{port}",)
+                and "device-1" in told
+                and told["device-1"].received == 1
+            )
+
+        await eventually(published, TIMEOUT, "the node's figures and its client's")
+        client.drop()
     finally:
         stop.set()
         async with asyncio.timeout(TIMEOUT):

@@ -79,3 +79,30 @@ async def test_a_client_that_never_reads_shows_its_queue_and_drops_everywhere(
     assert status == 400, error
     stuck.drop()
     reader.drop()
+
+
+async def test_the_busiest_topic_filters_add_up_the_publishes_of_every_node(
+    sites: list[Site], http: aiohttp.ClientSession
+) -> None:
+    """Each publish counts once per matching filter, at the node where it entered; a's
+    API ranks the filters of both nodes' publishes (plant/# gets four of every five)."""
+    a, b = sites
+    subscriber = await RawClient.connect(b.port, "watcher", clean_start=True, expiry=0)
+    await subscriber.subscribe("plant/#", 0)
+    await subscriber.subscribe("other/#", 0)
+    last: dict[str, Any] = {}
+
+    async def ranked() -> bool:
+        await a.node.publish_many([Outgoing("plant/line", b"x")] * 3 + [Outgoing("other/x", b"y")])
+        await b.node.publish_many([Outgoing("plant/line", b"x"), Outgoing("nobody/x", b"z")])
+        status, found = await call(http, "GET", a.url + "/api/v1/busiest-filters?limit=5")
+        assert status == 200, found
+        last.update(found)
+        rows = [(row["filter"], row["nodes"]) for row in found["items"]]
+        return rows == [("plant/#", 2), ("other/#", 1)]
+
+    await waiting.eventually(ranked, WAIT, lambda: last)
+    assert all(row["per_s"] > 0 for row in last["items"])
+    status, error = await call(http, "GET", a.url + "/api/v1/busiest-filters?limit=101")
+    assert status == 400, error
+    subscriber.drop()

@@ -279,6 +279,8 @@ def a_slow_subscriber_shown_with_its_figures(
         expect(row).to_contain_text("n2")
         oversized = page.locator(f'{tagged("drop-reason")}[data-reason="mqtt_oversized_dropped"]')
         expect(oversized).to_contain_text("Larger than its client's Maximum Packet Size")
+        busiest = page.locator(f'{tagged("busiest-row")}[data-filter="dash/slow/#"]')
+        expect(busiest).to_be_visible(timeout=RATE_WAIT_MS)
         dash.shot("overview-slow-subscribers")
         row.locator("a").click()
         expect(page.locator(tagged("client-id"))).to_have_text("dash-slow")

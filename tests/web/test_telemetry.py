@@ -18,11 +18,12 @@ from router.mqtt.encoder import encode
 from router.mqtt.packets import MQTT_5, Publish
 from router.mqtt.server import MqttServer, serve
 from router.mqtt.settings import MqttSettings
+from router.ops.nodes_view import cluster_nodes, cluster_overview
+from router.ops.telemetry import DROPPED, Telemetry
 from router.state.keys import Keys
 from router.state.node_history import NodeHistoryStore, TrafficSample
 from router.state.node_registry import NodeRegistry
 from router.state.scripts import RedisClient
-from router.web.telemetry import DROPPED, Telemetry, cluster_nodes, cluster_overview
 from tests.support.nodes import StartNode, die, take
 from tests.support.raw_mqtt import RawClient
 from tests.support.waiting import eventually
@@ -272,7 +273,7 @@ async def test_redis_trouble_does_not_stop_the_sampling(
 ) -> None:
     node = await start_node("a")
     await redis_client.set(keys.node_history("a"), b"not a list")  # LPUSH fails WRONGTYPE
-    with caplog.at_level(logging.WARNING, logger="router.web.telemetry"):
+    with caplog.at_level(logging.WARNING, logger="router.ops.telemetry"):
         async with Telemetry(node, None, [], interval=INTERVAL) as telemetry:
 
             def failed() -> bool:

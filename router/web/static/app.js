@@ -186,6 +186,7 @@ document.addEventListener("alpine:init", () => {
       nodes: [],
       events: [],
       slow: null,
+      busiest: [],
       counts: [
         ["connections", "Connections"], ["sessions", "Sessions"], ["subscriptions", "Subscriptions"],
         ["routes", "Routes"], ["topics", "Topics"], ["retained", "Retained"],
@@ -205,15 +206,16 @@ document.addEventListener("alpine:init", () => {
       },
       async refresh() {
         try {
-          const [overview, nodes, events, slow] = await Promise.all([
+          const [overview, nodes, events, slow, busiest] = await Promise.all([
             api("GET", "/overview"), api("GET", "/nodes"), api("GET", "/events?limit=10"),
-            api("GET", "/slow-subscribers?limit=10"),
+            api("GET", "/slow-subscribers?limit=10"), api("GET", "/busiest-filters?limit=10"),
           ]);
           if (!shown) return;
           this.data = overview;
           this.nodes = nodes.items || [];
           this.events = events.items || [];
           this.slow = slow;
+          this.busiest = busiest.items || [];
           this.draw(overview.history);
         } catch (err) {
           report(err);
