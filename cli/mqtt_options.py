@@ -111,6 +111,28 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
         "Connections one source address may open a second (more are closed at accept; "
         "0: no limit).",
     ),
+    "--mqtt-overload-loop-lag": (
+        "overload_loop_lag",
+        click.FloatRange(min=0.0),
+        "Seconds of event-loop lag at which the node is overloaded: it then defers new "
+        "connections and slows its heaviest publishers (0: not watched).",
+    ),
+    "--mqtt-overload-queued-bytes": (
+        "overload_queued_bytes",
+        click.IntRange(min=0),
+        "Payload bytes queued in the node's memory for its clients at which it is "
+        "overloaded (0: not watched).",
+    ),
+    "--mqtt-overload-memory": (
+        "overload_memory",
+        click.IntRange(min=0),
+        "Resident bytes of the node's process at which it is overloaded (0: not watched).",
+    ),
+    "--mqtt-overload-redis-latency": (
+        "overload_redis_latency",
+        click.FloatRange(min=0.0),
+        "Seconds one Redis PING takes at which the node is overloaded (0: not watched).",
+    ),
     "--mqtt-flapping-max-connects": (
         "flapping_max_connects",
         click.IntRange(min=0),

@@ -37,12 +37,7 @@ from router.ops.processes import (
 from router.state.keys import Keys
 
 AMQTT_VERSION: Final = "0.12.1"
-ROUTER_OPTIONS: Final = (
-    *("--queue-limit", "1000000", "--mqtt-max-inflight", "65535"),
-    *("--mqtt-max-publish-rate", "0", "--mqtt-max-publish-bytes-rate", "0"),
-    *("--mqtt-max-subscribe-rate", "0"),
-    *("--mqtt-max-connect-rate", "0"),
-)
+ROUTER_OPTIONS: Final = ("--queue-limit", "1000000", "--mqtt-max-inflight", "65535")
 MOSQUITTO_CONFIG: Final = """\
 listener {port} 127.0.0.1
 allow_anonymous true

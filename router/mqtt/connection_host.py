@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from router.cluster.node import RouterNode
 from router.mqtt.ban_list import BanList
+from router.mqtt.pressure import PressureWatch
 from router.mqtt.settings import MqttSettings
 from router.mqtt.trace_tap import ClientTap
 from router.mqtt.unfinished import Unfinished
@@ -74,6 +75,7 @@ class ConnectionHost(DeliveryCounters, Protocol):
     bans: BanList
     connecting: asyncio.Semaphore
     connect_waited: int
+    pressure: PressureWatch
     messages_received: int
     subscriptions_refused: int
     publish_throttled: int

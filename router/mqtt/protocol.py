@@ -141,6 +141,7 @@ class MqttConnection(Intake):
         "_rate",
         "_session",
         "_session_expiry",
+        "_slowed_until",
         "_subscribing",
         "client_id",
         "keepalive",
@@ -167,7 +168,19 @@ class MqttConnection(Intake):
         self._disconnect_sent = False
         self._caught_up = False  # (the route mirror, before the first PUBLISH)
         self._rate: ClientRates | None = None  # (made at the first packet it counts)
+        self._slowed_until = 0.0  # (loop time: overload protection, router.mqtt.pressure)
         self._expiry: asyncio.TimerHandle | None = None  # (credentials that expire)
+
+    @property
+    def published(self) -> int:
+        """PUBLISH packets read from the client since its session came to this node (0
+        before its CONNECT is accepted)."""
+        return self._session.received if self.client_id is not None else 0
+
+    def slow(self, seconds: float) -> None:
+        """Stop reading for ``seconds`` after the packets being handled (the node is
+        overloaded and this client is among its heaviest publishers)."""
+        self._slowed_until = asyncio.get_running_loop().time() + seconds
 
     # -- the connection's life -----------------------------------------------------------
 
@@ -395,6 +408,9 @@ class MqttConnection(Intake):
         accept (then 0x89, as when the node refuses: None, the CONNACK written). A step
         of the client's session under way (its adoption, say) is waited for first,
         without a turn: turns go to the CONNECTs that can use them."""
+        if not await self.server.pressure.admit(self._opened_at + self.settings.connect_timeout):
+            self._refuse(RC.SERVER_BUSY, client_id, "the node is overloaded")
+            return None
         turns = self.server.connecting
         if turns.locked() or self.node.settling(client_id):
             self.server.connect_waited += 1
@@ -516,6 +532,9 @@ class MqttConnection(Intake):
 
     def _throttle(self) -> float:
         wait = 0.0 if self._rate is None else self._rate.wait()
+        if self._slowed_until:
+            wait = max(wait, self._slowed_until - asyncio.get_running_loop().time())
+            self._slowed_until = 0.0
         if wait > 0 and self.client_id is not None:
             self._subscribing.let_go()  # (a throttled client holds up no publisher)
         return wait

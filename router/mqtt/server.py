@@ -39,6 +39,7 @@ from router.cluster.node import RouterNode
 from router.errors import InvalidSettingError, ListenerError
 from router.mqtt.ban_list import BanList, Flapping, peer_address
 from router.mqtt.outgoing import TopicFields
+from router.mqtt.pressure import PressureWatch
 from router.mqtt.protocol import MqttConnection
 from router.mqtt.rates import AddressRates
 from router.mqtt.reason_codes import ReasonCode
@@ -139,6 +140,7 @@ class MqttServer:
         self.publish_throttled = 0  # reading paused: a client past its publish rate
         self.connect_rates = AddressRates(settings.max_connect_rate)
         self.connect_rate_refused = 0  # connections closed at accept: their address's rate
+        self.pressure = PressureWatch(self, settings.overload_limits())  # (serve() starts it)
         self.topic_fields = TopicFields()  # (the PUBLISH fields of topics, for every client)
         self.closed = dict.fromkeys(CLOSE_REASONS, 0)  # connections ended, by reason
         #: The bytes of packets begun and not yet whole, of every connection (slow loris).
@@ -153,6 +155,10 @@ class MqttServer:
         self.ban_disconnects = 0
 
     # -- the registry of connections -------------------------------------------------------
+
+    def connections(self) -> list[MqttConnection]:
+        """Every open connection of the node (a copy)."""
+        return list(self._connections)
 
     def owner(self, client_id: str) -> MqttConnection | None:
         """The connection that holds ``client_id`` on this node, if any."""
@@ -344,6 +350,7 @@ class MqttServer:
         self.node.liveness.forget_cut_off(self.end_all)
         await self.sys_topics.stop()
         await self.bans.stop()
+        await self.pressure.stop()
         for server in self._servers:
             server.close()
         for listener in self._websockets:
@@ -385,6 +392,7 @@ class MqttServer:
             "mqtt_unfinished_packets": len(self.unfinished),
             "mqtt_unfinished_bytes": self.unfinished.held,
             "mqtt_unfinished_bytes_peak": self.unfinished.peak,
+            **self.pressure.stats(),
             **{f"mqtt_closed_{name}": count for name, count in self.closed.items()},
         }
 
@@ -419,6 +427,7 @@ async def serve(
             server.sys_topics.start()
         if server.listeners:
             server.bans.start()
+            server.pressure.start()
         yield server
     finally:
         await server.close()

@@ -7,6 +7,7 @@ from typing import Final
 
 from router.errors import InvalidSettingError
 from router.mqtt.codec import MAX_PACKET_SIZE
+from router.mqtt.overload import OverloadLimits
 from router.mqtt.properties import PropertyLimits
 
 BACKLOG: Final = 4096
@@ -60,7 +61,14 @@ class MqttSettings:
     and UNSUBSCRIBE packets a second (each a burst of one second's worth; 0: no limit);
     past any the connection stops reading until it is back within them
     (:mod:`router.mqtt.rates`). ``max_connect_rate``: connections a source address may
-    open a second (a second's burst; more are closed at accept; 0: no limit).
+    open a second (a second's burst; more are closed at accept; 0: no limit). The
+    publish and connect rates are off by default: a fleet behind one NAT or load
+    balancer, or one backend commanding thousands of devices, is honest traffic; the
+    node pushes back when it is overloaded instead (below).
+    ``overload_loop_lag`` (seconds), ``overload_queued_bytes``, ``overload_memory``
+    (resident bytes) and ``overload_redis_latency`` (seconds): the levels of pressure at
+    which the node is overloaded, and while it is, defers new CONNECTs and slows its
+    heaviest publishers (:mod:`router.mqtt.overload`; 0: that signal is not watched).
     ``flapping_max_connects``: more CONNECTs of one client
     id within ``flapping_window`` seconds on one node ban it for ``flapping_ban`` seconds
     on every node (0: never, as EMQX ships it; :mod:`router.mqtt.ban_list`).
@@ -94,15 +102,19 @@ class MqttSettings:
     max_topic_length: int = 4_096
     max_user_properties: int = 128
     max_user_properties_bytes: int = 16 << 10
-    max_publish_rate: float = 2_000.0
-    max_publish_bytes_rate: int = 8 << 20
+    max_publish_rate: float = 0.0
+    max_publish_bytes_rate: int = 0
     max_subscribe_rate: float = 1_000.0
-    max_connect_rate: float = 500.0
+    max_connect_rate: float = 0.0
     flapping_max_connects: int = 0
     flapping_window: float = 60.0
     flapping_ban: float = 300.0
     max_unfinished_bytes: int = 256 << 20
     packet_timeout: float = 60.0
+    overload_loop_lag: float = 0.5
+    overload_queued_bytes: int = 1 << 30
+    overload_memory: int = 0
+    overload_redis_latency: float = 1.0
 
     def __post_init__(self) -> None:
         checks = {
@@ -131,6 +143,10 @@ class MqttSettings:
             "flapping_ban": 0 < self.flapping_ban < float("inf"),
             "max_unfinished_bytes": self.max_unfinished_bytes >= 0,
             "packet_timeout": 0 <= self.packet_timeout < float("inf"),
+            "overload_loop_lag": 0 <= self.overload_loop_lag < float("inf"),
+            "overload_queued_bytes": self.overload_queued_bytes >= 0,
+            "overload_memory": self.overload_memory >= 0,
+            "overload_redis_latency": 0 <= self.overload_redis_latency < float("inf"),
         }
         for name, good in checks.items():
             if not good:
@@ -142,6 +158,15 @@ class MqttSettings:
     def property_limits(self) -> PropertyLimits:
         """The limits on what one property block of a client's packet may hold."""
         return PropertyLimits(self.max_user_properties, self.max_user_properties_bytes)
+
+    def overload_limits(self) -> OverloadLimits:
+        """The levels of pressure of overload protection (:mod:`router.mqtt.overload`)."""
+        return OverloadLimits(
+            self.overload_loop_lag,
+            self.overload_queued_bytes,
+            self.overload_memory,
+            self.overload_redis_latency,
+        )
 
 
 DEFAULT_SETTINGS = MqttSettings()

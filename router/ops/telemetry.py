@@ -36,9 +36,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import os
-import resource
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -48,6 +45,7 @@ from router.cluster.client_stats import DropRates, node_figures, slowest
 from router.cluster.filter_traffic import busiest
 from router.cluster.node import RouterNode
 from router.cluster.tasks import stop_task
+from router.mqtt.pressure import resident_kib
 from router.mqtt.server import MqttServer
 from router.mqtt.sys_topics import VERSION
 from router.state.client_figures import ClientFigureStore, NodeDrops
@@ -65,7 +63,6 @@ log = logging.getLogger(__name__)
 TTL_INTERVALS: Final = 3  # a node's figures outlive this many missed intervals
 MIN_TTL: Final = 1.0  # seconds, however short the interval
 PING_TIMEOUT: Final = 1.0  # seconds; a PING not answered by then: latency unknown (None)
-STATM: Final = "/proc/self/statm"
 DROPPED: Final = (
     "queue_drops",  # a connected client's queue was full
     "session_queue_drops",  # an away session's queue in Redis was full
@@ -82,18 +79,6 @@ DEPARTED_SHOWN: Final = 3600.0
 def listener_names(mqtt: MqttServer | None) -> list[str]:
     """The MQTT listeners of ``mqtt`` as the dashboard shows them: "scheme://host:port"."""
     return [f"{scheme}://{host}:{port}" for scheme, host, port in (mqtt.listeners if mqtt else [])]
-
-
-def resident_kib() -> int:
-    """The process's resident memory in KiB: ``/proc/self/statm`` where there is one,
-    else the peak resident size (``getrusage``; bytes on macOS, KiB elsewhere)."""
-    try:
-        with open(STATM, "rb") as statm:
-            pages = int(statm.read().split()[1])
-        return pages * os.sysconf("SC_PAGE_SIZE") // 1024
-    except (OSError, ValueError, IndexError):
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak // 1024 if sys.platform == "darwin" else peak
 
 
 class Telemetry:

@@ -45,6 +45,8 @@ KINDS: Final = frozenset(
         "redis_slow",  # a node's Redis answered slowly
         "queue_overflow",  # messages dropped: clients' queues full
         "takeover_storm",  # many sessions taken over in a short time
+        "overload",  # a node is overloaded: it defers connections, slows heavy publishers
+        "overload_relieved",  # a node overloaded is no longer
         "ban_added",
         "ban_removed",
     }

@@ -1,0 +1,211 @@
+"""Overload protection, the driver: samples the node's pressure and applies what
+:mod:`router.mqtt.overload` decides.
+
+:class:`PressureWatch` (one task per MQTT server, started with its listeners) wakes
+every :data:`TICK` seconds and measures how late it woke (the event loop's lag); every
+:data:`SLOW_EVERY` ticks also the payload bytes queued in the node's memory for its
+clients, the process's resident memory and, in a task of its own so that a slow Redis
+does not hold the watch up, the time one Redis PING takes. It hands the samples to the
+:class:`~router.mqtt.overload.OverloadGovernor`, and while the node is overloaded:
+
+- a CONNECT waits for relief before the node's work for it (:meth:`PressureWatch.admit`,
+  at most until the connection's connect timeout: then CONNACK 0x89 Server busy, the
+  client retries), counted ``mqtt_overload_deferred_connects`` and
+  ``mqtt_overload_refused_connects``;
+- each tick, the heaviest publishers of the last tick stop reading for :data:`SLOW`
+  seconds (TCP pushes back on them; nothing they sent is lost), counted
+  ``mqtt_overload_slowed``.
+
+Becoming overloaded and being relieved are events (``overload`` and
+``overload_relieved``, with the signals over their limits) and the gauge
+``mqtt_overloaded`` (1 while overloaded); ``mqtt_overload_episodes`` counts them.
+
+Cost while not overloaded: a timer every 0.1 s, and every second a sum over the node's
+sessions, a read of ``/proc/self/statm`` and a PING. Per connection only while
+overloaded: one subtraction a tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import resource
+import sys
+import time
+from collections.abc import Sequence
+from typing import Final, Protocol
+
+from router.cluster.node import RouterNode
+from router.cluster.tasks import stop_task
+from router.mqtt.overload import Change, OverloadGovernor, OverloadLimits, heaviest
+
+log = logging.getLogger(__name__)
+
+TICK: Final = 0.1  # seconds between samples of the loop's lag
+SLOW_EVERY: Final = 10  # ticks between samples of queues, memory and Redis
+SLOW: Final = 0.2  # seconds a heavy publisher stops reading, each time it is chosen
+PING_TIMEOUT: Final = 5.0  # seconds; a PING not answered by then counts as that long
+STATM: Final = "/proc/self/statm"
+
+
+def resident_kib() -> int:
+    """The process's resident memory in KiB: ``/proc/self/statm`` where there is one,
+    else the peak resident size (``getrusage``; bytes on macOS, KiB elsewhere)."""
+    try:
+        with open(STATM, "rb") as statm:
+            pages = int(statm.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") // 1024
+    except (OSError, ValueError, IndexError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak // 1024 if sys.platform == "darwin" else peak
+
+
+class Throttleable(Protocol):
+    """A connection as overload protection sees it (an
+    :class:`~router.mqtt.protocol.MqttConnection`)."""
+
+    @property
+    def published(self) -> int: ...
+
+    def slow(self, seconds: float) -> None: ...
+
+
+class Watched(Protocol):
+    """The server whose node and connections are watched (the
+    :class:`~router.mqtt.server.MqttServer`)."""
+
+    node: RouterNode
+
+    def connections(self) -> Sequence[Throttleable]: ...
+
+
+class PressureWatch:
+    """The overload protection of one MQTT server (see the module docstring)."""
+
+    def __init__(self, server: Watched, limits: OverloadLimits) -> None:
+        self.server = server
+        self.governor = OverloadGovernor(limits)
+        self.deferred_connects = 0
+        self.refused_connects = 0
+        self.slowed = 0
+        self._relieved = asyncio.Event()
+        self._relieved.set()
+        self._received: dict[Throttleable, int] = {}
+        self._redis_latency: float | None = None
+        self._pinging: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def overloaded(self) -> bool:
+        return self.governor.overloaded
+
+    def start(self) -> None:
+        """Start watching (no-op when no signal is watched, or already watching)."""
+        if self._task is None and self.governor.limits.watched():
+            self._task = asyncio.create_task(self._run(), name="mqtt-pressure")
+
+    async def stop(self) -> None:
+        for task in (self._task, self._pinging):
+            if task is not None:
+                await stop_task(task)
+        self._task = self._pinging = None
+        self._relieved.set()
+
+    async def admit(self, deadline: float) -> bool:
+        """Wait, while the node is overloaded, for relief until ``deadline`` (loop time);
+        False when it did not come (the CONNECT is then refused with 0x89)."""
+        if not self.governor.overloaded:
+            return True
+        self.deferred_connects += 1
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self._relieved.wait()
+        except TimeoutError:
+            self.refused_connects += 1
+            return False
+        return True
+
+    def observe(self, signals: dict[str, float]) -> None:
+        """Judge one sample (the watch's own, or a test's) and apply what changed."""
+        change = self.governor.observe(signals)
+        if change is not None:
+            self._announce(change)
+        if self.governor.overloaded:
+            self._slow_heaviest()
+        elif self._received:
+            self._received = {}
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        ticks = 0
+        while True:
+            due = loop.time() + TICK
+            await asyncio.sleep(TICK)
+            signals = {"loop_lag": max(0.0, loop.time() - due)}
+            ticks += 1
+            if ticks % SLOW_EVERY == 0:
+                signals.update(self._slow_signals())
+            try:
+                self.observe(signals)
+            except Exception:  # (a watch that failed would leave the node unprotected)
+                log.warning("overload protection: a sample was not judged", exc_info=True)
+
+    def _slow_signals(self) -> dict[str, float]:
+        held = self.server.node.sessions.held()
+        signals = {
+            "queued_bytes": float(sum(session.queued_bytes for session in held)),
+            "memory": float(resident_kib() * 1024),
+        }
+        if self._redis_latency is not None:
+            signals["redis_latency"] = self._redis_latency
+        if self.governor.limits.redis_latency and (self._pinging is None or self._pinging.done()):
+            self._pinging = asyncio.create_task(self._ping(), name="mqtt-pressure-ping")
+        return signals
+
+    async def _ping(self) -> None:
+        started = time.perf_counter()
+        with contextlib.suppress(Exception):  # (unreachable: the node's liveness tells)
+            async with asyncio.timeout(PING_TIMEOUT):
+                await self.server.node.registry.redis.ping()
+        self._redis_latency = time.perf_counter() - started
+
+    def _slow_heaviest(self) -> None:
+        received: dict[Throttleable, int] = {}
+        published: dict[Throttleable, int] = {}
+        for connection in self.server.connections():
+            count = connection.published
+            received[connection] = count
+            published[connection] = count - self._received.get(connection, count)
+        self._received = received
+        for connection in heaviest(published):
+            connection.slow(SLOW)
+            self.slowed += 1
+
+    def _announce(self, change: Change) -> None:
+        node = self.server.node
+        said = ", ".join(f"{name} {value:.3g}" for name, value in change.reasons.items())
+        if change.overloaded:
+            self._relieved.clear()
+            node.events.tell(
+                "overload",
+                node.node_id,
+                f"node {node.node_id} is overloaded ({said}): new connections wait, "
+                "the heaviest publishers are slowed",
+                "warning",
+            )
+        else:
+            self._relieved.set()
+            node.events.tell(
+                "overload_relieved", node.node_id, f"node {node.node_id} is no longer overloaded"
+            )
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "mqtt_overloaded": int(self.governor.overloaded),
+            "mqtt_overload_episodes": self.governor.episodes,
+            "mqtt_overload_deferred_connects": self.deferred_connects,
+            "mqtt_overload_refused_connects": self.refused_connects,
+            "mqtt_overload_slowed": self.slowed,
+        }
