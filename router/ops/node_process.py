@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 # Allocations (less deallocations) of tracked objects between two young collections.
 YOUNG_THRESHOLD = 10_000
-LISTENER_KINDS = {"mqtt": "MQTT", "mqtts": "MQTT TLS", "ws": "MQTT WS"}
+LISTENER_KINDS = {"mqtt": "MQTT", "mqtts": "MQTT TLS", "ws": "MQTT WS", "wss": "MQTT WSS"}
 
 
 class HttpServing(Protocol):
@@ -115,7 +115,7 @@ def _load(settings: NodeProcessSettings, http: HttpServing | None) -> _Loaded:
         settings.emqx_password_hash,
     )
     tls = None
-    if settings.tls_listeners:
+    if settings.tls_listeners or settings.wss_listeners:
         assert settings.tls_cert is not None and settings.tls_key is not None  # (checked)
         tls = tls_context(
             settings.tls_cert,
@@ -173,6 +173,7 @@ async def run_node(
                 tls_context=loaded.tls,
                 websocket=settings.websocket_listeners,
                 websocket_path=settings.websocket_path,
+                wss=settings.wss_listeners,
             ) as front,
             contextlib.AsyncExitStack() as extras,
         ):
