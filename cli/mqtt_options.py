@@ -255,6 +255,15 @@ def mqtt_options(
         for flag, dest, kwargs in reversed(_JWT):
             command = setting(flag, dest, **kwargs)(command)
         command = setting(
+            "--limits-file",
+            "limits_file",
+            default=None,
+            metavar="FILE",
+            help="NAME = VALUE lines (mqtt-max-publish-rate = 5000) that amend the limits "
+            "which may change while the node serves; read at start and on reload "
+            "(docs/operations.md).",
+        )(command)
+        command = setting(
             "--tls-require-client-cert",
             "tls_require_client_cert",
             is_flag=True,

@@ -38,6 +38,7 @@ from typing import Final
 from router.cluster.node import RouterNode
 from router.errors import InvalidSettingError, ListenerError
 from router.mqtt.ban_list import BanList, Flapping, peer_address
+from router.mqtt.live_limits import changed
 from router.mqtt.outgoing import TopicFields
 from router.mqtt.protocol import MqttConnection
 from router.mqtt.rates import AddressRates
@@ -256,6 +257,16 @@ class MqttServer:
         purge it; a client reconnects, here once it is back or to another node)."""
         for connection in list(self._connections):
             connection.end(code)
+
+    def reconfigure(self, settings: MqttSettings) -> None:
+        """Serve with ``settings`` from now on, which differ from the current ones only in
+        :data:`~router.mqtt.live_limits.LIVE` limits (that module says when each applies:
+        a connection keeps what its CONNACK announced). Raises :class:`InvalidSettingError`,
+        changing nothing, for another."""
+        changed(self.settings, settings)
+        if settings.max_connect_rate != self.settings.max_connect_rate:
+            self.connect_rates = AddressRates(settings.max_connect_rate)
+        self.settings = settings
 
     # -- listeners -------------------------------------------------------------------------
 

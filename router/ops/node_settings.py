@@ -73,7 +73,9 @@ class NodeProcessSettings:
     ``tls_ca`` checks client certificates, ``tls_require_client_cert`` refuses clients
     without one), WebSocket on ``websocket_listeners`` at ``websocket_path``, and
     WebSocket over TLS (``wss://``) on ``wss_listeners``, with the same certificate and
-    client certificate checks as ``tls_listeners``. Users and
+    client certificate checks as ``tls_listeners``; ``limits_file`` amends the live
+    limits of ``mqtt`` (:mod:`router.mqtt.live_limits`), read at start and on reload.
+    Users and
     rules from one source (:mod:`router.ops.auth_sources`): ``password_file`` and
     ``acl_file`` (``acl_default`` what no rule matches), or ``auth_redis``, or
     ``emqx_url`` with ``emqx_password_hash``; JWTs as passwords with ``jwt_secret`` or
@@ -115,6 +117,7 @@ class NodeProcessSettings:
     tls_key: str | None = None
     tls_ca: str | None = None
     tls_require_client_cert: bool = False
+    limits_file: str | None = None
 
     password_file: str | None = None
     acl_file: str | None = None

@@ -47,6 +47,8 @@ KINDS: Final = frozenset(
         "takeover_storm",  # many sessions taken over in a short time
         "ban_added",
         "ban_removed",
+        "config_reloaded",  # a node reread its files (SIGHUP, router node reload)
+        "config_reload_failed",  # a node kept its configuration: a file it could not use
     }
 )
 MAX_EVENTS: Final = 10_000

@@ -208,6 +208,7 @@ class Telemetry:
         now, cpu = time.monotonic(), time.process_time()
         (then, cpu_then), self._cpu = self._cpu, (now, cpu)
         cpu_percent = 100.0 * max(0.0, cpu - cpu_then) / (now - then) if now > then else 0.0
+        reload = self.node.reloads.last
         return NodeTelemetry(
             listeners=self.listeners,
             started_at=self.started_at,
@@ -226,6 +227,11 @@ class Telemetry:
             messages_out=stats.get("local_deliveries", 0),
             dropped=sum(stats.get(name, 0) for name in DROPPED),
             auth=self.auth,
+            reloads=stats.get("reloads", 0),
+            reload_failures=stats.get("reload_failures", 0),
+            reload_last_ms=stats.get("reload_last_ms", 0),
+            loaded=reload.loaded,
+            reload_error="" if reload.ok else reload.text,
         )
 
     async def tick(self, lag_s: float = 0.0) -> NodeTelemetry:
@@ -365,6 +371,18 @@ def _node_row(
         "heartbeat_age_ms": heartbeat_age_ms,
         "routes": routes,
         "auth": (shown.auth or None) if shown else None,
+        "reload": _reload(shown) if shown else None,
+    }
+
+
+def _reload(shown: NodeTelemetry) -> dict[str, Any]:
+    """A node's reloads as its row tells them (``router node reload``, SIGHUP)."""
+    return {
+        "reloads": shown.reloads,
+        "failures": shown.reload_failures,
+        "last_ms": shown.reload_last_ms or None,
+        "error": shown.reload_error or None,
+        "loaded": shown.loaded or None,
     }
 
 
