@@ -172,7 +172,9 @@ async def run_node(
             from router.cluster.jwt_auth import install_jwt
 
             passwords = loaded.sources.passwords
-            install_jwt(node, loaded.verifier, passwords=passwords, allow_anonymous=anonymous)
+            reloader.jwt = install_jwt(
+                node, loaded.verifier, passwords=passwords, allow_anonymous=anonymous
+            )
             log.info("JWT authentication: %s", loaded.verifier.describe())
         async with (
             serve(

@@ -21,6 +21,8 @@ themselves current and are not reread; neither are the options themselves.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from router.cluster.node import RouterNode
 from router.core.passwords import PasswordFile
 from router.mqtt.certificates import ServerCertificates
@@ -28,6 +30,9 @@ from router.mqtt.live_limits import changed, read_limits
 from router.mqtt.server import MqttServer
 from router.mqtt.settings import MqttSettings
 from router.ops.auth_sources import AuthSources
+
+if TYPE_CHECKING:
+    from router.cluster.jwt_auth import JwtAuthenticator
 
 
 class ProcessReloader:
@@ -50,6 +55,8 @@ class ProcessReloader:
         self._certificates = certificates
         self._limits = limits
         self._front: MqttServer | None = None
+        #: The JWT authenticator, whose passwords that are not tokens go to the password file.
+        self.jwt: JwtAuthenticator | None = None
 
     def serving(self, front: MqttServer) -> ProcessReloader:
         """This reloader, for the node's listeners ``front``."""
@@ -73,6 +80,8 @@ class ProcessReloader:
         if self._certificates is not None:
             self._certificates.reload()  # (the last read: it applies itself once it succeeded)
         self.sources = sources
+        if self.jwt is not None:
+            self.jwt.passwords = sources.passwords
         if sources.acl is not None and sources.acl_file is not None:
             self._node.replace_acl(sources.acl)
         front.reconfigure(settings)

@@ -202,6 +202,18 @@ def test_router_node_reload_asks_the_node_and_its_row_tells_what_it_loaded(
     assert "node reloader kept its configuration" in named.output
 
 
+def test_with_jwts_the_passwords_that_are_not_tokens_follow_the_reloaded_file(
+    env: dict[str, str], files: Files
+) -> None:
+    jwt = {**env, "ROUTER_JWT_SECRET": "the secret the token issuer and the nodes share"}
+    args = ("--password-file", str(files.passwords), "--no-allow-anonymous")
+    with mqtt_node("jwt", jwt, *args) as (process, port):
+        assert connack(port, "bob", "bob-pw")[0] == 0x86
+        add_user(files.passwords, "bob", "bob-pw")
+        hangup(process, "config_reloaded")
+        assert connack(port, "bob", "bob-pw")[0] == 0
+
+
 def test_a_bad_limits_file_at_start_is_one_error_line(env: dict[str, str], files: Files) -> None:
     files.limits.write_text("mqtt-max-publish-rate = fast\n")
     url, prefix = env["ROUTER_REDIS_URL"], env["ROUTER_PREFIX"]
