@@ -10,9 +10,10 @@ Every option has an environment variable (for docker-compose): ``ROUTER_REDIS_UR
 (``ROUTER_MQTT``, ``ROUTER_MQTT_MAX_CONNECTIONS``, ...; see ``router node run --help``).
 With ``--mqtt HOST:PORT`` the node serves MQTT clients there. An ACL file is read before
 the node connects; a bad one is one error line naming the file and line. The node logs
-``node ID ready`` once it has joined, serves its inbox until SIGINT or SIGTERM, then
-leaves gracefully (routes removed, deregistered) and logs ``node ID stopped`` with its
-counters.
+``node ID ready`` once it has joined, serves its inbox until SIGINT or SIGTERM (SIGHUP
+rereads its files: :mod:`router.ops.reloading`), then leaves gracefully (routes removed,
+deregistered) and logs ``node ID stopped`` with its counters. ``router node reload`` asks
+running nodes to reread their files (:mod:`router.ops.reload_requests`).
 
 The command only parses: its options become :class:`NodeProcessSettings` (one field per
 option, ``--heartbeat-ttl`` for ``heartbeat_ttl``) and :func:`serve_forever` runs the node

@@ -13,7 +13,8 @@ embeds a node awaits :func:`run_node` in its own event loop::
 A run goes: read what the settings name in files (JWT key, password and ACL files,
 TLS certificates: a bad one is a typed error before anything connects), join the
 cluster (:func:`router.connect`), put the users and rules on the node, open the MQTT
-listeners, then the HTTP ones, log ``node ID ready``; serve until ``stop`` is set or
+listeners, install the node's reloader (:mod:`router.ops.reloading`), open the HTTP
+listeners, log ``node ID ready``; serve until ``stop`` is set or
 another process takes the node id over (:class:`StaleIncarnationError`); close the
 listeners, leave (routes removed, deregistered) and log ``node ID stopped`` with its
 counters.
@@ -21,7 +22,7 @@ counters.
 The HTTP listeners live in the web room (:func:`router.web.listener.serve_http`), which
 this room may not import (tests/system/test_layering.py): the caller hands it in as
 ``http``. :func:`serve_forever` adds what only a process of its own may do: log to
-stderr, stop on SIGINT or SIGTERM, and :func:`settle_collector` once the node is ready.
+stderr, stop on SIGINT or SIGTERM, reload on SIGHUP, and :func:`settle_collector` once the node is ready.
 An application that embeds a node keeps its own garbage-collector policy, logging and
 signals: :func:`run_node` touches none of them.
 """
