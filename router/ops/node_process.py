@@ -22,9 +22,9 @@ counters.
 The HTTP listeners live in the web room (:func:`router.web.listener.serve_http`), which
 this room may not import (tests/system/test_layering.py): the caller hands it in as
 ``http``. :func:`serve_forever` adds what only a process of its own may do: log to
-stderr, stop on SIGINT or SIGTERM, reload on SIGHUP, and :func:`settle_collector` once the node is ready.
-An application that embeds a node keeps its own garbage-collector policy, logging and
-signals: :func:`run_node` touches none of them.
+stderr, stop on SIGINT or SIGTERM, reload on SIGHUP, and :func:`settle_collector` once
+the node is ready. An application that embeds a node keeps its own garbage-collector
+policy, logging and signals: :func:`run_node` touches none of them.
 """
 
 from __future__ import annotations
