@@ -16,8 +16,9 @@ reload three ways:
 * :attr:`Reloads.last` (the last reload's outcome and words, and what the node runs
   with), which the node's telemetry carries to ``/api/v1/nodes``.
 
-A node without a reloader (embedded in an application, which configures it in code)
-answers a reload with a ``config_reload_failed`` event saying so, counted.
+A node without a reloader (embedded in an application, which configures it in code, or
+one still starting that finds a reload notice in its inbox) answers a reload with a
+``config_reload_failed`` event saying so, counted.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ class Reloads:
         that cannot be used leaves everything as it was, is logged in one line and counted."""
         at_ms = int(time.time() * 1000)
         if self._reloader is None:
-            return self._failed(at_ms, "it was not started from files (router node run)", why)
+            reason = "no reloader: not run by router node run, or not ready yet"
+            return self._failed(at_ms, reason, why)
         try:
             text = self._reloader()
         except RouterError as error:
