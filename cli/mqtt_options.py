@@ -244,7 +244,7 @@ _JWT: tuple[tuple[str, str, dict[str, Any]], ...] = (
 
 
 _TLS_FILES = (
-    ("--tls-cert", "tls_cert", "The TLS listeners' certificate chain (PEM)."),
+    ("--tls-cert", "tls_cert", "The certificate chain (PEM) of --mqtt-tls and --mqtt-wss."),
     ("--tls-key", "tls_key", "The private key of --tls-cert (PEM)."),
     ("--tls-ca", "tls_ca", "CA certificates (PEM) that client certificates are checked against."),
 )
@@ -277,6 +277,15 @@ def mqtt_options(
         for flag, dest, kwargs in reversed(_JWT):
             command = setting(flag, dest, **kwargs)(command)
         command = setting(
+            "--limits-file",
+            "limits_file",
+            default=None,
+            metavar="FILE",
+            help="NAME = VALUE lines (mqtt-max-publish-rate = 5000) that amend the limits "
+            "which may change while the node serves; read at start and on reload "
+            "(docs/operations.md).",
+        )(command)
+        command = setting(
             "--tls-require-client-cert",
             "tls_require_client_cert",
             is_flag=True,
@@ -286,7 +295,15 @@ def mqtt_options(
             "--mqtt-ws-path",
             "websocket_path",
             default=DEFAULT_PATH,
-            help="The path of the WebSocket listeners.",
+            help="The path of the WebSocket listeners (ws and wss).",
+        )(command)
+        command = setting(
+            "--mqtt-wss",
+            "wss_listeners",
+            multiple=True,
+            metavar="HOST:PORT",
+            help="Serve MQTT over WebSocket over TLS here, the browsers' wss:// (repeatable; "
+            "needs --tls-cert and --tls-key, checks clients as --mqtt-tls does).",
         )(command)
         command = setting(
             "--mqtt-ws",

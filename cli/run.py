@@ -10,9 +10,10 @@ Every option has an environment variable (for docker-compose): ``ROUTER_REDIS_UR
 (``ROUTER_MQTT``, ``ROUTER_MQTT_MAX_CONNECTIONS``, ...; see ``router node run --help``).
 With ``--mqtt HOST:PORT`` the node serves MQTT clients there. An ACL file is read before
 the node connects; a bad one is one error line naming the file and line. The node logs
-``node ID ready`` once it has joined, serves its inbox until SIGINT or SIGTERM, then
-leaves gracefully (routes removed, deregistered) and logs ``node ID stopped`` with its
-counters.
+``node ID ready`` once it has joined, serves its inbox until SIGINT or SIGTERM (SIGHUP
+rereads its files: :mod:`router.ops.reloading`), then leaves gracefully (routes removed,
+deregistered) and logs ``node ID stopped`` with its counters. ``router node reload`` asks
+running nodes to reread their files (:mod:`router.ops.reload_requests`).
 
 The command only parses: its options become :class:`NodeProcessSettings` (one field per
 option, ``--heartbeat-ttl`` for ``heartbeat_ttl``) and :func:`serve_forever` runs the node
@@ -32,11 +33,12 @@ from router.cluster.config import NodeConfig
 from router.errors import NodeSettingError
 from router.ops.node_process import serve_forever
 from router.ops.node_settings import LOG_LEVELS, SHARE_STRATEGIES, NodeProcessSettings
+from router.ops.reload_requests import ReloadAnswer, reload_nodes
 from router.state.connection import DEFAULT_POOL_SIZE
 from router.state.retained_store import RetainedConfig
 from router.web.listener import serve_http
 
-from .common import Target, target_options as target
+from .common import Target, echo_json, json_option, redis_client, run, target_options as target
 from .mqtt_options import mqtt_options, mqtt_settings
 
 _DEFAULTS = NodeConfig("defaults")
@@ -259,7 +261,7 @@ def node_run(
     retained_clear_interval: float,
     **options: Any,
 ) -> None:
-    """Join the cluster as a node and serve until SIGINT or SIGTERM."""
+    """Join the cluster as a node and serve until SIGINT or SIGTERM (SIGHUP: reload)."""
     retained = RetainedConfig(
         max_payload=retained_max_payload,
         max_count=retained_max_count,
@@ -279,6 +281,37 @@ def node_run(
     except NodeSettingError as exc:
         raise bad_option(exc) from None
     serve_forever(settings, http=serve_http)
+
+
+@node.command("reload")
+@target
+@click.argument("node_ids", nargs=-1, metavar="[NODE_ID]...")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the nodes' answers.",
+)
+@json_option
+def node_reload(target: Target, node_ids: tuple[str, ...], timeout: float, as_json: bool) -> None:
+    """Ask running nodes (default: every live node) to reread their password, ACL, TLS
+    and limits files, as SIGHUP does; one line per node. Exits 1 when a node kept its
+    configuration or did not answer."""
+
+    async def main() -> list[ReloadAnswer]:
+        async with redis_client(target) as redis:
+            return await reload_nodes(redis, target.keys, node_ids, timeout=timeout)
+
+    answers = run(main())
+    if as_json:
+        echo_json([answer.as_dict() for answer in answers])
+    elif not answers:
+        click.echo("no live node to reload")
+    for answer in [] if as_json else answers:
+        click.echo(answer.text)
+    if any(answer.ok is not True for answer in answers):
+        raise SystemExit(1)
 
 
 def bad_option(error: NodeSettingError) -> click.BadParameter:

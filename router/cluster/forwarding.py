@@ -34,7 +34,15 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 
 from router.cluster.follower import ChannelFollower
-from router.cluster.inbox import Forward, Kick, Notice, pack_batch, pack_notice, unpack_record
+from router.cluster.inbox import (
+    Forward,
+    Kick,
+    Notice,
+    Reload,
+    pack_batch,
+    pack_notice,
+    unpack_record,
+)
 from router.errors import (
     MalformedMessageError,
     RouterError,
@@ -143,9 +151,9 @@ class Forwarder:
 
     async def notify(self, node_id: str, notice: Notice) -> None:
         """Store a notice in ``node_id``'s inbox (a takeover notice once, however often
-        retried; every kick is a notice of its own)."""
-        if isinstance(notice, Kick):
-            record_id = "kick:" + uuid.uuid4().hex
+        retried; every kick and reload is a notice of its own)."""
+        if isinstance(notice, Kick | Reload):
+            record_id = f"{type(notice).__name__.lower()}:{uuid.uuid4().hex}"
         else:
             digest = hashlib.blake2b(f"{notice.epoch}:{notice.client_id}".encode(), digest_size=16)
             record_id = "takeover:" + digest.hexdigest()

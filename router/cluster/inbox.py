@@ -9,7 +9,8 @@ An inbox record is one msgpack value, either
   expiry, from a node of the version before); or
 * a *takeover notice*: ``{"takeover": [client_id, epoch, resume]}`` (:func:`pack_notice`;
   a notice of two items, from the version before, does not resume); or
-* a *kick notice*: ``{"kick": [client_id]}`` (:func:`pack_notice`).
+* a *kick notice*: ``{"kick": [client_id]}`` (:func:`pack_notice`); or
+* a *reload notice*: ``{"reload": [asked_by]}`` (:func:`pack_notice`).
 
 :func:`unpack_record` reads both and raises :class:`MalformedMessageError` for anything
 else, so a reader never acts on a record this router did not write. Topics and share
@@ -59,13 +60,23 @@ class Kick:
     client_id: str
 
 
-Notice = Takeover | Kick
+@dataclass(frozen=True, slots=True)
+class Reload:
+    """A notice for a node: reread its configuration files (``router node reload``;
+    :mod:`router.cluster.reloads`); ``asked_by`` says who asked, for its event."""
+
+    asked_by: str
+
+
+Notice = Takeover | Kick | Reload
 
 
 def pack_notice(notice: Notice) -> bytes:
     """Pack a notice into one inbox record (read back by :func:`unpack_record`)."""
     if isinstance(notice, Kick):
         record: dict[str, list[object]] = {"kick": [notice.client_id]}
+    elif isinstance(notice, Reload):
+        record = {"reload": [notice.asked_by]}
     else:
         record = {"takeover": [notice.client_id, notice.epoch, notice.resume]}
     packed: bytes = msgpack.packb(record, use_bin_type=True)
@@ -148,6 +159,11 @@ def _unpack_notice(record: dict[Any, Any]) -> Notice:
         if type(client_id) is not str:
             raise TypeError("a kick notice names a client id")
         return Kick(client_id)
+    if "reload" in record:
+        (asked_by,) = record["reload"]
+        if type(asked_by) is not str:
+            raise TypeError("a reload notice names who asked")
+        return Reload(asked_by)
     client_id, epoch, *rest = record["takeover"]
     resume = rest[0] if rest else False
     if type(client_id) is not str or type(epoch) is not int or type(resume) is not bool:

@@ -49,12 +49,13 @@ from router.cluster.delivery_acl import Narrowing
 from router.cluster.dispatcher import Dispatcher
 from router.cluster.events import EventReporter
 from router.cluster.forwarding import Forwarder, InboxReader
-from router.cluster.inbox import Kick, Notice
+from router.cluster.inbox import Kick, Notice, Reload
 from router.cluster.liveness import Liveness
 from router.cluster.local_sessions import LocalSessions
 from router.cluster.mirror_sync import MirrorSync
 from router.cluster.move_fence import MoveFence
 from router.cluster.policy import Policy
+from router.cluster.reloads import Reloads
 from router.cluster.retainer import Retainer
 from router.cluster.route_fence import RouteFence
 from router.cluster.route_writer import Reconciliation, RouteWriter
@@ -123,6 +124,7 @@ class RouterNode:
             know_peers=lambda: self._sync.ensure_current(),  # noqa: PLW0108 (made below)
         )
         self.events = EventReporter(EventLog(redis, self.keys), self.node_id)
+        self.reloads = Reloads(self.events, self.node_id)  # (router.ops.node_process installs)
         self._sync = MirrorSync(
             redis,
             self.keys,
@@ -486,6 +488,8 @@ class RouterNode:
     async def _on_notice(self, notice: Notice) -> None:
         if isinstance(notice, Kick):
             await self.kick(notice.client_id)
+        elif isinstance(notice, Reload):
+            self.reloads.reload(f"asked by {notice.asked_by}")
         else:
             await self._claims.on_notice(notice)
 
@@ -693,6 +697,7 @@ class RouterNode:
             **self._visibility.stats(),
             **self._fence.stats(),
             **self.events.stats(),
+            **self.reloads.stats(),
             **self.tracer.stats(),
             **(self._traffic.stats() if self._traffic is not None else {}),
             **cache_counters("route_cache", self.mirror.cache_stats()),

@@ -96,6 +96,7 @@ class PressureWatch:
         self._redis_latency: float | None = None
         self._pinging: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._wanted = False  # (started: a retune that watches a signal starts it)
 
     @property
     def overloaded(self) -> bool:
@@ -103,14 +104,23 @@ class PressureWatch:
 
     def start(self) -> None:
         """Start watching (no-op when no signal is watched, or already watching)."""
+        self._wanted = True
         if self._task is None and self.governor.limits.watched():
             self._task = asyncio.create_task(self._run(), name="mqtt-pressure")
+
+    def retune(self, limits: OverloadLimits) -> None:
+        """Judge by ``limits`` from the next sample on (a reload); a watch started
+        with no signal watched starts now if one is."""
+        self.governor.limits = limits
+        if self._wanted:
+            self.start()
 
     async def stop(self) -> None:
         for task in (self._task, self._pinging):
             if task is not None:
                 await stop_task(task)
         self._task = self._pinging = None
+        self._wanted = False
         self._relieved.set()
 
     async def admit(self, deadline: float) -> bool:

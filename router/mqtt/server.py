@@ -38,6 +38,7 @@ from typing import Final
 from router.cluster.node import RouterNode
 from router.errors import InvalidSettingError, ListenerError
 from router.mqtt.ban_list import BanList, Flapping, peer_address
+from router.mqtt.live_limits import changed
 from router.mqtt.outgoing import TopicFields
 from router.mqtt.pressure import PressureWatch
 from router.mqtt.protocol import MqttConnection
@@ -118,7 +119,7 @@ class MqttServer:
         self.node = node
         self.settings = settings
         self.addresses: list[tuple[str, int]] = []
-        self.listeners: list[tuple[str, str, int]] = []  # (scheme "mqtt"/"mqtts", host, port)
+        self.listeners: list[tuple[str, str, int]] = []  # (scheme: mqtt, mqtts, ws, wss)
         self._servers: list[asyncio.Server] = []
         self._websockets: list[WebSocketServer] = []
         self._connections: set[MqttConnection] = set()
@@ -262,6 +263,17 @@ class MqttServer:
         purge it; a client reconnects, here once it is back or to another node)."""
         for connection in list(self._connections):
             connection.end(code)
+
+    def reconfigure(self, settings: MqttSettings) -> None:
+        """Serve with ``settings`` from now on, which differ from the current ones only in
+        :data:`~router.mqtt.live_limits.LIVE` limits (that module says when each applies:
+        a connection keeps what its CONNACK announced). Raises :class:`InvalidSettingError`,
+        changing nothing, for another."""
+        changed(self.settings, settings)
+        if settings.max_connect_rate != self.settings.max_connect_rate:
+            self.connect_rates = AddressRates(settings.max_connect_rate)
+        self.pressure.retune(settings.overload_limits())
+        self.settings = settings
 
     # -- listeners -------------------------------------------------------------------------
 
@@ -407,13 +419,15 @@ async def serve(
     tls_context: ssl.SSLContext | None = None,
     websocket: Iterable[str] = (),
     websocket_path: str = DEFAULT_PATH,
+    wss: Iterable[str] = (),
 ) -> AsyncIterator[MqttServer]:
     """Start MQTT listeners around a running node: plain TCP on ``tcp`` addresses
     (``HOST:PORT``), TLS on ``tls`` addresses with ``tls_context``, WebSocket on
-    ``websocket`` addresses at ``websocket_path``; closed (every connection ended with
-    0x8B) on exit. ``server.listeners`` names each: (scheme, host, port)."""
-    tls = list(tls)
-    if tls and tls_context is None:
+    ``websocket`` addresses at ``websocket_path``, WebSocket over TLS (the browsers'
+    ``wss://``) on ``wss`` addresses with ``tls_context``; closed (every connection ended
+    with 0x8B) on exit. ``server.listeners`` names each: (scheme, host, port)."""
+    tls, wss = list(tls), list(wss)
+    if (tls or wss) and tls_context is None:
         raise InvalidSettingError("TLS listeners need a certificate and key (tls_context)")
     server = MqttServer(node, settings)
     try:
@@ -423,6 +437,8 @@ async def serve(
             await server.listen_tcp(address, tls_context)
         for address in websocket:
             await server.listen_websocket(address, websocket_path)
+        for address in wss:
+            await server.listen_websocket(address, websocket_path, tls_context)
         if settings.sys_interval > 0 and server.listeners:
             server.sys_topics.start()
         if server.listeners:

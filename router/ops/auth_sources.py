@@ -16,7 +16,9 @@ node, before its listeners open.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from router.cluster.emqx_auth import EmqxAuth, EmqxPasswordHash
@@ -64,6 +66,27 @@ class AuthSources:
         if self.passwords is not None or self.acl_file is not None:
             return "files"
         return "jwt" if jwt else "none"
+
+    def reread(self) -> AuthSources:
+        """These sources with their password and ACL files read again (the others as they
+        are): :class:`PasswordFileError`, :class:`AclRuleError`."""
+        passwords = self.passwords
+        if self.password_file is not None:
+            passwords = PasswordFile.from_file(self.password_file)
+        acl = self.acl
+        if self.acl_file is not None:
+            acl = load_acl(self.acl_file, self.default.value)
+        return dataclasses.replace(self, passwords=passwords, acl=acl)
+
+    def describe(self) -> str:
+        """The words of what the files hold (empty without files)."""
+        told = []
+        if self.passwords is not None:
+            told.append(f"password file {self.password_file} ({len(self.passwords)} users)")
+        if self.acl is not None and self.acl_file is not None:
+            rules, default = len(self.acl.rules), self.acl.default.value
+            told.append(f"ACL {self.acl_file} ({rules} rules, default {default})")
+        return ", ".join(told)
 
 
 def check_auth_sources(
@@ -115,12 +138,15 @@ async def install(
     node: RouterNode,
     allow_anonymous: bool,
     stack: contextlib.AsyncExitStack,
+    passwords: Callable[[], PasswordFile] | None = None,
 ) -> None:
     """Authenticate and authorize ``node``'s clients with ``sources`` (what must be
-    stopped goes on ``stack``)."""
+    stopped goes on ``stack``); ``passwords``, when given, is asked for the current
+    password file at each CONNECT (a reload replaces it)."""
     hooks = node.hooks
     if sources.passwords is not None:
-        check = password_authenticator(sources.passwords, allow_anonymous=allow_anonymous)
+        current = passwords or sources.passwords
+        check = password_authenticator(current, allow_anonymous=allow_anonymous)
         hooks.register(HookPoint.CLIENT_AUTHENTICATE, check)
         log.info("password file %s: %d users", sources.password_file, len(sources.passwords))
     if sources.acl is not None and not sources.shared:

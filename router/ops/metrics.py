@@ -14,7 +14,8 @@ The node's HTTP listener (:mod:`router.web.listener`: ``router node run --http H
 Counters are named ``router_<figure>_total`` (the figures count since the node started);
 the few figures that go up and down (routes, connections, the inbox lag) are gauges, and
 so are when the node's last adoption of a dead node's sessions ended (Unix time, ms) and
-how long it took.
+how long it took, and when it last reloaded (``router_reload_last_ms``; the reloads
+applied and refused are ``router_reloads_total`` and ``router_reload_failures_total``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ GAUGES: Final = frozenset(
         "mqtt_unfinished_bytes_peak",
         "adoption_last_finished_ms",
         "adoption_last_took_ms",
+        "reload_last_ms",
     }
 )
 """Figures of ``stats()`` that go up and down; every other one is a counter."""

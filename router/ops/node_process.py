@@ -13,9 +13,10 @@ embeds a node awaits :func:`run_node` in its own event loop::
 A run goes: read what the settings name in files (JWT key, password and ACL files,
 TLS certificates: a bad one is a typed error before anything connects), join the
 cluster (:func:`router.connect`), put the users and rules on the node, open the MQTT
-listeners, start the node's telemetry (:mod:`router.ops.telemetry`: its figures and its
-clients' in Redis, for every node's API and the CLI), then open the HTTP listeners, log
-``node ID ready``; serve until ``stop`` is set or
+listeners, install the node's reloader (:mod:`router.ops.reloading`), start the node's
+telemetry (:mod:`router.ops.telemetry`: its figures and its clients' in Redis, for every
+node's API and the CLI), then open the HTTP listeners, log ``node ID ready``; serve
+until ``stop`` is set or
 another process takes the node id over (:class:`StaleIncarnationError`); close the
 listeners, leave (routes removed, deregistered) and log ``node ID stopped`` with its
 counters.
@@ -23,9 +24,9 @@ counters.
 The HTTP listeners live in the web room (:func:`router.web.listener.serve_http`), which
 this room may not import (tests/system/test_layering.py): the caller hands it in as
 ``http``. :func:`serve_forever` adds what only a process of its own may do: log to
-stderr, stop on SIGINT or SIGTERM, and :func:`settle_collector` once the node is ready.
-An application that embeds a node keeps its own garbage-collector policy, logging and
-signals: :func:`run_node` touches none of them.
+stderr, stop on SIGINT or SIGTERM, reload on SIGHUP, and :func:`settle_collector` once
+the node is ready. An application that embeds a node keeps its own garbage-collector
+policy, logging and signals: :func:`run_node` touches none of them.
 """
 
 from __future__ import annotations
@@ -47,9 +48,13 @@ from typing import TYPE_CHECKING, Protocol
 from router.api import connect
 from router.cluster.node import RouterNode
 from router.errors import InvalidSettingError, StaleIncarnationError
+from router.mqtt.certificates import ServerCertificates
+from router.mqtt.live_limits import read_limits
 from router.mqtt.server import MqttServer, serve, tls_context
+from router.mqtt.settings import MqttSettings
 from router.ops.auth_sources import AuthSources, auth_sources, install
 from router.ops.node_settings import NodeProcessSettings
+from router.ops.reloading import ProcessReloader
 from router.ops.telemetry import Telemetry, listener_names
 
 if TYPE_CHECKING:
@@ -59,7 +64,7 @@ log = logging.getLogger(__name__)
 
 # Allocations (less deallocations) of tracked objects between two young collections.
 YOUNG_THRESHOLD = 10_000
-LISTENER_KINDS = {"mqtt": "MQTT", "mqtts": "MQTT TLS", "ws": "MQTT WS"}
+LISTENER_KINDS = {"mqtt": "MQTT", "mqtts": "MQTT TLS", "ws": "MQTT WS", "wss": "MQTT WSS"}
 
 
 class HttpServing(Protocol):
@@ -100,8 +105,9 @@ class _Loaded:
 
     sources: AuthSources
     verifier: JwtVerifier | None
-    tls: ssl.SSLContext | None
+    tls: ServerCertificates | None
     http_tls: ssl.SSLContext | None
+    mqtt: MqttSettings  # (the options' limits, amended by the limits file)
 
 
 def _load(settings: NodeProcessSettings, http: HttpServing | None) -> _Loaded:
@@ -120,9 +126,9 @@ def _load(settings: NodeProcessSettings, http: HttpServing | None) -> _Loaded:
         settings.emqx_password_hash,
     )
     tls = None
-    if settings.tls_listeners:
+    if settings.tls_listeners or settings.wss_listeners:
         assert settings.tls_cert is not None and settings.tls_key is not None  # (checked)
-        tls = tls_context(
+        tls = ServerCertificates(
             settings.tls_cert,
             settings.tls_key,
             settings.tls_ca,
@@ -131,7 +137,10 @@ def _load(settings: NodeProcessSettings, http: HttpServing | None) -> _Loaded:
     http_tls = None
     if settings.http_tls_cert is not None and settings.http_tls_key is not None:
         http_tls = tls_context(settings.http_tls_cert, settings.http_tls_key)
-    return _Loaded(sources, verifier, tls, http_tls)
+    mqtt = settings.mqtt
+    if settings.limits_file is not None:
+        mqtt = read_limits(settings.limits_file, settings.mqtt)
+    return _Loaded(sources, verifier, tls, http_tls, mqtt)
 
 
 async def run_node(
@@ -162,26 +171,32 @@ async def run_node(
         connect(settings.redis_url, acl=loaded.sources.acl, **settings.connect_options()) as node,
         contextlib.AsyncExitStack() as stack,
     ):
-        await install(loaded.sources, node, anonymous, stack)
+        limits = None if settings.limits_file is None else (settings.limits_file, settings.mqtt)
+        reloader = ProcessReloader(node, loaded.sources, loaded.tls, limits)
+        await install(loaded.sources, node, anonymous, stack, reloader.passwords)
         if loaded.verifier is not None:  # (before the password file: router.cluster.jwt_auth)
             from router.cluster.jwt_auth import install_jwt
 
             passwords = loaded.sources.passwords
-            install_jwt(node, loaded.verifier, passwords=passwords, allow_anonymous=anonymous)
+            reloader.jwt = install_jwt(
+                node, loaded.verifier, passwords=passwords, allow_anonymous=anonymous
+            )
             log.info("JWT authentication: %s", loaded.verifier.describe())
         async with (
             serve(
                 node,
                 settings.mqtt_listeners,
-                settings.mqtt,
+                loaded.mqtt,
                 tls=settings.tls_listeners,
-                tls_context=loaded.tls,
+                tls_context=None if loaded.tls is None else loaded.tls.context,
                 websocket=settings.websocket_listeners,
                 websocket_path=settings.websocket_path,
+                wss=settings.wss_listeners,
             ) as front,
             contextlib.AsyncExitStack() as extras,
         ):
             _log_listeners(front, anonymous)
+            node.reloads.install(reloader.serving(front), reloader.describe())
             auth = loaded.sources.kind(jwt=loaded.verifier is not None)
             telemetry = Telemetry(node, front, listener_names(front), auth=auth)
             await extras.enter_async_context(telemetry)
@@ -257,13 +272,19 @@ def warn_open_http(host: str) -> None:
 
 def serve_forever(settings: NodeProcessSettings, *, http: HttpServing | None = None) -> None:
     """Run the node as this process's whole work, on a new event loop, until SIGINT or
-    SIGTERM: the ``router`` loggers write to stderr at ``settings.log_level``, and the
-    collector is settled once the node is ready (:func:`settle_collector`). Raises what
-    :func:`run_node` raises."""
+    SIGTERM, reloading on SIGHUP (:mod:`router.ops.reloading`; one before the node is
+    ready is logged and ignored): the ``router`` loggers write to stderr at
+    ``settings.log_level``, and the collector is settled once the node is ready
+    (:func:`settle_collector`). Raises what :func:`run_node` raises."""
 
     async def until_signalled() -> None:
-        with stop_on_signals() as stop:
-            await run_node(settings, stop, http=http, on_ready=lambda _: settle_collector())
+        with stop_on_signals() as stop, reload_on_hangup() as ready:
+
+            def on_ready(node: ReadyNode) -> None:
+                settle_collector()
+                ready.append(node.node)
+
+            await run_node(settings, stop, http=http, on_ready=on_ready)
 
     with log_to_stderr(settings.log_level.upper()):
         asyncio.run(until_signalled())
@@ -275,16 +296,40 @@ def stop_on_signals() -> Iterator[asyncio.Event]:
 
     Outside the main thread (no signal handlers there) the event is only set by hand.
     """
-    loop = asyncio.get_running_loop()
     event = asyncio.Event()
+    with _handling((signal.SIGINT, signal.SIGTERM), event.set):
+        yield event
+
+
+@contextlib.contextmanager
+def reload_on_hangup() -> Iterator[list[RouterNode]]:
+    """While the block runs, SIGHUP reloads the node put in the list it yields (its
+    :attr:`RouterNode.reloads`); before one is there, it is logged and ignored."""
+    ready: list[RouterNode] = []
+
+    def hangup() -> None:
+        if not ready:
+            log.warning("SIGHUP before the node is ready: nothing reloaded")
+            return
+        ready[-1].reloads.reload("SIGHUP")
+
+    with _handling((signal.SIGHUP,), hangup):
+        yield ready
+
+
+@contextlib.contextmanager
+def _handling(signals: tuple[signal.Signals, ...], handler: Callable[[], None]) -> Iterator[None]:
+    """Call ``handler`` on the loop for each of ``signals`` while the block runs (only in
+    the main thread, which alone may handle signals)."""
+    loop = asyncio.get_running_loop()
     installed = []
     if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in signals:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(signum, event.set)
+                loop.add_signal_handler(signum, handler)
                 installed.append(signum)
     try:
-        yield event
+        yield
     finally:
         for signum in installed:
             loop.remove_signal_handler(signum)

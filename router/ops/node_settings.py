@@ -9,7 +9,7 @@ application that embeds a node builds one in code and hands it to
         redis_url="redis://127.0.0.1:6379/0",      Redis and the node: router.connect
         node_id="n1", heartbeat_ttl=3.0, ...
         mqtt=MqttSettings(allow_anonymous=False),  how the listeners treat clients
-        mqtt_listeners=("0.0.0.0:1883",),          where: TCP, TLS, WebSocket
+        mqtt_listeners=("0.0.0.0:1883",),          where: TCP, TLS, WebSocket (ws, wss)
         tls_listeners=(...), tls_cert=..., tls_key=...,
         password_file="passwd", acl_file=...,      users and rules: one source
         jwt_secret=...,                            JWT passwords (with any source)
@@ -49,7 +49,12 @@ _NODE: Final = NodeConfig("defaults")
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
 SHARE_STRATEGIES: Final = (*STRATEGY_NAMES, "local")
 # The settings that are lists of HOST:PORT addresses, and those that are one (or None).
-_LISTENER_LISTS: Final = ("mqtt_listeners", "tls_listeners", "websocket_listeners")
+_LISTENER_LISTS: Final = (
+    "mqtt_listeners",
+    "tls_listeners",
+    "websocket_listeners",
+    "wss_listeners",
+)
 _ADDRESSES: Final = ("metrics", "http")
 # Sources of user names and passwords, as the reason of a missing one names them.
 _HTTP_TLS: Final = ("http", "http_tls_cert", "http_tls_key")
@@ -66,7 +71,11 @@ class NodeProcessSettings:
     the retained store. The MQTT listeners: ``mqtt`` how they treat clients, plain TCP on
     ``mqtt_listeners``, TLS on ``tls_listeners`` (with ``tls_cert`` and ``tls_key``;
     ``tls_ca`` checks client certificates, ``tls_require_client_cert`` refuses clients
-    without one), WebSocket on ``websocket_listeners`` at ``websocket_path``. Users and
+    without one), WebSocket on ``websocket_listeners`` at ``websocket_path``, and
+    WebSocket over TLS (``wss://``) on ``wss_listeners``, with the same certificate and
+    client certificate checks as ``tls_listeners``; ``limits_file`` amends the live
+    limits of ``mqtt`` (:mod:`router.mqtt.live_limits`), read at start and on reload.
+    Users and
     rules from one source (:mod:`router.ops.auth_sources`): ``password_file`` and
     ``acl_file`` (``acl_default`` what no rule matches), or ``auth_redis``, or
     ``emqx_url`` with ``emqx_password_hash``; JWTs as passwords with ``jwt_secret`` or
@@ -102,11 +111,13 @@ class NodeProcessSettings:
     mqtt_listeners: tuple[str, ...] = ()
     tls_listeners: tuple[str, ...] = ()
     websocket_listeners: tuple[str, ...] = ()
+    wss_listeners: tuple[str, ...] = ()
     websocket_path: str = DEFAULT_PATH
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_ca: str | None = None
     tls_require_client_cert: bool = False
+    limits_file: str | None = None
 
     password_file: str | None = None
     acl_file: str | None = None
@@ -141,8 +152,9 @@ class NodeProcessSettings:
             self._check_address_list(name)
         for address in filter(None, (getattr(self, name) for name in _ADDRESSES)):
             parse_address(address)  # (InvalidSettingError naming the address)
-        if self.tls_listeners and (self.tls_cert is None or self.tls_key is None):
-            raise NodeSettingError("tls_listeners", "needs {} and {}", ("tls_cert", "tls_key"))
+        for name in ("tls_listeners", "wss_listeners"):
+            if getattr(self, name) and (self.tls_cert is None or self.tls_key is None):
+                raise NodeSettingError(name, "needs {} and {}", ("tls_cert", "tls_key"))
         http_tls = (self.http, self.http_tls_cert, self.http_tls_key)
         if any(http_tls[1:]) and not all(http_tls):
             raise NodeSettingError("http_tls_cert", "needs {}, {} and {}", _HTTP_TLS)

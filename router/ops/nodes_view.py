@@ -124,6 +124,18 @@ def _node_row(
         "heartbeat_age_ms": heartbeat_age_ms,
         "routes": routes,
         "auth": (shown.auth or None) if shown else None,
+        "reload": _reload(shown) if shown else None,
+    }
+
+
+def _reload(shown: NodeTelemetry) -> dict[str, Any]:
+    """A node's reloads as its row tells them (``router node reload``, SIGHUP)."""
+    return {
+        "reloads": shown.reloads,
+        "failures": shown.reload_failures,
+        "last_ms": shown.reload_last_ms or None,
+        "error": shown.reload_error or None,
+        "loaded": shown.loaded or None,
     }
 
 

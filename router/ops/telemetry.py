@@ -195,6 +195,7 @@ class Telemetry:
         now, cpu = time.monotonic(), time.process_time()
         (then, cpu_then), self._cpu = self._cpu, (now, cpu)
         cpu_percent = 100.0 * max(0.0, cpu - cpu_then) / (now - then) if now > then else 0.0
+        reload = self.node.reloads.last
         return NodeTelemetry(
             listeners=self.listeners,
             started_at=self.started_at,
@@ -213,6 +214,11 @@ class Telemetry:
             messages_out=stats.get("local_deliveries", 0),
             dropped=sum(stats.get(name, 0) for name in DROPPED),
             auth=self.auth,
+            reloads=stats.get("reloads", 0),
+            reload_failures=stats.get("reload_failures", 0),
+            reload_last_ms=stats.get("reload_last_ms", 0),
+            loaded=reload.loaded,
+            reload_error="" if reload.ok else reload.text,
         )
 
     async def tick(self, lag_s: float = 0.0) -> NodeTelemetry:

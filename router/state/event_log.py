@@ -49,6 +49,8 @@ KINDS: Final = frozenset(
         "overload_relieved",  # a node overloaded is no longer
         "ban_added",
         "ban_removed",
+        "config_reloaded",  # a node reread its files (SIGHUP, router node reload)
+        "config_reload_failed",  # a node kept its configuration: a file it could not use
     }
 )
 MAX_EVENTS: Final = 10_000

@@ -74,7 +74,11 @@ _INTS: Final = (
     "messages_in",
     "messages_out",
     "dropped",
+    "reloads",
+    "reload_failures",
+    "reload_last_ms",
 )
+_TEXTS: Final = ("version", "auth", "loaded", "reload_error")
 _FLOATS: Final = ("started_at", "cpu_percent", "loop_lag_ms")
 
 
@@ -116,6 +120,11 @@ class NodeTelemetry:
     messages_out: int = 0
     dropped: int = 0
     auth: str = ""  # where its users and rules come from (SHARED_AUTH, ...; "": not told)
+    reloads: int = 0  # reloads applied (router.cluster.reloads)
+    reload_failures: int = 0  # reloads refused: a file it could not use
+    reload_last_ms: int = 0  # the last reload's Unix time (0: none)
+    loaded: str = ""  # the words of what it runs with (its files)
+    reload_error: str = ""  # the words of the last reload when it failed ("" otherwise)
 
     def __post_init__(self) -> None:
         if not isinstance(self.auth, str) or any(c.isspace() for c in self.auth):
@@ -125,8 +134,9 @@ class NodeTelemetry:
             for item in self.listeners
         ):
             raise TypeError(f"listeners must be a tuple of non-blank str, not {self.listeners!r}")
-        if not isinstance(self.version, str):
-            raise TypeError(f"version must be a str, not {self.version!r}")
+        for name in ("version", "loaded", "reload_error"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"{name} must be a str, not {getattr(self, name)!r}")
         for name in _INTS:
             if not _is_count(getattr(self, name)):
                 raise ValueError(f"{name} must be a non-negative int, not {getattr(self, name)!r}")
@@ -164,7 +174,7 @@ class NodeTelemetry:
         found: dict[str, Any] = {}
         if "listeners" in text:
             found["listeners"] = tuple(text["listeners"].split())
-        for name in ("version", "auth"):
+        for name in _TEXTS:
             if name in text:
                 found[name] = text[name]
         for name in _INTS:

@@ -8,7 +8,15 @@ import msgpack
 import pytest
 
 from router.cluster.forwarding import SeenIds
-from router.cluster.inbox import Forward, Kick, Takeover, pack_batch, pack_notice, unpack_record
+from router.cluster.inbox import (
+    Forward,
+    Kick,
+    Reload,
+    Takeover,
+    pack_batch,
+    pack_notice,
+    unpack_record,
+)
 from router.core.messages import Message, MessageProperties
 from router.errors import MalformedMessageError
 
@@ -28,6 +36,7 @@ def test_records_read_back_as_written() -> None:
         Takeover("phone ☎", 1_700_000_000_000_001),
         Takeover("phone", 2, resume=True),
         Kick("phone ☎"),
+        Reload("router node reload"),
     ):
         assert unpack_record(pack_notice(notice)) == notice
 

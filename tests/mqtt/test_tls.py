@@ -132,6 +132,7 @@ def test_a_required_client_certificate(env: dict[str, str], pki: Pki) -> None:
     ("args", "message"),
     [
         (("--mqtt-tls", "127.0.0.1:0"), "needs --tls-cert and --tls-key"),
+        (("--mqtt-wss", "127.0.0.1:0"), "needs --tls-cert and --tls-key"),
         (
             ("--mqtt-tls", "127.0.0.1:0", "--tls-cert", "/nonexistent.pem", "--tls-key", "/x.key"),
             "/nonexistent.pem",
@@ -139,7 +140,13 @@ def test_a_required_client_certificate(env: dict[str, str], pki: Pki) -> None:
         (("--mqtt", "localhost"), "HOST:PORT"),
         (("--mqtt", "192.0.2.1:1883"), "cannot listen on 192.0.2.1:1883"),
     ],
-    ids=["no certificate", "missing files", "bad address", "not this machine's address"],
+    ids=[
+        "no certificate",
+        "wss without certificate",
+        "missing files",
+        "bad address",
+        "not this machine's address",
+    ],
 )
 def test_a_listener_that_cannot_start_is_one_error_line(
     env: dict[str, str], args: tuple[str, ...], message: str

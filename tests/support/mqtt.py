@@ -207,10 +207,10 @@ def mqtt_node(node_id: str, env: dict[str, str], *args: str) -> Iterator[tuple[P
 
 
 def listener_ports(process: Process) -> dict[str, list[int]]:
-    """The ports a started node logged, by kind ("MQTT", "MQTT TLS")."""
+    """The ports a started node logged, by kind ("MQTT", "MQTT TLS", "MQTT WS", "MQTT WSS")."""
     ports: dict[str, list[int]] = {}
     for line in process.stderr_lines:
-        match = re.search(r"(MQTT(?: TLS| WS)?) on 127\.0\.0\.1:(\d+)", line)
+        match = re.search(r"(MQTT(?: TLS| WSS| WS)?) on 127\.0\.0\.1:(\d+)", line)
         if match is not None:
             ports.setdefault(match.group(1), []).append(int(match.group(2)))
     return ports

@@ -47,6 +47,7 @@ ROW_FIELDS = {
     "routes",
     "auth",
     "down_since_ms",
+    "reload",
 }
 
 
@@ -122,6 +123,13 @@ async def test_a_node_samples_what_its_clients_publish(
             publisher.drop()
     assert set(row) == ROW_FIELDS
     assert row["node_id"] == "a" and row["alive"] is True and row["routes"] == 1
+    assert row["reload"] == {  # (an embedded node: nothing reloaded, nothing told)
+        "reloads": 0,
+        "failures": 0,
+        "last_ms": None,
+        "error": None,
+        "loaded": None,
+    }
     assert row["listeners"] == listeners and row["version"].startswith("router ")
     assert row["uptime_s"] >= 0 and row["rss_kib"] > 1024 and row["cpu_percent"] >= 0
     assert row["loop_lag_ms"] >= 0 and row["redis_latency_ms"] is not None
