@@ -44,8 +44,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from router.api import connect
 from router.cluster.node import RouterNode
+from router.core.trusted_proxies import TrustedProxies
 from router.errors import InvalidSettingError, StaleIncarnationError
 from router.mqtt.server import MqttServer, serve, tls_context
+from router.mqtt.settings import NO_PROXIES
 from router.ops.auth_sources import AuthSources, auth_sources, install
 from router.ops.node_settings import NodeProcessSettings
 
@@ -63,7 +65,8 @@ class HttpServing(Protocol):
     """Serves a node's HTTP listener on ``address`` for the block, yielding the bound
     (host, port): :func:`router.web.listener.serve_http`. ``api=False``: ``/metrics``
     and ``/healthz`` only. ``auth``: where the node takes its users and rules from
-    (:meth:`AuthSources.kind`), told to the cluster in the node's telemetry."""
+    (:meth:`AuthSources.kind`), told to the cluster in the node's telemetry. ``trusted``:
+    the reverse proxies whose forwarded headers name a request's client."""
 
     def __call__(
         self,
@@ -74,6 +77,7 @@ class HttpServing(Protocol):
         api: bool = True,
         tls: ssl.SSLContext | None = None,
         auth: str = "",
+        trusted: TrustedProxies = NO_PROXIES,
     ) -> AbstractAsyncContextManager[tuple[str, int]]: ...
 
 
@@ -184,7 +188,14 @@ async def run_node(
                 log.info("metrics on http://%s:%d/metrics", *metrics)
             if settings.http is not None and http is not None:
                 auth = loaded.sources.kind(jwt=loaded.verifier is not None)
-                listener = http(node, settings.http, front, tls=loaded.http_tls, auth=auth)
+                listener = http(
+                    node,
+                    settings.http,
+                    front,
+                    tls=loaded.http_tls,
+                    auth=auth,
+                    trusted=settings.http_proxy_trusted,
+                )
                 served = await extras.enter_async_context(listener)
                 log.info("HTTP on %s://%s:%d", "https" if loaded.http_tls else "http", *served)
                 warn_open_http(served[0])
