@@ -20,6 +20,12 @@ turn are counted (``mqtt_connect_waited``), and one whose turn did not come with
 ``connect_timeout`` of its accept is refused with 0x89 (``mqtt_closed_server_busy``).
 Closing the server ends every connection with DISCONNECT 0x8B.
 
+Behind a load balancer (``MqttSettings.proxy_protocol``, ``proxy_trusted``) the client's
+address is the one a PROXY header or a forwarded header named (:mod:`router.mqtt.proxy_gate`):
+each listener finds it once and gives it to the connection's transport (``peer``), which
+bans, the connect rate, logs, traces and the client listings read (counted:
+``mqtt_proxy_*``, ``mqtt_forwarded_*``).
+
 TCP and TLS sockets are asyncio protocols (:mod:`router.mqtt.tcp`), WebSocket
 connections are pulled (:meth:`MqttServer.run_connection`); either way a connection
 holds no task while it is idle (:mod:`router.mqtt.intake`).

@@ -222,9 +222,14 @@ async def _serve_until(stop: asyncio.Event, node: RouterNode) -> bool:
 
 
 def _log_listeners(front: MqttServer, allow_anonymous: bool) -> None:
+    settings = front.settings
     for scheme, host, port in front.listeners:
         kind = LISTENER_KINDS[scheme]
         log.info("%s on %s:%d", kind, host, port)
+        if scheme in settings.proxy_protocol:
+            log.info(
+                "%s on %s:%d reads PROXY headers from %s", kind, host, port, settings.proxy_trusted
+            )
         if allow_anonymous and not is_loopback(host):
             log.warning(
                 "%s on %s:%d accepts anonymous clients from the network "

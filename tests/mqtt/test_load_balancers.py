@@ -24,7 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from router.cli import app
+from router.core.trusted_proxies import TrustedProxies
+from router.errors import InvalidSettingError
+from router.mqtt.settings import MqttSettings
 from router.state.keys import Keys
 from tests.mqtt.test_bans import bans
 from tests.support.metrics import scrape
@@ -236,13 +241,44 @@ def test_headers_from_the_wrong_peers_are_refused_and_counted(proxied: Proxied) 
     assert stats["router_mqtt_proxy_pending"] == 0
 
 
+def test_a_websocket_listener_reads_the_header_before_the_upgrade(proxied: Proxied) -> None:
+    port = proxied.ports["MQTT WS"]
+    upgrade = (
+        b"GET /mqtt HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        b"Sec-WebSocket-Protocol: mqtt\r\n\r\n"
+    )
+    assert refused_at_once(port, CLIENT, b"PROXY UNKNOWN\r\n" + upgrade)  # untrusted
+    assert refused_at_once(port, "127.0.0.1", upgrade)  # trusted, no header
+    header = b"PROXY TCP4 192.0.2.7 127.0.0.1 5000 8083\r\n"
+    with socket.create_connection(("127.0.0.1", port), TIMEOUT, ("127.0.0.1", 0)) as sock:
+        sock.sendall(header + upgrade)  # (one segment: the upgrade follows the header)
+        sock.settimeout(TIMEOUT)
+        assert sock.recv(12) == b"HTTP/1.1 101"
+    stats = scrape(proxied.http)
+    assert stats["router_mqtt_proxy_refused_untrusted_total"] == 1
+    assert stats["router_mqtt_proxy_refused_missing_total"] == 1
+
+
+def test_proxy_settings_that_cannot_work_are_refused() -> None:
+    with pytest.raises(InvalidSettingError, match="proxy_trusted"):
+        MqttSettings(proxy_protocol=frozenset({"mqtt"}))
+    with pytest.raises(InvalidSettingError, match="wss"):
+        MqttSettings(proxy_protocol=frozenset({"wss"}), proxy_trusted=TrustedProxies.parse("::1"))
+    result = CliRunner().invoke(app, ["node", "run", "--mqtt-proxy-protocol", "mqtt"])
+    assert result.exit_code == 2
+    assert "--mqtt-proxy-protocol: needs --mqtt-proxy-trusted" in result.output
+    assert "Traceback" not in result.output
+
+
 # -- nginx ----------------------------------------------------------------------------------
 
 
 @pytest.fixture
-def behind_nginx(env: dict[str, str], tmp_path: Path) -> Iterator[tuple[int, str]]:
+def behind_nginx(env: dict[str, str], tmp_path: Path) -> Iterator[tuple[int, str, int]]:
     """A node with a WebSocket and an HTTP listener trusting 127.0.0.1 (no PROXY protocol),
-    nginx from the docs' config in front: (nginx's port, the node's HTTP address)."""
+    nginx from the docs' config in front: (nginx's port, the node's HTTP address, its
+    WebSocket port)."""
     http = f"127.0.0.1:{free_port()}"
     args = ["--mqtt-ws", "127.0.0.1:0", "--http", http, "--mqtt-proxy-trusted", "127.0.0.1"]
     with ExitStack() as stack:
@@ -261,20 +297,27 @@ def behind_nginx(env: dict[str, str], tmp_path: Path) -> Iterator[tuple[int, str
         command = ["nginx", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"), "-e", "stderr"]
         command += ["-g", f"daemon off; pid {tmp_path / 'nginx.pid'};"]
         stack.enter_context(program(command, front, tmp_path / "nginx.log"))
-        yield front, http
+        yield front, http, ws
 
 
 def test_behind_nginx_websocket_clients_have_their_address(
-    behind_nginx: tuple[int, str],
+    behind_nginx: tuple[int, str, int],
 ) -> None:
-    front, http = behind_nginx
+    front, http, ws = behind_nginx
     client = Paho(front, "ws-behind", websocket="/mqtt", bind=CLIENT)
+    forged = {"X-Forwarded-For": "192.0.2.1"}  # (straight to the node: not believed)
+    forger = Paho(ws, "ws-forger", websocket="/mqtt", bind=OTHER, ws_headers=forged)
     try:
         assert client.connected()[0] == 0
+        assert forger.connected()[0] == 0
         assert peer_of(http, "ws-behind") == CLIENT
+        assert peer_of(http, "ws-forger") == OTHER
     finally:
         client.close()
-    assert scrape(http)["router_mqtt_forwarded_accepted_total"] >= 1
+        forger.close()
+    stats = scrape(http)
+    assert stats["router_mqtt_forwarded_accepted_total"] == 1
+    assert stats["router_mqtt_forwarded_ignored_total"] == 1
 
 
 def login(front: int, source: str, user: str) -> int:
@@ -291,9 +334,9 @@ def login(front: int, source: str, user: str) -> int:
 
 
 def test_behind_nginx_the_login_throttle_counts_each_client(
-    behind_nginx: tuple[int, str],
+    behind_nginx: tuple[int, str, int],
 ) -> None:
-    front, _ = behind_nginx
+    front, _, _ = behind_nginx
     statuses = [login(front, CLIENT, f"guess-{n}") for n in range(10)]
     assert statuses == [401] * 10
     assert login(front, CLIENT, "guess-10") == 429  # (127.0.0.2's failures are used up)

@@ -42,7 +42,7 @@ class Paho:
             transport="tcp" if path is None else "websockets",
         )
         if path is not None:
-            self.client.ws_set_options(path=path)
+            self.client.ws_set_options(path=path, headers=options.pop("ws_headers", None))
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
         self.connack: queue.Queue[tuple[int, Any]] = queue.Queue()
         self.sessions_present: queue.Queue[bool] = queue.Queue()  # (each CONNACK's flag)
