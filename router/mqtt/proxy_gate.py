@@ -25,7 +25,7 @@ from a trusted peer may name the client in ``X-Forwarded-For``/``Forwarded``
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from typing import Protocol
 
 from router.core.proxy_header import NoHeader, ProxyHeader, ProxyHeaderReader
 from router.core.trusted_proxies import TrustedProxies, normal_address
@@ -37,6 +37,12 @@ Address = tuple[str, int]
 
 #: The ways a connection's header is refused, each a count ``mqtt_proxy_refused_<way>``.
 REFUSALS = ("malformed", "missing", "timeout", "untrusted")
+
+
+class HeaderLists(Protocol):
+    """HTTP headers that give every value of a header (websockets' ``Headers``)."""
+
+    def get_all(self, key: str) -> list[str]: ...
 
 
 def address_of(peer: object) -> Address | None:
@@ -76,15 +82,13 @@ class ProxyGate:
         log.info("refusing a connection from %s: PROXY header %s (%s)", stage.peer, way, why)
         return ProxyHeaderError(way, f"PROXY header {way}: {why}")
 
-    def forwarded(self, peer: Address | None, headers: Mapping[str, str] | None) -> Address | None:
+    def forwarded(self, peer: Address | None, headers: HeaderLists | None) -> Address | None:
         """The client of a WebSocket upgrade from ``peer`` with these HTTP ``headers``: the
         right-most untrusted hop of ``Forwarded`` or ``X-Forwarded-For`` when ``peer`` is a
         trusted proxy (its port is the peer's: a hop names no port), else ``peer``."""
         if peer is None or headers is None:
             return peer
-        get_all = getattr(headers, "get_all", None)
-        forwarded = list(get_all("Forwarded")) if get_all else []
-        listed = list(get_all("X-Forwarded-For")) if get_all else []
+        forwarded, listed = headers.get_all("Forwarded"), headers.get_all("X-Forwarded-For")
         if not forwarded and not listed:
             return peer
         if not self.trusts(peer):
