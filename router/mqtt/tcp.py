@@ -94,6 +94,7 @@ class TcpStream(asyncio.BufferedProtocol):
         "_buffer",
         "_connection",
         "_drains",
+        "_early",
         "_peer",
         "_server",
         "_transport",
@@ -108,6 +109,7 @@ class TcpStream(asyncio.BufferedProtocol):
         self._connection: MqttConnection | None = None
         self._blocked = False  # the transport's write buffer is above its high-water mark
         self._drains: list[asyncio.Future[None]] | None = None  # drain() waiting
+        self._early: bytearray | None = None  # (read over TLS before open(): see below)
         self.tap: ClientTap | None = None  # (its client is traced: router.mqtt.trace_tap)
 
     # -- the asyncio protocol --------------------------------------------------------------
@@ -129,6 +131,8 @@ class TcpStream(asyncio.BufferedProtocol):
         self._transport = transport
         server = self._server
         self._peer = "?" if client is None else f"{client[0]}:{client[1]}"
+        if self._early is not None:
+            first, self._early = bytes(self._early) + first, None
         if server.banned_peer(client) or server.too_fast(client):
             transport.close()
             return
@@ -148,6 +152,9 @@ class TcpStream(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self._connection is not None:
             self._connection.feed(self._buffer[:nbytes])
+        elif self._transport is None:  # (TLS after a PROXY header: the client's first
+            # bytes may come with its Finished, before start_tls() returned and open() ran)
+            self._early = (self._early or bytearray()) + self._buffer[:nbytes]
 
     def eof_received(self) -> bool:
         if self._connection is not None:

@@ -24,8 +24,6 @@ from router.core.proxy_header import (
 )
 from router.errors import ProxyHeaderError
 
-pytestmark = pytest.mark.core
-
 
 def read(stream: bytes, max_length: int = MAX_V2_LENGTH) -> tuple[object, int]:
     """Feed ``stream`` as a driver does (``wanted()`` bytes at a time): the outcome and

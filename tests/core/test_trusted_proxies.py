@@ -8,8 +8,6 @@ import pytest
 from router.core.trusted_proxies import TrustedProxies, forwarded_hops, normal_address
 from router.errors import InvalidSettingError
 
-pytestmark = pytest.mark.core
-
 LB = TrustedProxies.parse("127.0.0.0/8, ::1,10.0.0.0/8")
 
 

@@ -15,10 +15,11 @@ import json
 import queue
 import re
 import socket
+import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -239,6 +240,39 @@ def test_headers_from_the_wrong_peers_are_refused_and_counted(proxied: Proxied) 
         assert stats[f"router_mqtt_proxy_refused_{way}_total"] == 1, way
     assert stats["router_mqtt_proxy_local_total"] >= 1
     assert stats["router_mqtt_proxy_pending"] == 0
+
+
+def test_tls_starts_right_after_a_header_in_the_same_segment(proxied: Proxied, pki: Pki) -> None:
+    """The header and the ClientHello in one segment, then the client's Finished and its
+    CONNECT in one: the node reads no byte of TLS as the header's (an exact read) and
+    loses none that comes with the end of the handshake."""
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    header = b"PROXY TCP4 192.0.2.7 127.0.0.1 5000 8883\r\n"
+    address = ("127.0.0.1", proxied.ports["MQTT TLS"])
+    with socket.create_connection(address, TIMEOUT, ("127.0.0.1", 0)) as sock:
+        sock.settimeout(TIMEOUT)
+
+        def answer(step: Callable[[], bytes | None], sent: bytes = b"") -> bytes | None:
+            """Send ``sent`` and what TLS has to send, feed TLS what comes back until
+            ``step`` stops wanting to read."""
+            for _ in range(10):  # (a handshake takes a round trip or two)
+                sock.sendall(sent + outgoing.read())
+                sent = b""
+                data = sock.recv(65536)
+                assert data, "the node closed the connection"
+                incoming.write(data)
+                with contextlib.suppress(ssl.SSLWantReadError):
+                    return step()
+            raise AssertionError("no answer over TLS")
+
+        with contextlib.suppress(ssl.SSLWantReadError):
+            tls.do_handshake()
+        answer(tls.do_handshake, header)  # (the header and the ClientHello: one send)
+        tls.write(CONNECT)  # (with the client's Finished, still unsent: one send)
+        connack = answer(lambda: tls.read(4))
+        assert connack is not None and connack[:1] == b"\x20"
 
 
 def test_a_websocket_listener_reads_the_header_before_the_upgrade(proxied: Proxied) -> None:
