@@ -52,7 +52,9 @@ web-assets: $(ASSETS)
 # a Java 17+ runtime for the Spark pipeline when `java` is missing or older,
 # a C compiler and the Python headers for the compiled filter index,
 # chromium (the dashboard's browser tests drive it through Playwright, which downloads no browser),
-# curl (the docs' examples of /healthz and /metrics run in tests/system/test_doc_blocks.py).
+# curl (the docs' examples of /healthz and /metrics run in tests/system/test_doc_blocks.py),
+# haproxy and nginx (load balancers in front of a node: the PROXY protocol and forwarded-address
+# tests start them from a temporary config, never as services).
 system-deps:
 	@missing=""; \
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
@@ -65,6 +67,8 @@ system-deps:
 	command -v mosquitto_passwd >/dev/null 2>&1 || missing="$$missing mosquitto"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v curl >/dev/null 2>&1 || missing="$$missing curl"; \
+	command -v haproxy >/dev/null 2>&1 || missing="$$missing haproxy"; \
+	command -v nginx >/dev/null 2>&1 || missing="$$missing nginx"; \
 	java=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1); \
 	[ "$${java:-0}" -ge 17 ] 2>/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	if [ -n "$$missing" ]; then \

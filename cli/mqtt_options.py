@@ -7,7 +7,9 @@ from typing import Any, TypeVar
 
 import click
 
-from router.mqtt.settings import DEFAULT_SETTINGS, MqttSettings
+from router.core.trusted_proxies import TrustedProxies
+from router.errors import InvalidSettingError
+from router.mqtt.settings import DEFAULT_SETTINGS, PROXIED_LISTENERS, MqttSettings
 from router.mqtt.websocket import DEFAULT_PATH
 
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -250,6 +252,23 @@ _TLS_FILES = (
 )
 
 
+class TrustedProxiesType(click.ParamType[TrustedProxies]):
+    """``CIDR[,CIDR...]`` -> :class:`TrustedProxies` (a bad network: a usage error)."""
+
+    name = "CIDR[,CIDR]"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> TrustedProxies:
+        if isinstance(value, TrustedProxies):
+            return value
+        try:
+            return TrustedProxies.parse(str(value))
+        except InvalidSettingError as error:
+            self.fail(str(error), param, ctx)
+
+
+TRUSTED_PROXIES = TrustedProxiesType()
+
+
 def mqtt_options(
     setting: Callable[..., Callable[[Command], Command]],
 ) -> Callable[[Command], Command]:
@@ -290,6 +309,23 @@ def mqtt_options(
             "tls_require_client_cert",
             is_flag=True,
             help="Refuse TLS clients without a certificate signed by --tls-ca.",
+        )(command)
+        command = setting(
+            "--mqtt-proxy-protocol",
+            "proxy_protocol",
+            multiple=True,
+            type=click.Choice(sorted(PROXIED_LISTENERS)),
+            help="Connections to these listeners (mqtt: --mqtt, mqtts: --mqtt-tls, ws: "
+            "--mqtt-ws; repeatable) from --mqtt-proxy-trusted open with a PROXY protocol "
+            "header (v1 or v2, before TLS): the client's address is the one it names.",
+        )(command)
+        command = setting(
+            "--mqtt-proxy-trusted",
+            "proxy_trusted",
+            default=None,
+            type=TRUSTED_PROXIES,
+            help="The load balancers believed: their PROXY headers, and the X-Forwarded-For "
+            "or Forwarded of their WebSocket upgrades [default: none].",
         )(command)
         command = setting(
             "--mqtt-ws-path",
@@ -333,4 +369,12 @@ def mqtt_options(
 def mqtt_settings(options: dict[str, Any]) -> MqttSettings:
     """The :class:`MqttSettings` of the options (removed from ``options``)."""
     fields = [field for field, _, _ in _LIMITS.values()] + ["allow_anonymous"]
-    return MqttSettings(**{field: options.pop(field) for field in fields})
+    values = {field: options.pop(field) for field in fields}
+    listeners = frozenset(options.pop("proxy_protocol"))
+    trusted = options.pop("proxy_trusted") or DEFAULT_SETTINGS.proxy_trusted
+    if listeners and not trusted:
+        raise click.BadParameter(
+            "needs --mqtt-proxy-trusted: the load balancers whose headers are believed",
+            param_hint="--mqtt-proxy-protocol",
+        )
+    return MqttSettings(**values, proxy_protocol=listeners, proxy_trusted=trusted)

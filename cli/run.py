@@ -31,6 +31,7 @@ import click
 from router.api import REDIS_TIMEOUT
 from router.cluster.config import NodeConfig
 from router.errors import NodeSettingError
+from router.mqtt.settings import NO_PROXIES
 from router.ops.node_process import serve_forever
 from router.ops.node_settings import LOG_LEVELS, SHARE_STRATEGIES, NodeProcessSettings
 from router.ops.reload_requests import ReloadAnswer, reload_nodes
@@ -39,7 +40,7 @@ from router.state.retained_store import RetainedConfig
 from router.web.listener import serve_http
 
 from .common import Target, echo_json, json_option, redis_client, run, target_options as target
-from .mqtt_options import mqtt_options, mqtt_settings
+from .mqtt_options import TRUSTED_PROXIES, mqtt_options, mqtt_settings
 
 _DEFAULTS = NodeConfig("defaults")
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -147,6 +148,14 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
     metavar="PEM",
     type=click.Path(exists=True, dir_okay=False),
     help="The private key of --http-tls-cert.",
+)
+@setting(
+    "--http-proxy-trusted",
+    "http_proxy_trusted",
+    default=None,
+    type=TRUSTED_PROXIES,
+    help="Reverse proxies whose X-Forwarded-For or Forwarded name the client of an --http "
+    "request (the right-most hop not among them) [default: none].",
 )
 @setting(
     "--queue-limit",
@@ -269,6 +278,8 @@ def node_run(
         clear_interval=retained_clear_interval,
     )
     mqtt = mqtt_settings(options)  # (the MqttSettings fields, taken out of options)
+    if options["http_proxy_trusted"] is None:
+        options["http_proxy_trusted"] = NO_PROXIES
     try:
         settings = NodeProcessSettings(
             redis_url=target.url,

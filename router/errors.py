@@ -549,6 +549,16 @@ class ConnectionEndedError(MqttError):
         self.keep_will = keep_will
 
 
+class ProxyHeaderError(RouterError, ValueError):
+    """The first bytes of a connection are not a PROXY protocol header that can be used
+    (:mod:`router.core.proxy_header`): ``reason`` says why in one word (``signature``,
+    ``version``, ``command``, ``family``, ``length``, ``address``, ``tlv``, ``too_long``)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class ListenerError(RouterError):
     """A listener could not be opened (the address is in use, or not this machine's)."""
 

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from router.cluster.node import RouterNode
 from router.mqtt.ban_list import BanList
 from router.mqtt.pressure import PressureWatch
+from router.mqtt.proxy_gate import ProxyGate
 from router.mqtt.settings import MqttSettings
 from router.mqtt.trace_tap import ClientTap
 from router.mqtt.unfinished import Unfinished
@@ -80,6 +81,7 @@ class ConnectionHost(DeliveryCounters, Protocol):
     subscriptions_refused: int
     publish_throttled: int
     unfinished: Unfinished
+    proxy: ProxyGate
 
     @property
     def topic_fields(self) -> Mapping[str, bytes]:

@@ -20,6 +20,12 @@ turn are counted (``mqtt_connect_waited``), and one whose turn did not come with
 ``connect_timeout`` of its accept is refused with 0x89 (``mqtt_closed_server_busy``).
 Closing the server ends every connection with DISCONNECT 0x8B.
 
+Behind a load balancer (``MqttSettings.proxy_protocol``, ``proxy_trusted``) the client's
+address is the one a PROXY header or a forwarded header named (:mod:`router.mqtt.proxy_gate`):
+each listener finds it once and gives it to the connection's transport (``peer``), which
+bans, the connect rate, logs, traces and the client listings read (counted:
+``mqtt_proxy_*``, ``mqtt_forwarded_*``).
+
 TCP and TLS sockets are asyncio protocols (:mod:`router.mqtt.tcp`), WebSocket
 connections are pulled (:meth:`MqttServer.run_connection`); either way a connection
 holds no task while it is idle (:mod:`router.mqtt.intake`).
@@ -42,6 +48,7 @@ from router.mqtt.live_limits import changed
 from router.mqtt.outgoing import TopicFields
 from router.mqtt.pressure import PressureWatch
 from router.mqtt.protocol import MqttConnection
+from router.mqtt.proxy_gate import ProxyGate
 from router.mqtt.rates import AddressRates
 from router.mqtt.reason_codes import ReasonCode
 from router.mqtt.settings import BACKLOG, DEFAULT_SETTINGS, MqttSettings
@@ -154,6 +161,8 @@ class MqttServer:
             BanStore(node.registry.redis, node.keys), flapping, self.end_banned, node.events
         )  # (serve() starts it)
         self.ban_disconnects = 0
+        #: Behind load balancers: the PROXY headers and forwarded headers believed, counted.
+        self.proxy = ProxyGate(settings.proxy_trusted)
 
     # -- the registry of connections -------------------------------------------------------
 
@@ -281,13 +290,15 @@ class MqttServer:
         """Listen on ``HOST:PORT`` (port 0: any free one), over TLS with a ``tls``
         context (:func:`tls_context`); returns the bound address."""
         host, port = parse_address(address)
-        handshake = None if tls is None else self.settings.connect_timeout
+        proxied = ("mqtts" if tls else "mqtt") in self.settings.proxy_protocol
+        listener_tls = None if proxied else tls  # (behind PROXY: TLS starts after the header)
+        handshake = None if listener_tls is None else self.settings.connect_timeout
         try:
             server = await asyncio.get_running_loop().create_server(
-                stream_factory(self),
+                stream_factory(self, proxied=proxied, tls=tls),
                 host,
                 port,
-                ssl=tls,
+                ssl=listener_tls,
                 ssl_handshake_timeout=handshake,
                 backlog=BACKLOG,
             )
@@ -300,9 +311,10 @@ class MqttServer:
         return bound[0], bound[1]
 
     def refuses(self) -> bool:
-        """True when one more connection would be beyond ``max_connections`` (it is
-        counted as refused: the caller closes it)."""
-        if len(self._connections) < self.settings.max_connections:
+        """True when one more connection would be beyond ``max_connections`` (those
+        waiting for their PROXY header count; it is counted as refused: the caller
+        closes it)."""
+        if len(self._connections) + self.proxy.pending < self.settings.max_connections:
             return False
         self.refused += 1
         return True
@@ -342,7 +354,10 @@ class MqttServer:
         self, address: str, path: str = DEFAULT_PATH, tls: ssl.SSLContext | None = None
     ) -> tuple[str, int]:
         """Serve MQTT over WebSocket on ``HOST:PORT`` at ``path`` (wss with ``tls``)."""
-        host, port, listener = await listen_websocket(self, parse_address(address), path, tls)
+        proxied = tls is None and "ws" in self.settings.proxy_protocol
+        host, port, listener = await listen_websocket(
+            self, parse_address(address), path, tls, proxied=proxied
+        )
         self._websockets.append(listener)
         self.addresses.append((host, port))
         self.listeners.append(("wss" if tls else "ws", host, port))
@@ -406,6 +421,7 @@ class MqttServer:
             "mqtt_unfinished_bytes_peak": self.unfinished.peak,
             **self.pressure.stats(),
             **{f"mqtt_closed_{name}": count for name, count in self.closed.items()},
+            **self.proxy.stats(),
         }
 
 

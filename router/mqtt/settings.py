@@ -5,10 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from router.core.trusted_proxies import TrustedProxies
 from router.errors import InvalidSettingError
 from router.mqtt.codec import MAX_PACKET_SIZE
 from router.mqtt.overload import OverloadLimits
 from router.mqtt.properties import PropertyLimits
+
+PROXIED_LISTENERS: Final = frozenset({"mqtt", "mqtts", "ws"})
+"""The listeners that can read a PROXY protocol header (by scheme): plain TCP, TLS (the
+header comes before the TLS handshake) and WebSocket (before the HTTP upgrade)."""
+
+NO_PROXIES: Final = TrustedProxies()
 
 BACKLOG: Final = 4096
 """Connections the kernel completes on a listener before the node accepts them
@@ -83,6 +90,12 @@ class MqttSettings:
     packet at 18 KiB/s still makes it. Either way the bytes of an unfinished packet do
     not count as a sign of life against the keepalive (MQTT-3.1.2-24).
     (:mod:`router.mqtt.unfinished`.)
+    ``proxy_protocol``: the listeners (``mqtt``, ``mqtts``, ``ws``) whose connections from
+    ``proxy_trusted`` sources must open with a PROXY protocol header (v1 or v2), whose
+    client address is then the connection's (:mod:`router.mqtt.proxy_gate`);
+    ``proxy_trusted``: the load balancers believed, in PROXY headers and in the
+    ``X-Forwarded-For``/``Forwarded`` headers of WebSocket upgrades (none by default, and
+    a listener in ``proxy_protocol`` needs some).
     """
 
     max_connections: int = 10_000
@@ -115,6 +128,8 @@ class MqttSettings:
     overload_queued_bytes: int = 1 << 30
     overload_memory: int = 0
     overload_redis_latency: float = 1.0
+    proxy_protocol: frozenset[str] = frozenset()
+    proxy_trusted: TrustedProxies = NO_PROXIES
 
     def __post_init__(self) -> None:
         checks = {
@@ -148,6 +163,17 @@ class MqttSettings:
             "overload_memory": self.overload_memory >= 0,
             "overload_redis_latency": 0 <= self.overload_redis_latency < float("inf"),
         }
+        unknown = set(self.proxy_protocol) - PROXIED_LISTENERS
+        if unknown:
+            raise InvalidSettingError(
+                f"MQTT setting proxy_protocol names {', '.join(sorted(unknown))}: "
+                f"the listeners are {', '.join(sorted(PROXIED_LISTENERS))}"
+            )
+        if self.proxy_protocol and not self.proxy_trusted:
+            raise InvalidSettingError(
+                "MQTT setting proxy_protocol needs proxy_trusted: the load balancers "
+                "whose PROXY headers are believed"
+            )
         for name, good in checks.items():
             if not good:
                 raise InvalidSettingError(

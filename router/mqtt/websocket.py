@@ -8,6 +8,11 @@ connection (MQTT-6.0.0-1). Messages are a byte stream to the MQTT side: a packet
 span messages and a message may hold several packets (MQTT-6.0.0-2/3). When the MQTT
 connection ends the server sends a Close frame and closes the socket once the client
 answers it, or after ``CLOSE_TIMEOUT`` (as promptly as TCP, for a client that does not).
+
+Behind a load balancer, a listener in ``MqttSettings.proxy_protocol`` reads each
+connection's PROXY header before the HTTP upgrade, and an upgrade from a trusted proxy
+may name the client in ``X-Forwarded-For`` or ``Forwarded`` (nginx): the client's
+address is then that one (:mod:`router.mqtt.proxy_gate`).
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
-from router.errors import ListenerError
+from router.errors import ListenerError, ProxyHeaderError
 from router.mqtt.connection_host import ConnectionHost
 from router.mqtt.protocol import MqttConnection
+from router.mqtt.proxy_gate import Address, HeaderStage, ProxyGate, address_of
 from router.mqtt.settings import BACKLOG
 from router.mqtt.tcp import acknowledge_now
 from router.mqtt.trace_tap import ClientTap
@@ -47,13 +53,12 @@ class WebSocketTransport:
     """A connection's :class:`~router.mqtt.protocol.Transport` over one WebSocket: each
     write goes out as one binary message, in order, through a writer task."""
 
-    def __init__(self, websocket: ServerConnection) -> None:
+    def __init__(self, websocket: ServerConnection, client: Address | None) -> None:
         self._websocket = websocket
         self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._queued = 0  # bytes in the outbox
         self._writer = asyncio.create_task(self._write_all())
-        peer = websocket.remote_address
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.peer = "?" if client is None else f"{client[0]}:{client[1]}"
         self.tap: ClientTap | None = None  # (its client is traced: router.mqtt.trace_tap)
 
     def write(self, data: bytes) -> None:
@@ -111,11 +116,55 @@ def unfinished_bytes(protocol: object) -> int:
 class BoundedServerConnection(ServerConnection):
     """A WebSocket that tells its MQTT connection, after each read, the bytes of a message
     it holds not whole yet (:meth:`~router.mqtt.intake.Intake.held_outside`): a slow loris
-    over WebSocket meets the node's bounds on unfinished packets as one over TCP does."""
+    over WebSocket meets the node's bounds on unfinished packets as one over TCP does.
+    With a ``gate`` (its listener's, behind a load balancer) the first bytes are a PROXY
+    header's, read before the upgrade; ``client`` is then the address it named."""
 
     holder: MqttConnection | None = None
+    gate: ProxyGate | None = None
+    header_timeout: float = 10.0  # (seconds for the PROXY header: the connect timeout)
+    client: Address | None = None
+    _stage: HeaderStage | None = None
+    _timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.client = address_of(transport.get_extra_info("peername"))
+        if self.gate is not None:
+            self._stage = self.gate.stage(self.client)
+            self._timer = self.loop.call_later(self.header_timeout, self._header_late)
+
+    def _header_late(self) -> None:
+        if self._stage is not None:
+            self._stage.timed_out()
+            self._stage = None
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._stage is not None:
+            self._stage.end()
+            self._stage = None
+        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        stage = self._stage
+        if stage is not None:
+            try:
+                decided = stage.feed(data)
+            except ProxyHeaderError:
+                self._stage = None
+                self.transport.abort()
+                return
+            if decided is None:
+                return
+            self._stage = None
+            if self._timer is not None:
+                self._timer.cancel()
+            self.client, data = decided
+            if not data:
+                return
         super().data_received(data)
         holder = self.holder
         if holder is not None:
@@ -131,10 +180,20 @@ async def _messages(websocket: ServerConnection) -> AsyncIterator[bytes]:
 
 
 async def listen_websocket(
-    server: ConnectionHost, address: tuple[str, int], path: str, tls: ssl.SSLContext | None
+    server: ConnectionHost,
+    address: tuple[str, int],
+    path: str,
+    tls: ssl.SSLContext | None,
+    *,
+    proxied: bool = False,
 ) -> tuple[str, int, Server]:
-    """Serve MQTT over WebSocket at ``ws://HOST:PORT{path}`` (``wss://`` with ``tls``);
+    """Serve MQTT over WebSocket at ``ws://HOST:PORT{path}`` (``wss://`` with ``tls``;
+    ``proxied``: each connection opens with a PROXY header, plain WebSocket only);
     returns the bound host and port and the server (closed by :class:`MqttServer`)."""
+
+    class Connection(BoundedServerConnection):
+        gate = server.proxy if proxied else None
+        header_timeout = server.settings.connect_timeout
 
     def only_the_path(connection: ServerConnection, request: Request) -> Response | None:
         if request.path.split("?", 1)[0] != path:
@@ -142,12 +201,13 @@ async def listen_websocket(
         return None
 
     async def handle(websocket: ServerConnection) -> None:
-        if server.banned_peer(websocket.remote_address) or server.too_fast(
-            websocket.remote_address
-        ):
+        direct = websocket.client if isinstance(websocket, BoundedServerConnection) else None
+        request = websocket.request
+        client = server.proxy.forwarded(direct, None if request is None else request.headers)
+        if server.banned_peer(client) or server.too_fast(client):
             await websocket.close()
             return
-        transport = WebSocketTransport(websocket)
+        transport = WebSocketTransport(websocket, client)
         connection = MqttConnection(server, transport)
         if isinstance(websocket, BoundedServerConnection):
             websocket.holder = connection
@@ -170,7 +230,7 @@ async def listen_websocket(
             max_queue=QUEUED_FRAMES,
             compression=None,
             backlog=BACKLOG,
-            create_connection=BoundedServerConnection,
+            create_connection=Connection,
         )
     except OSError as error:
         raise ListenerError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None

@@ -48,6 +48,7 @@ GAUGES: Final = frozenset(
         "mqtt_unfinished_packets",
         "mqtt_unfinished_bytes",
         "mqtt_unfinished_bytes_peak",
+        "mqtt_proxy_pending",
         "adoption_last_finished_ms",
         "adoption_last_took_ms",
         "reload_last_ms",

@@ -47,11 +47,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from router.api import connect
 from router.cluster.node import RouterNode
+from router.core.trusted_proxies import TrustedProxies
 from router.errors import InvalidSettingError, StaleIncarnationError
 from router.mqtt.certificates import ServerCertificates
 from router.mqtt.live_limits import read_limits
 from router.mqtt.server import MqttServer, serve, tls_context
-from router.mqtt.settings import MqttSettings
+from router.mqtt.settings import NO_PROXIES, MqttSettings
 from router.ops.auth_sources import AuthSources, auth_sources, install
 from router.ops.node_settings import NodeProcessSettings
 from router.ops.reloading import ProcessReloader
@@ -72,7 +73,8 @@ class HttpServing(Protocol):
     (host, port): :func:`router.web.listener.serve_http`. ``api=False``: ``/metrics``
     and ``/healthz`` only. ``telemetry``: the node's sampler, whose figures the API
     shows (None: the listener samples for itself, telling ``auth``: where the node takes
-    its users and rules from, :meth:`AuthSources.kind`)."""
+    its users and rules from, :meth:`AuthSources.kind`). ``trusted``: the reverse
+    proxies whose forwarded headers name a request's client."""
 
     def __call__(
         self,
@@ -84,6 +86,7 @@ class HttpServing(Protocol):
         tls: ssl.SSLContext | None = None,
         telemetry: Telemetry | None = None,
         auth: str = "",
+        trusted: TrustedProxies = NO_PROXIES,
     ) -> AbstractAsyncContextManager[tuple[str, int]]: ...
 
 
@@ -206,8 +209,14 @@ async def run_node(
                 metrics = await extras.enter_async_context(listener)
                 log.info("metrics on http://%s:%d/metrics", *metrics)
             if settings.http is not None and http is not None:
-                tls = loaded.http_tls
-                listener = http(node, settings.http, front, tls=tls, telemetry=telemetry)
+                listener = http(
+                    node,
+                    settings.http,
+                    front,
+                    tls=loaded.http_tls,
+                    telemetry=telemetry,
+                    trusted=settings.http_proxy_trusted,
+                )
                 served = await extras.enter_async_context(listener)
                 log.info("HTTP on %s://%s:%d", "https" if loaded.http_tls else "http", *served)
                 warn_open_http(served[0])
@@ -234,9 +243,14 @@ async def _serve_until(stop: asyncio.Event, node: RouterNode) -> bool:
 
 
 def _log_listeners(front: MqttServer, allow_anonymous: bool) -> None:
+    settings = front.settings
     for scheme, host, port in front.listeners:
         kind = LISTENER_KINDS[scheme]
         log.info("%s on %s:%d", kind, host, port)
+        if scheme in settings.proxy_protocol:
+            log.info(
+                "%s on %s:%d reads PROXY headers from %s", kind, host, port, settings.proxy_trusted
+            )
         if allow_anonymous and not is_loopback(host):
             log.warning(
                 "%s on %s:%d accepts anonymous clients from the network "

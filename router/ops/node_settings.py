@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Any, Final
 from router.api import REDIS_TIMEOUT
 from router.cluster.config import NodeConfig
 from router.core.sharing import STRATEGY_NAMES
+from router.core.trusted_proxies import TrustedProxies
 from router.errors import NodeSettingError
 from router.mqtt.server import parse_address
-from router.mqtt.settings import DEFAULT_SETTINGS, MqttSettings
+from router.mqtt.settings import DEFAULT_SETTINGS, NO_PROXIES, MqttSettings
 from router.mqtt.websocket import DEFAULT_PATH
 from router.ops.auth_sources import check_auth_sources
 from router.state.connection import DEFAULT_POOL_SIZE
@@ -81,7 +82,9 @@ class NodeProcessSettings:
     ``emqx_url`` with ``emqx_password_hash``; JWTs as passwords with ``jwt_secret`` or
     ``jwt_public_key`` (:func:`router.cluster.jwt_auth.jwt_verifier`). HTTP: ``metrics``
     serves ``/metrics`` and ``/healthz`` only, ``http`` the dashboard and the API too (over
-    TLS with ``http_tls_cert`` and ``http_tls_key``). ``log_level`` is for a process that
+    TLS with ``http_tls_cert`` and ``http_tls_key``); ``http_proxy_trusted``, the reverse
+    proxies whose ``X-Forwarded-For``/``Forwarded`` name a request's client (none by
+    default). ``log_level`` is for a process that
     logs to stderr (:func:`router.ops.node_process.serve_forever`).
 
     Raises :class:`NodeSettingError` (and the errors the module docstring names) on
@@ -137,6 +140,7 @@ class NodeProcessSettings:
     http: str | None = None
     http_tls_cert: str | None = None
     http_tls_key: str | None = None
+    http_proxy_trusted: TrustedProxies = NO_PROXIES
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -189,6 +193,7 @@ class NodeProcessSettings:
             "log_level": isinstance(self.log_level, str) and self.log_level.upper() in LOG_LEVELS,
             "retained": isinstance(self.retained, RetainedConfig),
             "mqtt": isinstance(self.mqtt, MqttSettings),
+            "http_proxy_trusted": isinstance(self.http_proxy_trusted, TrustedProxies),
         }
         for name, valid in checks.items():
             if not valid:
@@ -261,6 +266,7 @@ _RANGES: Final = {
     "log_level": f"must be one of {', '.join(LOG_LEVELS)}",
     "retained": "must be a RetainedConfig",
     "mqtt": "must be an MqttSettings",
+    "http_proxy_trusted": "must be a TrustedProxies",
 }
 
 

@@ -30,8 +30,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
 from router.cluster.node import RouterNode
+from router.core.trusted_proxies import TrustedProxies
 from router.errors import BodyTooLargeError, ListenerError
 from router.mqtt.server import MqttServer, parse_address
+from router.mqtt.settings import NO_PROXIES
 from router.ops.metrics import NodeCollector, health
 from router.ops.telemetry import Telemetry, listener_names
 from router.state.console_store import ConsoleStore
@@ -108,14 +110,18 @@ def build_app(
     *,
     api: bool = True,
     loopback: bool = True,
+    trusted: TrustedProxies = NO_PROXIES,
 ) -> web.Application:
     """The application of one listener (``loopback``: whether it listens on a loopback
-    address only, which decides the access without accounts)."""
+    address only, which decides the access without accounts; ``trusted``: the reverse
+    proxies whose forwarded headers name a request's client, :func:`forwarded_middleware`)."""
     collector = NodeCollector(node, mqtt)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     monitoring = _Monitoring(collector, registry)
     middlewares: list[Any] = [error_middleware]
+    if trusted:
+        middlewares.insert(0, forwarded_middleware(trusted))
     access = Access(ConsoleStore(node.registry.redis, node.keys), loopback=loopback)
     if api:
         middlewares.append(access_middleware(access))
@@ -151,6 +157,28 @@ async def _index(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
 
+def forwarded_middleware(trusted: TrustedProxies) -> Any:
+    """A middleware that makes ``request.remote`` the client's address: the right-most
+    untrusted hop of ``Forwarded`` or ``X-Forwarded-For`` when the peer is one of
+    ``trusted`` (:meth:`TrustedProxies.client`), so the login throttle counts a client
+    behind a reverse proxy under its own address."""
+
+    @web.middleware
+    async def forwarded(request: web.Request, handler: Any) -> web.StreamResponse:
+        peer = request.remote
+        if peer is not None and trusted.trusts(peer):
+            headers = request.headers
+            client = trusted.client(
+                peer, headers.getall("Forwarded", []), headers.getall("X-Forwarded-For", [])
+            )
+            if client != peer:
+                request = request.clone(remote=client)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    return forwarded
+
+
 @contextlib.asynccontextmanager
 async def serve_http(
     node: RouterNode,
@@ -162,15 +190,17 @@ async def serve_http(
     telemetry: Telemetry | None = None,
     telemetry_interval: float = DEFAULT_INTERVAL,
     auth: str = "",
+    trusted: TrustedProxies = NO_PROXIES,
 ) -> AsyncIterator[tuple[str, int]]:
     """Serve ``node``'s HTTP listener on ``HOST:PORT`` (port 0: any free one) until the
     block ends; yields the bound address. ``api=False``: ``/metrics`` and ``/healthz``
     only. ``telemetry``: the node's running sampler, which the API reads and which is
     told this listener's address; None: the listener starts one for the block, every
     ``telemetry_interval`` seconds, telling ``auth`` (where the node takes its users and
-    rules from; "": not told). Raises :class:`ListenerError` if it cannot listen."""
+    rules from; "": not told). ``trusted``: the reverse proxies whose forwarded headers
+    are believed. Raises :class:`ListenerError` if it cannot listen."""
     host, port = parse_address(address)
-    app = build_app(node, mqtt, api=api, loopback=is_loopback(host))
+    app = build_app(node, mqtt, api=api, loopback=is_loopback(host), trusted=trusted)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:

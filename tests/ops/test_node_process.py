@@ -246,6 +246,7 @@ AUTHENTICATORS = ("password_file", "auth_redis", "emqx_url", "jwt_secret", "jwt_
         ({"log_level": "LOUD"}, "log_level", ()),
         ({"mqtt_listeners": "127.0.0.1:1883"}, "mqtt_listeners", ()),
         ({"retained": {"max_count": 1}}, "retained", ()),
+        ({"http_proxy_trusted": "127.0.0.1"}, "http_proxy_trusted", ()),
     ],
 )
 def test_settings_that_cannot_work_name_the_setting(

@@ -42,7 +42,7 @@ class Paho:
             transport="tcp" if path is None else "websockets",
         )
         if path is not None:
-            self.client.ws_set_options(path=path)
+            self.client.ws_set_options(path=path, headers=options.pop("ws_headers", None))
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
         self.connack: queue.Queue[tuple[int, Any]] = queue.Queue()
         self.sessions_present: queue.Queue[bool] = queue.Queue()  # (each CONNACK's flag)
@@ -67,7 +67,12 @@ class Paho:
         clean_start = clean if protocol == V5 else mqtt.MQTT_CLEAN_START_FIRST_ONLY
         keepalive = options.pop("keepalive", 60)
         self.client.connect(
-            "127.0.0.1", port, keepalive, clean_start=clean_start, properties=properties
+            "127.0.0.1",
+            port,
+            keepalive,
+            bind_address=options.pop("bind", ""),  # (a source address of its own: 127.0.0.2)
+            clean_start=clean_start,
+            properties=properties,
         )
         self.client.loop_start()
 
