@@ -17,7 +17,8 @@ does not hold the watch up, the time one Redis PING takes. It hands the samples 
   ``mqtt_overload_slowed``.
 
 Becoming overloaded and being relieved are events (``overload`` and
-``overload_relieved``, with the signals over their limits) and the gauge
+``overload_relieved``, with the signals over their limits; each told at most every
+:data:`EVENTS_EVERY` seconds, the others counted as the event log's suppressed) and the gauge
 ``mqtt_overloaded`` (1 while overloaded); ``mqtt_overload_episodes`` counts them.
 
 Cost while not overloaded: a timer every 0.1 s, and every second a sum over the node's
@@ -48,6 +49,7 @@ SLOW_EVERY: Final = 10  # ticks between samples of queues, memory and Redis
 SLOW: Final = 0.2  # seconds a heavy publisher stops reading, each time it is chosen
 PING_TIMEOUT: Final = 5.0  # seconds; a PING not answered by then counts as that long
 STATM: Final = "/proc/self/statm"
+EVENTS_EVERY: Final = 30.0  # seconds: a node at the edge tells its episodes this often at most
 
 
 def resident_kib() -> int:
@@ -204,11 +206,15 @@ class PressureWatch:
                 f"node {node.node_id} is overloaded ({said}): new connections wait, "
                 "the heaviest publishers are slowed",
                 "warning",
+                every=EVENTS_EVERY,
             )
         else:
             self._relieved.set()
             node.events.tell(
-                "overload_relieved", node.node_id, f"node {node.node_id} is no longer overloaded"
+                "overload_relieved",
+                node.node_id,
+                f"node {node.node_id} is no longer overloaded",
+                every=EVENTS_EVERY,
             )
 
     def stats(self) -> dict[str, int]:

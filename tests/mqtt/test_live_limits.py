@@ -4,9 +4,11 @@ and the errors that name the line."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
+from router.core.trusted_proxies import TrustedProxies
 from router.errors import InvalidSettingError
 from router.mqtt.live_limits import LIVE, changed, option_name, parse_limits
 from router.mqtt.settings import DEFAULT_SETTINGS, MqttSettings
@@ -58,10 +60,17 @@ def test_every_live_limit_has_an_option_and_only_those_may_change() -> None:
     assert names >= LIVE
     for name in LIVE:
         assert parse_limits(f"{option_name(name)} = 7", DEFAULT_SETTINGS) != DEFAULT_SETTINGS
+    behind = {"proxy_trusted": TrustedProxies.parse("127.0.0.1")}  # (what a protocol needs)
     for name in sorted(names - LIVE):
         value = getattr(DEFAULT_SETTINGS, name)
-        other = dataclasses.replace(
-            DEFAULT_SETTINGS, **{name: not value if isinstance(value, bool) else value + 1}
-        )
+        if isinstance(value, bool):
+            new: dict[str, Any] = {name: not value}
+        elif isinstance(value, int | float):
+            new = {name: value + 1}
+        elif name == "proxy_protocol":
+            new = {name: frozenset({"mqtt"}), **behind}
+        else:
+            new = behind
+        other = dataclasses.replace(DEFAULT_SETTINGS, **new)
         with pytest.raises(InvalidSettingError, match=f"{option_name(name)} cannot change live"):
             changed(DEFAULT_SETTINGS, other)
