@@ -55,15 +55,67 @@ def figures_of(session: ClientSession, node_id: str, at_ms: int) -> ClientFigure
     )
 
 
-def node_figures(
-    sessions: Iterable[ClientSession], node_id: str, at_ms: int
-) -> list[ClientFigures]:
-    """The figures of every open session of ``sessions`` (connected or away)."""
-    return [
-        figures_of(session, node_id, at_ms)
-        for session in list(sessions)
-        if session.state is not SessionState.CLOSED
-    ]
+def signature(session: ClientSession) -> tuple[object, ...]:
+    """What ``session``'s figures are made of, cheaply: equal signatures, equal figures
+    (so that a node writes only the figures that changed)."""
+    return (
+        session.received,
+        session.received_bytes,
+        session.sent,
+        session.sent_bytes,
+        session.pending(),
+        session.queued_bytes,
+        len(session.inflight),
+        session.takeovers,
+        session.active_at,
+        session.dropped,
+        None if session.losses is None else tuple(session.losses),
+    )
+
+
+class FigureChanges:
+    """Which clients' figures a node must write: those that changed since its last
+    write (:meth:`since`), the clients gone since, and every figure again at the first
+    write, at each :data:`FULL_EVERY`-th and after a write that failed (:meth:`lost`), so
+    that what Redis holds is never wrong for long. The slowest are picked from every
+    open session (their figures made only for those that queue or drop)."""
+
+    def __init__(self, full_every: int = 30) -> None:
+        self.full_every = full_every
+        self._written: dict[str, tuple[object, ...]] = {}
+        self._pending: dict[str, tuple[object, ...]] = {}
+        self._writes = 0
+
+    def since(
+        self, sessions: Iterable[ClientSession], node_id: str, at_ms: int
+    ) -> tuple[list[ClientFigures], list[str], list[ClientFigures], bool]:
+        """(figures to write, client ids gone, the slowest clients, whether the write
+        replaces every figure) for the open sessions of ``sessions`` now; call
+        :meth:`written` once the write succeeded, :meth:`lost` if it failed."""
+        full = not self._writes % self.full_every or not self._written
+        now: dict[str, tuple[object, ...]] = {}
+        changed, busy = [], []
+        for session in list(sessions):
+            if session.state is SessionState.CLOSED:
+                continue
+            mark = now[session.client_id] = signature(session)
+            if full or self._written.get(session.client_id) != mark:
+                figures = figures_of(session, node_id, at_ms)
+                changed.append(figures)
+                if figures.queued or figures.dropped:
+                    busy.append(figures)
+            elif mark[4] or mark[9] or mark[10]:  # (queued, dropped, lost: a candidate)
+                busy.append(figures_of(session, node_id, at_ms))
+        gone = [] if full else [client for client in self._written if client not in now]
+        self._pending = now
+        return changed, gone, slowest(busy), full
+
+    def written(self) -> None:
+        self._written, self._pending = self._pending, {}
+        self._writes += 1
+
+    def lost(self) -> None:
+        self._written, self._pending, self._writes = {}, {}, 0
 
 
 def slowest(figures: Iterable[ClientFigures], count: int = SLOWEST) -> list[ClientFigures]:

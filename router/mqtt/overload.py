@@ -6,7 +6,9 @@ pushes back only while it is overloaded, as HiveMQ's overload protection does. T
 signals, sampled by :mod:`router.mqtt.pressure` (the driver: this module does no I/O)::
 
     loop_lag        seconds the event loop was late waking a 0.1 s timer: the node's CPU
-                    is saturated (a lag shows before anything else does)
+                    is saturated (a lag shows before anything else does). The default,
+                    1 s, is a third of the default heartbeat TTL: a node lagging more
+                    risks being taken for dead; a node busy below it is only busy
     queued_bytes    payload bytes waiting in the node's memory for its clients
     memory          the process's resident bytes
     redis_latency   seconds one Redis PING took
@@ -53,7 +55,7 @@ class OverloadLimits:
     ``loop_lag`` and ``redis_latency`` in seconds, ``queued_bytes`` and ``memory`` in
     bytes. Raises :class:`InvalidSettingError` for a negative limit."""
 
-    loop_lag: float = 0.5
+    loop_lag: float = 1.0
     queued_bytes: int = 1 << 30
     memory: int = 0
     redis_latency: float = 1.0

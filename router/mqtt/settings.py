@@ -124,7 +124,7 @@ class MqttSettings:
     flapping_ban: float = 300.0
     max_unfinished_bytes: int = 256 << 20
     packet_timeout: float = 60.0
-    overload_loop_lag: float = 0.5
+    overload_loop_lag: float = 1.0
     overload_queued_bytes: int = 1 << 30
     overload_memory: int = 0
     overload_redis_latency: float = 1.0

@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Final
 
-from router.cluster.client_stats import DropRates, node_figures, slowest
+from router.cluster.client_stats import DropRates, FigureChanges
 from router.cluster.filter_traffic import busiest
 from router.cluster.node import RouterNode
 from router.cluster.tasks import stop_task
@@ -120,6 +120,7 @@ class Telemetry:
         self.latest: NodeTelemetry | None = None  # the figures of the last sample
         self._stats: Mapping[str, int] = {}  # (the counters of the last sample)
         self._drop_rates = DropRates()
+        self._changes = FigureChanges()  # (the clients' figures written: only changes)
         self._filters_since = time.time()  # (the busiest filters count from then)
         self._samples: collections.deque[TrafficSample] = collections.deque(maxlen=keep)
         self._task: asyncio.Task[None] | None = None
@@ -250,12 +251,20 @@ class Telemetry:
         (totals, rates since the last tick), its slowest clients and its busiest topic
         filters since the last tick (:mod:`router.state.client_figures`)."""
         at_ms = int(now * 1000)
-        figures = node_figures(self.node.sessions.held(), self.node.node_id, at_ms)
+        held = self.node.sessions.held()
+        figures, gone, slow, full = self._changes.since(held, self.node.node_id, at_ms)
         totals, rates = self._drop_rates.sample(now, self._stats)
         counted, self._filters_since = self._filters_since, now
         filters = busiest(self.node.filter_traffic.rates(max(now - counted, 1e-3)))
-        drops = NodeDrops(at_ms, totals, rates, slowest(figures), filters)
-        await self.clients.write(self.node.node_id, figures, drops, ttl_s)
+        drops = NodeDrops(at_ms, totals, rates, slow, filters)
+        try:
+            await self.clients.write(
+                self.node.node_id, figures, drops, ttl_s, gone=gone, replace=full
+            )
+        except BaseException:
+            self._changes.lost()
+            raise
+        self._changes.written()
 
     async def _ping(self) -> float | None:
         """Milliseconds one PING took; None if it failed or took over :data:`PING_TIMEOUT`."""

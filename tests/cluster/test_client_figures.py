@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.cluster.client_stats import DropRates, figures_of, node_figures, slowest
+from router.cluster.client_stats import DropRates, FigureChanges, figures_of, slowest
 from router.errors import CorruptStateError
 from router.state.client_figures import (
     DROP_REASONS,
@@ -40,7 +40,43 @@ async def test_a_client_that_never_reads_shows_its_queue_and_drops(start_node: S
     assert (stuck.received, stuck.sent, stuck.last_activity_ms) == (0, 0, None)
     idle = a.sessions.session("idle")
     assert idle.losses is None  # (nothing allocated for a session that never lost a copy)
-    assert [f.client_id for f in node_figures(a.sessions.held(), "a", 1)] == ["stuck", "idle"]
+    figures, gone, slow, full = FigureChanges().since(a.sessions.held(), "a", 1)
+    assert [f.client_id for f in figures] == ["stuck", "idle"] and full and gone == []
+    assert [f.client_id for f in slow] == ["stuck"]
+
+
+async def test_a_node_writes_only_the_figures_that_changed(
+    start_node: StartNode, redis_client: RedisClient, keys: Keys
+) -> None:
+    """Before, every node wrote every client's figures every interval: 10,000 idle
+    clients cost it about a tenth of a core (router bench fleet: 9.8-14 % idle CPU
+    against 1.5 %). Now an unchanged client costs no write; one gone is removed; every
+    30th write, and the one after a failed write, replaces them all."""
+    a = await start_node("a")
+    for client in ("quiet", "busy", "leaving"):
+        await a.connect(client)
+    changes, store = FigureChanges(full_every=3), ClientFigureStore(redis_client, keys)
+
+    async def write(at_ms: int) -> tuple[list[str], list[str], bool]:
+        figures, gone, slow, full = changes.since(a.sessions.held(), "a", at_ms)
+        drops = NodeDrops(at_ms, {}, {}, slow)
+        await store.write("a", figures, drops, 10.0, gone=gone, replace=full)
+        changes.written()
+        return [f.client_id for f in figures], gone, full
+
+    assert await write(1) == (["quiet", "busy", "leaving"], [], True)
+    await a.publish("x", b"y")  # (nobody subscribes: no figure changes)
+    assert await write(2) == ([], [], False)
+    a.sessions.session("busy").received += 1
+    await a.disconnect("leaving")
+    assert await write(3) == (["busy"], ["leaving"], False)
+    stored = await store.clients({"a": ["quiet", "busy", "leaving"]})
+    assert sorted(stored) == ["busy", "quiet"]
+    assert (stored["quiet"].at_ms, stored["busy"].at_ms, stored["busy"].received) == (1, 3, 1)
+    assert await write(4) == (["quiet", "busy"], [], True)  # (the 3rd write after a full)
+    changes.lost()
+    figures, _gone, _slow, full = changes.since(a.sessions.held(), "a", 5)
+    assert full and len(figures) == 2
 
 
 async def test_an_away_sessions_losses_are_counted_on_it(start_node: StartNode) -> None:
