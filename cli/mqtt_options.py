@@ -119,6 +119,12 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
         "Seconds of event-loop lag at which the node is overloaded: it then defers new "
         "connections and slows its heaviest publishers (0: not watched).",
     ),
+    "--mqtt-overload-busy-lag": (
+        "overload_busy_lag",
+        click.FloatRange(min=0.0),
+        "Seconds of event-loop lag at which the node is busy: it then slows its heaviest "
+        "publishers, and defers connections only once overloaded (0: not watched).",
+    ),
     "--mqtt-overload-queued-bytes": (
         "overload_queued_bytes",
         click.IntRange(min=0),

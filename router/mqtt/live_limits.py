@@ -60,6 +60,7 @@ LIVE: Final = frozenset(
         "overload_queued_bytes",
         "overload_memory",
         "overload_redis_latency",
+        "overload_busy_lag",
     }
 )
 """The :class:`MqttSettings` fields that may change while the node serves."""

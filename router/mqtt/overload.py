@@ -18,9 +18,14 @@ not watched). The node becomes overloaded after :data:`ENTER_AFTER` samples in a
 with a signal over, and is relieved after :data:`LEAVE_AFTER` samples in a row with
 every signal under :data:`RELIEF` of its limit, so that it does not flap at the edge.
 
-While overloaded (:class:`OverloadGovernor`): new CONNECTs wait for relief (bounded by
-the connect timeout, then CONNACK 0x89 Server busy), and the heaviest publishers are
-slowed (:func:`heaviest`): those that published in the last sample at least twice the
+Two levels, each judged so (an :class:`OverloadGovernor` each): *busy*, when the loop
+lags ``busy_lag`` (0.1 s by default: the other clients' round trips have started to
+wait behind the work of a few), and *overloaded*. While busy or overloaded the heaviest
+publishers are slowed; while overloaded, new CONNECTs also wait for relief (bounded by
+the connect timeout, then CONNACK 0x89 Server busy). A storm of honest connections
+publishes nothing and is slowed by nothing below the overload; a flood from a few
+connections is slowed as soon as the others wait. The heaviest publishers
+(:func:`heaviest`) are those that published in the last sample at least twice the
 mean of the node's other connections, and at least :data:`MIN_HEAVY` messages, at most
 :data:`MAX_HEAVY` of them, the heaviest first. The
 others keep their latency: the flood is what waits.
@@ -51,24 +56,31 @@ K = TypeVar("K")
 
 @dataclass(frozen=True)
 class OverloadLimits:
-    """The level of each signal at which the node is under pressure (0: not watched):
+    """The level of each signal at which the node is overloaded (0: not watched):
     ``loop_lag`` and ``redis_latency`` in seconds, ``queued_bytes`` and ``memory`` in
-    bytes. Raises :class:`InvalidSettingError` for a negative limit."""
+    bytes; and ``busy_lag``, the loop lag at which it is *busy*: it slows its heaviest
+    publishers then, and defers connections only once overloaded. Raises
+    :class:`InvalidSettingError` for a negative limit."""
 
     loop_lag: float = 1.0
     queued_bytes: int = 1 << 30
     memory: int = 0
     redis_latency: float = 1.0
+    busy_lag: float = 0.1
+
+    def busy(self) -> OverloadLimits:
+        """The limits that make the node busy (its loop lag only)."""
+        return OverloadLimits(self.busy_lag, 0, 0, 0, 0)
 
     def __post_init__(self) -> None:
-        for name in SIGNALS:
+        for name in (*SIGNALS, "busy_lag"):
             value = getattr(self, name)
             if not 0 <= value < float("inf"):
                 raise InvalidSettingError(f"overload limit {name} is out of range: {value!r}")
 
     def watched(self) -> bool:
         """Whether any signal is watched."""
-        return any(getattr(self, name) for name in SIGNALS)
+        return any(getattr(self, name) for name in (*SIGNALS, "busy_lag"))
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,12 @@ does not hold the watch up, the time one Redis PING takes. It hands the samples 
   at most until the connection's connect timeout: then CONNACK 0x89 Server busy, the
   client retries), counted ``mqtt_overload_deferred_connects`` and
   ``mqtt_overload_refused_connects``;
-- each tick, the heaviest publishers of the last tick stop reading for :data:`SLOW`
-  seconds (TCP pushes back on them; nothing they sent is lost), counted
-  ``mqtt_overload_slowed``.
+- each tick, while it is overloaded or only *busy* (its loop lags ``busy_lag``), the
+  heaviest publishers of the last tick stop reading for :data:`SLOW` seconds, twice as
+  long each time one is chosen again while the node stays busy (at most
+  :data:`MAX_SLOW`: a flood that comes back is held back harder; TCP pushes back on
+  it, nothing it sent is lost), counted ``mqtt_overload_slowed``
+  (``mqtt_overload_busy``: 1 while busy).
 
 Becoming overloaded and being relieved are events (``overload`` and
 ``overload_relieved``, with the signals over their limits; each told at most every
@@ -46,7 +49,8 @@ log = logging.getLogger(__name__)
 
 TICK: Final = 0.1  # seconds between samples of the loop's lag
 SLOW_EVERY: Final = 10  # ticks between samples of queues, memory and Redis
-SLOW: Final = 0.2  # seconds a heavy publisher stops reading, each time it is chosen
+SLOW: Final = 0.2  # seconds a heavy publisher stops reading, the first time it is chosen
+MAX_SLOW: Final = 2.0  # seconds, at most: each time again in one episode doubles it
 PING_TIMEOUT: Final = 5.0  # seconds; a PING not answered by then counts as that long
 STATM: Final = "/proc/self/statm"
 EVENTS_EVERY: Final = 30.0  # seconds: a node at the edge tells its episodes this often at most
@@ -89,12 +93,14 @@ class PressureWatch:
     def __init__(self, server: Watched, limits: OverloadLimits) -> None:
         self.server = server
         self.governor = OverloadGovernor(limits)
+        self.busy = OverloadGovernor(limits.busy())
         self.deferred_connects = 0
         self.refused_connects = 0
         self.slowed = 0
         self._relieved = asyncio.Event()
         self._relieved.set()
         self._received: dict[Throttleable, int] = {}
+        self._streaks: dict[Throttleable, int] = {}  # (times slowed in this episode)
         self._redis_latency: float | None = None
         self._pinging: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -114,6 +120,7 @@ class PressureWatch:
         """Judge by ``limits`` from the next sample on (a reload); a watch started
         with no signal watched starts now if one is."""
         self.governor.limits = limits
+        self.busy.limits = limits.busy()
         if self._wanted:
             self.start()
 
@@ -144,10 +151,11 @@ class PressureWatch:
         change = self.governor.observe(signals)
         if change is not None:
             self._announce(change)
-        if self.governor.overloaded:
+        self.busy.observe(signals)
+        if self.governor.overloaded or self.busy.overloaded:
             self._slow_heaviest()
         elif self._received:
-            self._received = {}
+            self._received, self._streaks = {}, {}
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -191,8 +199,10 @@ class PressureWatch:
             received[connection] = count
             published[connection] = count - self._received.get(connection, count)
         self._received = received
+        streaks = self._streaks
         for connection in heaviest(published):
-            connection.slow(SLOW)
+            streak = streaks[connection] = streaks.get(connection, 0) + 1
+            connection.slow(min(SLOW * 2 ** (streak - 1), MAX_SLOW))
             self.slowed += 1
 
     def _announce(self, change: Change) -> None:
@@ -220,6 +230,8 @@ class PressureWatch:
     def stats(self) -> dict[str, int]:
         return {
             "mqtt_overloaded": int(self.governor.overloaded),
+            "mqtt_overload_busy": int(self.busy.overloaded),
+            "mqtt_overload_busy_episodes": self.busy.episodes,
             "mqtt_overload_episodes": self.governor.episodes,
             "mqtt_overload_deferred_connects": self.deferred_connects,
             "mqtt_overload_refused_connects": self.refused_connects,
