@@ -1,0 +1,182 @@
+"""Redis behind Sentinel: the master's client, and following the master through a failover.
+
+:func:`open_sentinel` asks the sentinels of a ``redis+sentinel://`` URL
+(:mod:`router.state.sentinel_url`) where the master is, through redis-py's
+:class:`~redis.asyncio.sentinel.Sentinel`, and returns a :class:`SentinelRedis`: a
+``redis.asyncio.Redis`` over a bounded pool (a caller waits its turn, as on a standalone
+server) whose connections go to whichever server the sentinels call the master when they
+connect (redis-py's ``SentinelManagedConnection``; one that meets READONLY, its server
+demoted, hangs up and asks again).
+
+redis-py asks only when it opens a connection. After ``SENTINEL FAILOVER`` the old master
+keeps serving the connections it has until the sentinels make it a replica (about 8 s
+later: Sentinel waits four publish periods before it reconfigures a master that came
+back), while new connections go to the new master: the node would write to both, and
+what went to the old one is lost when it becomes a replica. So the client *follows* the
+master: every :data:`FOLLOW_INTERVAL` seconds it asks the sentinels (each connect asks
+too), and when the answer changed it closes every connection of every pool made for this
+master (its commands', the node's urgent client's, each pub/sub listener's:
+:func:`following_pool`), in use or not. Their users meet that as they meet a restart of
+Redis: a command fails with :class:`~router.errors.StateUnavailableError` (its caller
+tries again, on the new master), a listener subscribes again and reads what it missed.
+Failovers followed are counted (:attr:`FollowingSentinel.moves`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import weakref
+from typing import Any, Final
+
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.exceptions import (
+    ConnectionError as RedisConnectionError,
+    RedisError,
+    TimeoutError as RedisTimeoutError,
+)
+
+from router.state.sentinel_url import SentinelURL
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two questions to the sentinels about where the master is.
+FOLLOW_INTERVAL: Final = 0.25
+
+Address = tuple[str, int]
+
+
+class FollowingSentinel(Sentinel):
+    """redis-py's Sentinel that remembers the master it found last and, when a later
+    answer names another, closes every connection of the pools it follows (see the
+    module docstring)."""
+
+    def __init__(self, sentinels: list[Address], **options: Any) -> None:
+        super().__init__(sentinels, **options)  # type: ignore[no-untyped-call]
+        self.pools: weakref.WeakSet[SentinelConnectionPool] = weakref.WeakSet()
+        self.master: Address | None = None
+        self.moves = 0  # failovers followed
+        self.misses = 0  # questions no sentinel answered
+
+    async def discover_master(self, service_name: str) -> Address:
+        """The master's address, as redis-py's; a new one closes the followed pools'
+        connections first. Raises redis-py's MasterNotFoundError (a ConnectionError)
+        when no sentinel names a master in good standing."""
+        found = await super().discover_master(service_name)
+        address = (str(found[0]), int(found[1]))
+        previous, self.master = self.master, address
+        if previous is not None and previous != address:
+            self.moves += 1
+            log.warning(
+                "Redis master %r moved from %s:%s to %s:%s: reconnecting",
+                service_name,
+                *previous,
+                *address,
+            )
+            for pool in list(self.pools):
+                pool.master_address = address
+                with contextlib.suppress(RedisError, OSError):
+                    await pool.disconnect(inuse_connections=True)
+        return address
+
+    async def follow(self, service_name: str, interval: float) -> None:
+        """Ask where the master is every ``interval`` seconds, forever (cancel it);
+        sentinels that do not answer are counted in :attr:`misses`, never raised."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.discover_master(service_name)
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                self.misses += 1
+                log.debug("no sentinel named the master %r: %s", service_name, exc)
+
+
+class MasterPool(SentinelConnectionPool, BlockingConnectionPool):
+    """Connections to the master, at most ``max_connections``: a caller that finds all
+    busy waits up to ``timeout`` seconds for one (redis-py's BlockingConnectionPool),
+    each connecting where the sentinels say (its SentinelConnectionPool)."""
+
+
+class SentinelRedis(Redis):
+    """The client of a master behind Sentinel (:func:`open_sentinel`): a plain
+    ``redis.asyncio.Redis`` whose :meth:`aclose` also stops following the master and
+    closes the connections to the sentinels."""
+
+    def __init__(self, pool: MasterPool, sentinels: FollowingSentinel) -> None:
+        super().__init__(connection_pool=pool)
+        self.auto_close_connection_pool = True  # (as Redis.from_pool: the client owns it)
+        self.service_name: str = pool.service_name  # the master's name at the sentinels
+        self.sentinels = sentinels
+        self._follower: asyncio.Task[None] | None = None
+
+    def follow(self, interval: float) -> None:
+        """Start following the master (see the module docstring), until :meth:`aclose`."""
+        self._follower = asyncio.create_task(
+            self.sentinels.follow(self.service_name, interval), name="follow-redis-master"
+        )
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        follower, self._follower = self._follower, None
+        if follower is not None:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+        try:
+            await super().aclose(close_connection_pool)
+        finally:
+            await self.sentinels.aclose()
+
+
+async def open_sentinel(url: str, pool_size: int, wait: float, **options: Any) -> SentinelRedis:
+    """A client of the master the sentinels of ``url`` name, over a pool of at most
+    ``pool_size`` connections where a caller waits up to ``wait`` seconds for its turn;
+    ``options`` are connection settings (``socket_timeout``...; the ``socket_*`` ones
+    apply to the sentinels too). Answers one PING before it returns, and follows the
+    master from then on.
+
+    Raises :class:`~router.errors.BadRedisURLError` for a malformed URL, and redis-py's
+    errors (the caller translates them): MasterNotFoundError (a ConnectionError) when no
+    sentinel answers or none knows the master, its other errors when the master refuses.
+    """
+    parsed = SentinelURL.parse(url)
+    sentinel_options = {k: v for k, v in options.items() if k.startswith("socket_")}
+    manager = FollowingSentinel(
+        list(parsed.sentinels), sentinel_kwargs=sentinel_options | parsed.sentinel_options()
+    )
+    pool = MasterPool(  # type: ignore[no-untyped-call]
+        parsed.master,
+        manager,
+        max_connections=pool_size,
+        timeout=wait,
+        **parsed.master_options(),
+        **options,
+    )
+    manager.pools.add(pool)
+    client = SentinelRedis(pool, manager)
+    try:
+        await client.ping()
+    except BaseException:
+        await client.aclose()
+        raise
+    client.follow(FOLLOW_INTERVAL)
+    return client
+
+
+def following_pool(
+    pool: SentinelConnectionPool, max_connections: int | None = None, **connection_kwargs: Any
+) -> SentinelConnectionPool:
+    """A new pool of connections to ``pool``'s master with ``connection_kwargs`` (those of
+    ``pool``, adjusted by the caller), followed through failovers as ``pool`` is: for
+    the node's urgent client and its pub/sub listeners."""
+    manager: FollowingSentinel = pool.sentinel_manager
+    sibling = SentinelConnectionPool(  # type: ignore[no-untyped-call]
+        pool.service_name,
+        manager,
+        connection_class=pool.connection_class,
+        max_connections=max_connections,
+        **connection_kwargs,
+    )
+    manager.pools.add(sibling)
+    return sibling
