@@ -31,7 +31,9 @@ import weakref
 from typing import Any, Final
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.backoff import NoBackoff
 from redis.exceptions import (
     ConnectionError as RedisConnectionError,
     RedisError,
@@ -142,6 +144,9 @@ async def open_sentinel(url: str, pool_size: int, wait: float, **options: Any) -
     """
     parsed = SentinelURL.parse(url)
     sentinel_options = {k: v for k, v in options.items() if k.startswith("socket_")}
+    # A sentinel that does not answer is passed over at once, for the next one (redis-py's
+    # default retries would spend seconds on it, at every question).
+    sentinel_options["retry"] = Retry(NoBackoff(), 0)
     manager = FollowingSentinel(
         list(parsed.sentinels), sentinel_kwargs=sentinel_options | parsed.sentinel_options()
     )
