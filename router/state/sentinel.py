@@ -13,9 +13,10 @@ keeps serving the connections it has until the sentinels make it a replica (abou
 later: Sentinel waits four publish periods before it reconfigures a master that came
 back), while new connections go to the new master: the node would write to both, and
 what went to the old one is lost when it becomes a replica. So the client *follows* the
-master: every :data:`FOLLOW_INTERVAL` seconds it asks the sentinels (each connect asks
-too), and when the answer changed it closes every connection of every pool made for this
-master (its commands', the node's urgent client's, each pub/sub listener's:
+master: it listens to every sentinel's announcements of a switch (``+switch-master``) and
+asks the one that announced at once, asks every :data:`FOLLOW_INTERVAL` seconds besides
+(each connect asks too), and when the answer changed it closes every connection of every
+pool made for this master (its commands', the node's urgent client's, each pub/sub listener's:
 :func:`following_pool`), in use or not. Their users meet that as they meet a restart of
 Redis: a command fails with :class:`~router.errors.StateUnavailableError` (its caller
 tries again, on the new master), a listener subscribes again and reads what it missed.
@@ -44,8 +45,18 @@ from router.state.sentinel_url import SentinelURL
 
 log = logging.getLogger(__name__)
 
-#: Seconds between two questions to the sentinels about where the master is.
-FOLLOW_INTERVAL: Final = 0.25
+#: Seconds between two questions to the sentinels about where the master is (each
+#: sentinel's announcement of a switch makes the client ask at once).
+FOLLOW_INTERVAL: Final = 1.0
+#: The channel on which a sentinel announces a failover done:
+#: ``+switch-master NAME OLD_IP OLD_PORT NEW_IP NEW_PORT``.
+SWITCH_CHANNEL: Final = "+switch-master"
+#: Quiet seconds after which a sentinel's announcement listener PINGs it.
+LISTEN_SLICE: Final = 15.0
+#: How a task of the client is stopped: cancelled again every RECANCEL_INTERVAL seconds
+#: until it ends, for at most STOP_TIMEOUT seconds.
+RECANCEL_INTERVAL: Final = 0.05
+STOP_TIMEOUT: Final = 5.0
 
 Address = tuple[str, int]
 
@@ -83,16 +94,82 @@ class FollowingSentinel(Sentinel):
                     await pool.disconnect(inuse_connections=True)
         return address
 
-    async def follow(self, service_name: str, interval: float) -> None:
-        """Ask where the master is every ``interval`` seconds, forever (cancel it);
-        sentinels that do not answer are counted in :attr:`misses`, never raised."""
+    def follow(self, service_name: str, interval: float) -> list[asyncio.Task[None]]:
+        """Start following the master: tasks (the caller stops them) that ask where it
+        is every ``interval`` seconds, and at once when a sentinel announces a switch of
+        ``service_name`` (that sentinel is asked first: it knows). Sentinels that do not
+        answer are counted in :attr:`misses`, never raised."""
+        switched = asyncio.Event()
+        listeners = [
+            asyncio.create_task(
+                self._listen(sentinel, service_name, switched, interval),
+                name="hear-redis-sentinel",
+            )
+            for sentinel in list(self.sentinels)
+        ]
+        asker = asyncio.create_task(
+            self._ask(service_name, switched, interval), name="follow-redis-master"
+        )
+        return [asker, *listeners]
+
+    async def _ask(self, service_name: str, switched: asyncio.Event, interval: float) -> None:
         while True:
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await switched.wait()
+            switched.clear()
             try:
                 await self.discover_master(service_name)
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 self.misses += 1
                 log.debug("no sentinel named the master %r: %s", service_name, exc)
+
+    async def _listen(
+        self, sentinel: Redis, service_name: str, switched: asyncio.Event, interval: float
+    ) -> None:
+        """Hear ``sentinel``'s announcements of a switch of ``service_name``: put it
+        first and set ``switched``. Pings it after :data:`LISTEN_SLICE` quiet seconds;
+        after a failure, listens again ``interval`` seconds later."""
+        name = service_name.encode()
+        while True:
+            pubsub = sentinel.pubsub()
+            try:
+                await pubsub.subscribe(SWITCH_CHANNEL)
+                while True:
+                    message = await pubsub.get_message(True, timeout=LISTEN_SLICE)
+                    if message is None:
+                        await pubsub.ping()
+                    elif bytes(message["data"]).split(b" ", 1)[0] == name:
+                        self._ask_first(sentinel)
+                        switched.set()
+            except (RedisError, OSError) as exc:
+                log.debug("lost a sentinel's announcements (%s); listening again", exc)
+            finally:
+                with contextlib.suppress(RedisError, OSError):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await asyncio.sleep(interval)
+
+    def _ask_first(self, sentinel: Redis) -> None:
+        """Ask ``sentinel`` first from now on (redis-py's discovery does so with the
+        last one that answered)."""
+        if sentinel in self.sentinels:
+            at = self.sentinels.index(sentinel)
+            self.sentinels[0], self.sentinels[at] = self.sentinels[at], self.sentinels[0]
+
+
+async def stop(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` and wait until they ended, cancelling again every
+    :data:`RECANCEL_INTERVAL` seconds (a redis-py pub/sub read may swallow a
+    cancellation), for at most :data:`STOP_TIMEOUT` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + STOP_TIMEOUT
+    pending = {task for task in tasks if not task.done()}
+    while pending and loop.time() < deadline:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=RECANCEL_INTERVAL)
+    for task in pending:
+        log.error("task %s did not stop within %.1f s", task.get_name(), STOP_TIMEOUT)
 
 
 class MasterPool(SentinelConnectionPool, BlockingConnectionPool):
@@ -111,20 +188,15 @@ class SentinelRedis(Redis):
         self.auto_close_connection_pool = True  # (as Redis.from_pool: the client owns it)
         self.service_name: str = pool.service_name  # the master's name at the sentinels
         self.sentinels = sentinels
-        self._follower: asyncio.Task[None] | None = None
+        self._following: list[asyncio.Task[None]] = []
 
     def follow(self, interval: float) -> None:
         """Start following the master (see the module docstring), until :meth:`aclose`."""
-        self._follower = asyncio.create_task(
-            self.sentinels.follow(self.service_name, interval), name="follow-redis-master"
-        )
+        self._following = self.sentinels.follow(self.service_name, interval)
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
-        follower, self._follower = self._follower, None
-        if follower is not None:
-            follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await follower
+        following, self._following = self._following, []
+        await stop(following)
         try:
             await super().aclose(close_connection_pool)
         finally:

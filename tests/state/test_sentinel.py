@@ -8,14 +8,13 @@ from __future__ import annotations
 from uuid import uuid4
 
 import pytest
-import redis as sync_redis
 
 from router.errors import StateUnavailableError
 from router.ops.processes import free_port
-from router.state.connection import open_redis, pubsub_client, urgent_client
+from router.state.connection import open_redis, urgent_client
 from router.state.sentinel import SentinelRedis
 from router.state.wakeups import WakeUps
-from tests.support.sentinels import SentinelServers
+from tests.support.sentinels import SentinelServers, clients_of, role
 from tests.support.servers import RedisServer
 from tests.support.waiting import eventually
 
@@ -23,20 +22,8 @@ NAME = "router-sentinel-test"  # the client name of every connection the test op
 
 
 def ours(server: RedisServer) -> list[str]:
-    """The commands of the connections this test opened on ``server`` (CLIENT LIST)."""
-    client = sync_redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=1)
-    try:
-        return [c["cmd"] for c in client.client_list() if c.get("name") == NAME]
-    finally:
-        client.close()
-
-
-def role(server: RedisServer) -> str:
-    client = sync_redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=1)
-    try:
-        return str(client.info("replication")["role"])
-    finally:
-        client.close()
+    """The last command of each connection this test opened on ``server``."""
+    return [str(c["cmd"]) for c in clients_of(server) if c.get("name") == NAME]
 
 
 async def test_every_connection_follows_the_master_through_a_failover(

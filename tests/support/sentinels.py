@@ -37,6 +37,32 @@ FAILOVER_TIMEOUT: Final = 20.0
 DOWN_AFTER_MS: Final = 1000
 
 
+def clients_of(server: RedisServer) -> list[dict[str, object]]:
+    """The client connections on ``server`` (CLIENT LIST) but the sentinels', the
+    replicas' and the one that asks."""
+    client = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=1)
+    try:
+        listed = client.client_list()
+    finally:
+        client.close()
+    return [
+        entry
+        for entry in listed
+        if not str(entry.get("name", "")).startswith("sentinel-")
+        and "S" not in str(entry.get("flags", ""))
+        and entry.get("cmd") != "client|list"
+    ]
+
+
+def role(server: RedisServer) -> str:
+    """``master`` or ``slave``, as ``server`` says (INFO replication)."""
+    client = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=1)
+    try:
+        return str(client.info("replication")["role"])
+    finally:
+        client.close()
+
+
 class SentinelProcess:
     """One ``redis-sentinel`` on a free loopback port watching the master on
     ``master_port``, in its own temporary directory."""
