@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.exceptions import (
     ConnectionError as RedisConnectionError,
@@ -72,12 +72,19 @@ class FollowingSentinel(Sentinel):
         self.master: Address | None = None
         self.moves = 0  # failovers followed
         self.misses = 0  # questions no sentinel answered
+        self.addresses = [f"{host}:{port}" for host, port in sentinels]
 
     async def discover_master(self, service_name: str) -> Address:
         """The master's address, as redis-py's; a new one closes the followed pools'
         connections first. Raises redis-py's MasterNotFoundError (a ConnectionError)
         when no sentinel names a master in good standing."""
-        found = await super().discover_master(service_name)
+        try:
+            found = await super().discover_master(service_name)
+        except MasterNotFoundError as exc:  # (redis-py's message holds each client's repr)
+            asked = ", ".join(self.addresses)
+            raise MasterNotFoundError(
+                f"no sentinel ({asked}) answered with a master {service_name!r} in good standing"
+            ) from exc
         address = (str(found[0]), int(found[1]))
         previous, self.master = self.master, address
         if previous is not None and previous != address:

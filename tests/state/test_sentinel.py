@@ -64,11 +64,12 @@ async def test_every_connection_follows_the_master_through_a_failover(
 async def test_a_sentinel_url_without_a_sentinel_or_a_master_is_unavailable(
     redis_sentinels: SentinelServers,
 ) -> None:
-    nobody = f"redis+sentinel://127.0.0.1:{free_port()}/mymaster"
-    with pytest.raises(StateUnavailableError, match="No master found"):
+    port = free_port()
+    nobody = f"redis+sentinel://127.0.0.1:{port}/mymaster"
+    with pytest.raises(StateUnavailableError, match=f"no sentinel \\(127.0.0.1:{port}\\) answ"):
         await open_redis(nobody, socket_connect_timeout=1)
     unknown = redis_sentinels.url.replace("/mymaster/", "/othermaster/")
-    with pytest.raises(StateUnavailableError, match="No master found for 'othermaster'"):
+    with pytest.raises(StateUnavailableError, match="a master 'othermaster' in good standing"):
         await open_redis(unknown, socket_connect_timeout=1)
     # One sentinel that answers among dead ones is enough.
     alive = redis_sentinels.sentinels[2].port

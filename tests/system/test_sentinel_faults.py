@@ -8,8 +8,9 @@ and b, a persistent QoS 1 subscriber on a, a publisher on b that sends until its
 is acknowledged. In every scenario no node may be purged.
 
 * ``SENTINEL FAILOVER``: the replica is promoted at once. Nothing acknowledged is lost,
-  and no node is left connected to the old master (which the sentinels make a replica
-  only seconds later: until then it takes writes that would be lost).
+  no node is left connected to the old master (which the sentinels make a replica only
+  seconds later: until then it takes writes that would be lost), and ``router nodes``
+  on the same URL lists both nodes alive.
 * ``kill -9`` of the master: the sentinels agree it is down and promote the replica
   (down-after 1 s, then the election). Replication is asynchronous, so writes
   acknowledged just before the kill may be gone: delivery must resume, everything
@@ -28,6 +29,7 @@ import time
 import pytest
 
 from router.state.keys import Keys
+from tests.support.cli import invoke_json
 from tests.support.fault_load import DEADLINE, collect, loaded_nodes, longest_gap
 from tests.support.sentinels import SentinelServers, clients_of, role
 from tests.support.waiting import wait_until
@@ -47,6 +49,7 @@ def test_a_sentinel_failover_under_qos1_load_loses_nothing(
         # The sentinels make the old master a replica only seconds later: meanwhile it
         # would take writes, lost then; the nodes left it at the switch.
         still_master, left_on_old = role(old) == "master", clients_of(old)
+        listed = invoke_json(redis_sentinels.url, keys.prefix, "nodes")  # (the CLI too)
         figures = collect(scene.subscriber, scene.load)
         counted, purged = scene.counted(), scene.purged()
     print(
@@ -60,6 +63,7 @@ def test_a_sentinel_failover_under_qos1_load_loses_nothing(
     assert figures.lost == []
     assert left_on_old == []
     assert purged == 0
+    assert {(node["node_id"], node["alive"]) for node in listed} == {("a", True), ("b", True)}
 
 
 def test_kill_9_of_the_master_under_qos1_load_resumes_and_reports_losses(
