@@ -191,7 +191,7 @@ async def open_redis(url: str, pool_size: int = DEFAULT_POOL_SIZE, **options: An
     with translating:
         if is_sentinel_url(url):
             wait = options.get("socket_timeout") or CONNECT_TIMEOUT
-            return await open_sentinel(url, pool_size, wait, **options)
+            return await open_sentinel(url, pool_size, wait, subscriber, **options)
         return await _open(url, pool_size, **options)
 
 

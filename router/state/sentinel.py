@@ -29,9 +29,11 @@ import asyncio
 import contextlib
 import logging
 import weakref
+from collections.abc import Callable
 from typing import Any, Final
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
@@ -59,6 +61,8 @@ RECANCEL_INTERVAL: Final = 0.05
 STOP_TIMEOUT: Final = 5.0
 
 Address = tuple[str, int]
+#: Makes a pub/sub of a client (:func:`router.state.connection.subscriber`).
+Subscriber = Callable[[Redis], PubSub]
 
 
 class FollowingSentinel(Sentinel):
@@ -66,8 +70,9 @@ class FollowingSentinel(Sentinel):
     answer names another, closes every connection of the pools it follows (see the
     module docstring)."""
 
-    def __init__(self, sentinels: list[Address], **options: Any) -> None:
+    def __init__(self, sentinels: list[Address], subscriber: Subscriber, **options: Any) -> None:
         super().__init__(sentinels, **options)  # type: ignore[no-untyped-call]
+        self._subscriber = subscriber
         self.pools: weakref.WeakSet[SentinelConnectionPool] = weakref.WeakSet()
         self.master: Address | None = None
         self.moves = 0  # failovers followed
@@ -139,7 +144,7 @@ class FollowingSentinel(Sentinel):
         after a failure, listens again ``interval`` seconds later."""
         name = service_name.encode()
         while True:
-            pubsub = sentinel.pubsub()
+            pubsub = self._subscriber(sentinel)
             try:
                 await pubsub.subscribe(SWITCH_CHANNEL)
                 while True:
@@ -164,7 +169,7 @@ class FollowingSentinel(Sentinel):
             self.sentinels[0], self.sentinels[at] = self.sentinels[at], self.sentinels[0]
 
 
-async def stop(tasks: list[asyncio.Task[None]]) -> None:
+async def _stop(tasks: list[asyncio.Task[None]]) -> None:
     """Cancel ``tasks`` and wait until they ended, cancelling again every
     :data:`RECANCEL_INTERVAL` seconds (a redis-py pub/sub read may swallow a
     cancellation), for at most :data:`STOP_TIMEOUT` seconds."""
@@ -203,16 +208,19 @@ class SentinelRedis(Redis):
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
         following, self._following = self._following, []
-        await stop(following)
+        await _stop(following)
         try:
             await super().aclose(close_connection_pool)
         finally:
             await self.sentinels.aclose()
 
 
-async def open_sentinel(url: str, pool_size: int, wait: float, **options: Any) -> SentinelRedis:
+async def open_sentinel(
+    url: str, pool_size: int, wait: float, subscriber: Subscriber, **options: Any
+) -> SentinelRedis:
     """A client of the master the sentinels of ``url`` name, over a pool of at most
-    ``pool_size`` connections where a caller waits up to ``wait`` seconds for its turn;
+    ``pool_size`` connections where a caller waits up to ``wait`` seconds for its turn,
+    hearing the sentinels' announcements through pub/subs that ``subscriber`` makes;
     ``options`` are connection settings (``socket_timeout``...; the ``socket_*`` ones
     apply to the sentinels too). Answers one PING before it returns, and follows the
     master from then on.
@@ -227,7 +235,9 @@ async def open_sentinel(url: str, pool_size: int, wait: float, **options: Any) -
     # default retries would spend seconds on it, at every question).
     sentinel_options["retry"] = Retry(NoBackoff(), 0)
     manager = FollowingSentinel(
-        list(parsed.sentinels), sentinel_kwargs=sentinel_options | parsed.sentinel_options()
+        list(parsed.sentinels),
+        subscriber,
+        sentinel_kwargs=sentinel_options | parsed.sentinel_options(),
     )
     pool = MasterPool(  # type: ignore[no-untyped-call]
         parsed.master,
