@@ -1,10 +1,12 @@
 """Redis behind Sentinel (real ``redis-sentinel`` processes): the client reaches the
 master the sentinels name, its urgent client and pub/sub listeners too, and after
 ``SENTINEL FAILOVER`` every one of its connections leaves the old master for the new one
-(before the sentinels make the old master a replica, seconds later)."""
+(before the sentinels make the old master a replica, seconds later); ``rediss+sentinel://``
+speaks TLS to TLS-only sentinels and servers."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from uuid import uuid4
 
 import pytest
@@ -14,6 +16,7 @@ from router.ops.processes import free_port
 from router.state.connection import open_redis, urgent_client
 from router.state.sentinel import SentinelRedis
 from router.state.wakeups import WakeUps
+from tests.support.pki import make_pki
 from tests.support.sentinels import SentinelServers, clients_of, role
 from tests.support.servers import RedisServer
 from tests.support.waiting import eventually
@@ -79,3 +82,32 @@ async def test_a_sentinel_url_without_a_sentinel_or_a_master_is_unavailable(
         assert await client.ping()
     finally:
         await client.aclose()
+
+
+@pytest.mark.redis  # (servers of its own, not from the fixtures)
+async def test_rediss_sentinel_speaks_tls_to_the_sentinels_and_the_master(
+    tmp_path: Path,
+) -> None:
+    servers = SentinelServers(tls=make_pki(tmp_path))
+    try:
+        servers.start()
+        master = servers.master()
+        assert master is not None
+        url = servers.url
+        assert url.startswith("rediss+sentinel://")
+        client = await open_redis(url, socket_timeout=2, client_name=NAME)
+        wakeups = WakeUps(client, "tls-wake")
+        try:
+            await client.set("tls", b"over TLS")
+            generation = await wakeups.arm()
+            await client.publish("tls-wake", b"wake")
+            assert await wakeups.wait(generation, 5)
+            assert sorted(ours(master)) == ["publish", "subscribe"]
+        finally:
+            await wakeups.aclose()
+            await client.aclose()
+        without_ca = url.partition("?")[0]
+        with pytest.raises(StateUnavailableError, match="no sentinel"):
+            await open_redis(without_ca, socket_connect_timeout=1)
+    finally:
+        servers.stop()

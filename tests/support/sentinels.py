@@ -26,7 +26,8 @@ import redis
 
 from router.errors import ProcessStartError
 from router.ops.processes import answers_ping, free_port, spawn, stop_process, wait_ready
-from tests.support.servers import RedisServer, link_up, require_binary
+from tests.support.pki import Pki
+from tests.support.servers import RedisServer, require_binary
 from tests.support.waiting import wait_until
 
 MASTER_NAME: Final = "mymaster"
@@ -40,7 +41,7 @@ DOWN_AFTER_MS: Final = 1000
 def clients_of(server: RedisServer) -> list[dict[str, object]]:
     """The client connections on ``server`` (CLIENT LIST) but the sentinels', the
     replicas' and the one that asks."""
-    client = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=1)
+    client = redis.Redis.from_url(server.url, socket_timeout=1)
     try:
         listed = client.client_list()
     finally:
@@ -54,9 +55,21 @@ def clients_of(server: RedisServer) -> list[dict[str, object]]:
     ]
 
 
+def in_sync(replica: RedisServer) -> bool:
+    """True if ``replica`` is connected to its master and in sync."""
+    client = redis.Redis.from_url(replica.url, socket_timeout=1)
+    try:
+        info = client.info("replication")
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+    return bool(info.get("master_link_status") == "up" and not info.get("master_sync_in_progress"))
+
+
 def role(server: RedisServer) -> str:
     """``master`` or ``slave``, as ``server`` says (INFO replication)."""
-    client = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=1)
+    client = redis.Redis.from_url(server.url, socket_timeout=1)
     try:
         return str(client.info("replication")["role"])
     finally:
@@ -67,8 +80,9 @@ class SentinelProcess:
     """One ``redis-sentinel`` on a free loopback port watching the master on
     ``master_port``, in its own temporary directory."""
 
-    def __init__(self, master_port: int, down_after_ms: int) -> None:
+    def __init__(self, master_port: int, down_after_ms: int, tls: Pki | None = None) -> None:
         self.binary = require_binary("redis-sentinel")
+        self.tls = tls  # TLS only, to its clients and to the servers it watches
         self.dir = Path(tempfile.mkdtemp(prefix="router-sentinel-"))
         self.master_port = master_port
         self.down_after_ms = down_after_ms
@@ -76,9 +90,21 @@ class SentinelProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def _config(self) -> str:
+        tls = self.tls
+        ports = [f"port {self.port}"]
+        if tls is not None:
+            ports = [
+                "port 0",
+                f"tls-port {self.port}",
+                f"tls-cert-file {tls.server_cert}",
+                f"tls-key-file {tls.server_key}",
+                f"tls-ca-cert-file {tls.ca}",
+                "tls-auth-clients no",
+                "tls-replication yes",
+            ]
         return "\n".join(
             [
-                f"port {self.port}",
+                *ports,
                 "bind 127.0.0.1",
                 "protected-mode no",
                 f"dir {self.dir}",
@@ -100,7 +126,7 @@ class SentinelProcess:
             try:
                 wait_ready(
                     self.process,
-                    lambda: answers_ping(f"redis://127.0.0.1:{self.port}"),
+                    lambda: answers_ping(self.url),
                     name=f"redis-sentinel on port {self.port}",
                     timeout=START_TIMEOUT,
                 )
@@ -111,8 +137,14 @@ class SentinelProcess:
                 self.process = None  # lost a race for the port: try another one
         raise RuntimeError(f"redis-sentinel did not start; see {self.dir / 'sentinel.log'}")
 
+    @property
+    def url(self) -> str:
+        if self.tls is not None:
+            return f"rediss://127.0.0.1:{self.port}?ssl_ca_certs={self.tls.ca}"
+        return f"redis://127.0.0.1:{self.port}"
+
     def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
+        return redis.Redis.from_url(self.url, socket_timeout=1)
 
     def master(self) -> dict[str, object] | None:
         """What this sentinel says of the master (``SENTINEL MASTER``), or None."""
@@ -139,8 +171,14 @@ class SentinelServers:
     docstring); :attr:`url` is the ``redis+sentinel://`` URL of them all."""
 
     def __init__(
-        self, replicas: int = 1, sentinels: int = 3, *, down_after_ms: int = DOWN_AFTER_MS
+        self,
+        replicas: int = 1,
+        sentinels: int = 3,
+        *,
+        down_after_ms: int = DOWN_AFTER_MS,
+        tls: Pki | None = None,
     ) -> None:
+        self.tls = tls  # every server and sentinel TLS only (the URL: rediss+sentinel://)
         self.replicas = replicas
         self.sentinel_count = sentinels
         self.down_after_ms = down_after_ms
@@ -150,18 +188,20 @@ class SentinelServers:
     @property
     def url(self) -> str:
         hosts = ",".join(f"127.0.0.1:{sentinel.port}" for sentinel in self.sentinels)
+        if self.tls is not None:
+            return f"rediss+sentinel://{hosts}/{MASTER_NAME}/0?ssl_ca_certs={self.tls.ca}"
         return f"redis+sentinel://{hosts}/{MASTER_NAME}/0"
 
     def start(self) -> None:
-        master = RedisServer()
+        master = RedisServer(tls=self.tls)
         self.servers.append(master)
         master.start()
         for _ in range(self.replicas):
-            replica = RedisServer(replica_of=master.port)
+            replica = RedisServer(replica_of=master.port, tls=self.tls)
             self.servers.append(replica)
             replica.start()
         for _ in range(self.sentinel_count):
-            sentinel = SentinelProcess(master.port, self.down_after_ms)
+            sentinel = SentinelProcess(master.port, self.down_after_ms, self.tls)
             self.sentinels.append(sentinel)
             sentinel.start()
         wait_until(self.settled, SETTLE_TIMEOUT, "every sentinel knowing everyone, in sync")
@@ -198,7 +238,7 @@ class SentinelServers:
             if state.get("num-slaves") != self.replicas:
                 return False
         replicas = [server for server in self.servers if server is not master]
-        return all(link_up(server.port) for server in replicas)
+        return all(in_sync(server) for server in replicas)
 
     def fail_over(self) -> tuple[RedisServer, RedisServer, float]:
         """``SENTINEL FAILOVER`` (a replica promoted at once); returns the old master, the

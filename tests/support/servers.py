@@ -115,6 +115,8 @@ class RedisServer:
             ]
         if self.replica_of is not None:
             args += ["--replicaof", "127.0.0.1", str(self.replica_of)]
+            if self.tls is not None:
+                args += ["--tls-replication", "yes"]
         if self.cluster or self.replica_of is not None:
             # A replica's first sync starts at once (the default waits 5 s for others).
             args += ["--repl-diskless-sync-delay", "0"]
@@ -253,7 +255,7 @@ class RedisClusterServers:
         replicas = [entry for entry in topology if entry[1] == "slave"]
         if len(masters) != self.masters or len(replicas) != self.masters * self.replicas:
             return False
-        return all(link_up(int(address.rsplit(":", 1)[1])) for address, *_ in replicas)
+        return all(_link_up(int(address.rsplit(":", 1)[1])) for address, *_ in replicas)
 
     def stop(self) -> None:
         for node in self.nodes:
@@ -294,7 +296,7 @@ def _view(port: int) -> frozenset[Entry] | None:
     return frozenset(view)
 
 
-def link_up(port: int) -> bool:
+def _link_up(port: int) -> bool:
     """True if the replica on ``port`` is connected to its master and in sync."""
     client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
     try:
