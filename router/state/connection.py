@@ -33,7 +33,7 @@ from router.errors import (
 )
 from router.state.failures import translating
 from router.state.scripts import RedisClient
-from router.state.sentinel import following_pool, open_sentinel
+from router.state.sentinel import SentinelRedis, following_pool, open_sentinel
 from router.state.sentinel_url import is_sentinel_url
 
 log = logging.getLogger(__name__)
@@ -216,6 +216,12 @@ async def _open(url: str, pool_size: int, **options: Any) -> RedisClient:
     cluster = BoundedRedisCluster.from_url(url, pool_size=pool_size, **options)
     await cluster.initialize()
     return cluster
+
+
+def failovers_followed(redis: RedisClient) -> int:
+    """How many times the master of ``redis`` moved and its connections followed it (a
+    client behind Sentinel: :mod:`router.state.sentinel`); 0 for any other client."""
+    return redis.sentinels.moves if isinstance(redis, SentinelRedis) else 0
 
 
 async def refresh_slot_map(redis: RedisClient) -> None:

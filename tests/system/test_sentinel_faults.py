@@ -31,6 +31,7 @@ import pytest
 from router.state.keys import Keys
 from tests.support.cli import invoke_json
 from tests.support.fault_load import DEADLINE, collect, loaded_nodes, longest_gap
+from tests.support.metrics import scrape
 from tests.support.sentinels import SentinelServers, clients_of, role
 from tests.support.waiting import wait_until
 
@@ -50,6 +51,10 @@ def test_a_sentinel_failover_under_qos1_load_loses_nothing(
         # would take writes, lost then; the nodes left it at the switch.
         still_master, left_on_old = role(old) == "master", clients_of(old)
         listed = invoke_json(redis_sentinels.url, keys.prefix, "nodes")  # (the CLI too)
+        followed = {
+            node_id: round(scrape(metrics).get("router_redis_failovers_followed_total", 0))
+            for node_id, (_, metrics) in scene.nodes.items()
+        }
         figures = collect(scene.subscriber, scene.load)
         counted, purged = scene.counted(), scene.purged()
     print(
@@ -64,6 +69,7 @@ def test_a_sentinel_failover_under_qos1_load_loses_nothing(
     assert left_on_old == []
     assert purged == 0
     assert {(node["node_id"], node["alive"]) for node in listed} == {("a", True), ("b", True)}
+    assert followed == {"a": 1, "b": 1}
 
 
 def test_kill_9_of_the_master_under_qos1_load_resumes_and_reports_losses(
