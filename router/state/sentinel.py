@@ -140,20 +140,25 @@ class FollowingSentinel(Sentinel):
         self, sentinel: Redis, service_name: str, switched: asyncio.Event, interval: float
     ) -> None:
         """Hear ``sentinel``'s announcements of a switch of ``service_name``: put it
-        first and set ``switched``. Pings it after :data:`LISTEN_SLICE` quiet seconds;
-        after a failure, listens again ``interval`` seconds later."""
+        first and set ``switched``. Pings it after :data:`LISTEN_SLICE` quiet seconds
+        (no answer in as many more: it failed); after a failure, listens again
+        ``interval`` seconds later."""
         name = service_name.encode()
         while True:
             pubsub = self._subscriber(sentinel)
             try:
                 await pubsub.subscribe(SWITCH_CHANNEL)
+                pinged = False
                 while True:
-                    message = await pubsub.get_message(True, timeout=LISTEN_SLICE)
+                    message = await pubsub.get_message(timeout=LISTEN_SLICE)
+                    if message is None and pinged:
+                        raise RedisConnectionError("the sentinel stopped answering")
                     if message is None:
                         await pubsub.ping()
-                    elif bytes(message["data"]).split(b" ", 1)[0] == name:
+                    elif message["type"] == "message" and message["data"].split()[0] == name:
                         self._ask_first(sentinel)
                         switched.set()
+                    pinged = message is None
             except (RedisError, OSError) as exc:
                 log.debug("lost a sentinel's announcements (%s); listening again", exc)
             finally:
@@ -244,8 +249,7 @@ async def open_sentinel(
         manager,
         max_connections=pool_size,
         timeout=wait,
-        **parsed.master_options(),
-        **options,
+        **{**parsed.master_options(), **options},
     )
     manager.pools.add(pool)
     client = SentinelRedis(pool, manager)
