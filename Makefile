@@ -46,7 +46,8 @@ typecheck: $(STAMP)
 web-assets: $(ASSETS)
 
 # Debian packages the tests use for real: redis-server (standalone and cluster),
-# redis-tools (redis-cli --cluster create), libmosquitto1 (the reference matcher),
+# redis-tools (redis-cli --cluster create), redis-sentinel (Redis behind Sentinel: the
+# failover tests start three), libmosquitto1 (the reference matcher),
 # mosquitto-clients (mosquitto_pub/_sub: real MQTT clients for the listener tests),
 # mosquitto (mosquitto_passwd writes the password files the tests read), openssl (test certificates),
 # a Java 17+ runtime for the Spark pipeline when `java` is missing or older,
@@ -61,6 +62,7 @@ system-deps:
 	$(PYTHON) -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' || missing="$$missing python3-dev"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
+	command -v redis-sentinel >/dev/null 2>&1 || missing="$$missing redis-sentinel"; \
 	ldconfig -p | grep -q 'libmosquitto\.so\.1' || missing="$$missing libmosquitto1"; \
 	command -v mosquitto_sub >/dev/null 2>&1 || missing="$$missing mosquitto-clients"; \
 	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \

@@ -89,7 +89,7 @@ def target_options(func: Callable[..., T]) -> Callable[..., T]:
         envvar=URL_VARIABLE,
         default=DEFAULT_URL,
         show_default=True,
-        help=f"Redis URL, standalone or cluster (env {URL_VARIABLE}).",
+        help=f"Redis URL: standalone, cluster or redis+sentinel:// (env {URL_VARIABLE}).",
     )
     @click.option(
         "--prefix",
@@ -118,7 +118,7 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
 
 @contextlib.asynccontextmanager
 async def redis_client(target: Target, *, expect_nodes: bool = False) -> AsyncIterator[RedisClient]:
-    """A client for the target's Redis (standalone or cluster), closed on exit; with
+    """A client for the target's Redis (standalone, cluster or Sentinel), closed on exit; with
     ``expect_nodes``, a block that ends without an error is followed by
     :func:`warn_without_nodes`."""
     Keys(target.prefix)  # an unusable prefix fails before connecting

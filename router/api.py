@@ -41,10 +41,11 @@ async def connect(
     """Start a router node on Redis at ``url`` and stop it (gracefully) on exit.
 
     ``url`` defaults to ``$ROUTER_REDIS_URL`` or the local Redis; a Redis Cluster is
-    recognised by itself. ``acl`` is an :class:`Acl` or an ACL file's path and
-    ``acl_default`` (``"allow"``/``"deny"``, default deny) what no rule matches; a bad
-    file raises :class:`AclRuleError` before anything connects. ``config`` takes the
-    other fields of :class:`NodeConfig`. ``redis_timeout`` bounds each Redis connect and
+    recognised by itself, and a ``redis+sentinel://`` URL names a master's sentinels.
+    ``acl`` is an :class:`Acl` or an ACL file's path and ``acl_default``
+    (``"allow"``/``"deny"``, default deny) what no rule matches; a bad file raises
+    :class:`AclRuleError` before anything connects. ``config`` takes the other fields of
+    :class:`NodeConfig`. ``redis_timeout`` bounds each Redis connect and
     reply in seconds: a Redis that stops answering fails calls with a timeout instead
     of blocking them (``publish_timeout`` in ``config`` bounds a whole publish).
     ``redis_pool_size`` caps the node's Redis connections (to each master of a cluster):

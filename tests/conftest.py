@@ -21,7 +21,9 @@ Per test, for tests that break the cluster itself (fail over, kill a master, mov
   1.5 s ``cluster-node-timeout`` (a dead master's replica takes over within seconds);
   stopped after the test, whatever it did to it;
 * ``redis_cluster_factory``: starts such clusters with other settings (no replicas, a
-  long node timeout...).
+  long node timeout...);
+* ``redis_sentinels``: a master, a replica and three ``redis-sentinel`` processes
+  (:mod:`tests.support.sentinels`); its ``url`` is a ``redis+sentinel://`` URL.
 
 Per test (function scope):
 
@@ -53,6 +55,7 @@ from redis.asyncio.cluster import RedisCluster
 from router.state.connection import DEFAULT_POOL_SIZE, BoundedRedisCluster, pooled
 from router.state.keys import Keys
 from tests.support import cli as cli_support
+from tests.support.sentinels import SentinelServers
 from tests.support.servers import RedisClusterServers, RedisServer
 
 RedisClient = Redis | RedisCluster
@@ -76,6 +79,7 @@ SERVER_FIXTURES = frozenset(
         "redis_server_factory",
         "redis_cluster_factory",
         "redis_cluster_with_replicas",
+        "redis_sentinels",
     }
 )
 SERVER_URL_FIXTURES = frozenset({"redis_standalone_url", "redis_cluster_url"})
@@ -278,3 +282,16 @@ async def delete_namespace(client: RedisClient, keys: Keys) -> int:
     for key in found:
         await client.delete(key)
     return len(found)
+
+
+@pytest.fixture
+def redis_sentinels() -> Iterator[SentinelServers]:
+    """Redis behind Sentinel for this test only: a master, one replica, three
+    ``redis-sentinel`` processes (``mymaster``, quorum 2, a master judged down after 1 s);
+    ``.url`` is its ``redis+sentinel://`` URL. Stopped after the test, whatever it did."""
+    servers = SentinelServers()
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.stop()

@@ -74,7 +74,7 @@ from router.core.options import make_options
 from router.core.route_mirror import RouteMirror
 from router.core.topics import TopicFilter, parse_shared, validate_filter
 from router.errors import InvalidOptionsError, RouterError
-from router.state.connection import check_eviction, urgent_client
+from router.state.connection import check_eviction, failovers_followed, urgent_client
 from router.state.event_log import EventLog
 from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
@@ -689,6 +689,7 @@ class RouterNode:
             "routes": len(self.sessions.routes()),
             "route_batches_failed": self._writer.failed_batches,
             "redis_errors": redis_errors(self._redis),
+            "redis_failovers_followed": failovers_followed(self._redis),
             **self._supervisor.stats(),
             "heartbeats_withheld": self.liveness.beats_withheld,
             "route_changes_unwritten": self._writer.unwritten,

@@ -23,7 +23,7 @@ from router.pipeline.spark_session import (
 from router.state.connection import open_redis
 from router.state.keys import Keys
 
-REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://", "redis+sentinel://", "rediss+sentinel://")
 
 
 @dataclass(frozen=True)

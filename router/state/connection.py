@@ -1,9 +1,11 @@
-"""Opening Redis: standalone or Redis Cluster, told apart by asking the server.
+"""Opening Redis: standalone, Redis Cluster or behind Sentinel.
 
 ``open_redis(url)`` returns a ``redis.asyncio.Redis`` for a standalone server and a
 ``redis.asyncio.cluster.RedisCluster`` when the server says ``cluster_enabled:1``, so users
-give one URL either way. A cluster must run Redis 7.0 or later: channel wake-ups are shard
-channels (SPUBLISH / SSUBSCRIBE, see :mod:`router.state.channels`). Pub/sub needs a plain
+give one URL either way; a ``redis+sentinel://`` URL gives a ``Redis`` of the master the
+sentinels name, which follows it through failovers (:mod:`router.state.sentinel`). A
+cluster must run Redis 7.0 or later: channel wake-ups are shard channels (SPUBLISH /
+SSUBSCRIBE, see :mod:`router.state.channels`). Pub/sub needs a plain
 connection even on a cluster (redis-py's asyncio cluster client has none; a wake-up
 listener connects to the primary of its channel's slot): :func:`pubsub_client` gives it.
 """
@@ -19,6 +21,7 @@ from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
 
@@ -30,6 +33,8 @@ from router.errors import (
 )
 from router.state.failures import translating
 from router.state.scripts import RedisClient
+from router.state.sentinel import SentinelRedis, following_pool, open_sentinel
+from router.state.sentinel_url import is_sentinel_url
 
 log = logging.getLogger(__name__)
 
@@ -136,22 +141,15 @@ URGENT_POOL_SIZE: Final = 2
 
 def urgent_client(redis: RedisClient) -> RedisClient:
     """A client for calls that must not wait for a busy pool (the heartbeat), with the
-    same connection settings as ``redis``. On a standalone server: a client with a small
-    pool of its own (close it with the node). On a cluster: ``redis`` itself, whose calls
-    skip its turns in a task that set :data:`URGENT` (each node's pool keeps a few
-    connections for them)."""
+    same connection settings as ``redis``. On a standalone server (or behind Sentinel): a
+    client with a small pool of its own (close it with the node). On a cluster:
+    ``redis`` itself, whose calls skip its turns in a task that set :data:`URGENT` (each
+    node's pool keeps a few connections for them)."""
     if isinstance(redis, RedisCluster):
         return redis
     pool = redis.connection_pool
-    kwargs = {
-        name: value
-        for name, value in pool.connection_kwargs.items()
-        if name not in _POOL_INTERNALS and not name.startswith("orig_")
-    }
     return Redis.from_pool(
-        ConnectionPool(
-            connection_class=pool.connection_class, max_connections=URGENT_POOL_SIZE, **kwargs
-        )
+        _sibling(pool.connection_class, pool.connection_kwargs, URGENT_POOL_SIZE, like=pool)
     )
 
 
@@ -179,13 +177,21 @@ async def open_redis(url: str, pool_size: int = DEFAULT_POOL_SIZE, **options: An
     with at most ``pool_size`` connections (to each cluster node) where commands wait
     their turn when all are busy.
 
-    Raises :class:`StateUnavailableError` when the server cannot be reached,
-    :class:`StateAccessError` when it refuses the credentials, :class:`BadRedisURLError`
-    for a malformed URL, :class:`InvalidSettingError` for a bad pool size and
-    :class:`UnsupportedServerError` for a cluster older than Redis 7.0.
+    A ``redis+sentinel://`` or ``rediss+sentinel://`` URL
+    (:mod:`router.state.sentinel_url`) gives a client of the master its sentinels name,
+    following it through failovers (:mod:`router.state.sentinel`).
+
+    Raises :class:`StateUnavailableError` when the server cannot be reached (or no
+    sentinel names the master), :class:`StateAccessError` when it refuses the
+    credentials, :class:`BadRedisURLError` for a malformed URL,
+    :class:`InvalidSettingError` for a bad pool size and :class:`UnsupportedServerError`
+    for a cluster older than Redis 7.0.
     """
     check_pool_size(pool_size)
     with translating:
+        if is_sentinel_url(url):
+            wait = options.get("socket_timeout") or CONNECT_TIMEOUT
+            return await open_sentinel(url, pool_size, wait, subscriber, **options)
         return await _open(url, pool_size, **options)
 
 
@@ -212,6 +218,12 @@ async def _open(url: str, pool_size: int, **options: Any) -> RedisClient:
     return cluster
 
 
+def failovers_followed(redis: RedisClient) -> int:
+    """How many times the master of ``redis`` moved and its connections followed it (a
+    client behind Sentinel: :mod:`router.state.sentinel`); 0 for any other client."""
+    return redis.sentinels.moves if isinstance(redis, SentinelRedis) else 0
+
+
 async def refresh_slot_map(redis: RedisClient) -> None:
     """Read a cluster's slot map again (after the node it names for a slot could not be
     reached: a failover may have moved the slot); nothing on a standalone server.
@@ -228,7 +240,32 @@ async def refresh_slot_map(redis: RedisClient) -> None:
 
 
 # Connection keyword arguments that a pool adds for itself and a new pool must not get.
-_POOL_INTERNALS: Final = frozenset({"maint_notifications_pool_handler", "himport_registry"})
+_POOL_INTERNALS: Final = frozenset(
+    {"maint_notifications_pool_handler", "himport_registry", "connection_pool"}
+)
+
+
+def _sibling(
+    connection_class: Any,
+    source: dict[str, Any],
+    max_connections: int | None = None,
+    like: ConnectionPool | None = None,
+) -> ConnectionPool:
+    """A new pool of ``connection_class`` connections with the settings of ``source``
+    (less what a pool adds for itself); when ``like`` is a pool behind Sentinel, one to
+    the same master, followed through failovers as ``like`` is."""
+    kwargs = {
+        name: value
+        for name, value in source.items()
+        if name not in _POOL_INTERNALS and not name.startswith("orig_")
+    }
+    if isinstance(like, SentinelConnectionPool):
+        return following_pool(like, max_connections, **kwargs)
+    return ConnectionPool(
+        connection_class=connection_class, max_connections=max_connections, **kwargs
+    )
+
+
 CONNECT_TIMEOUT: Final = 10.0
 
 
@@ -254,9 +291,11 @@ def pubsub_client(redis: RedisClient, key: str | None = None) -> Redis:
     (a subscriber waits as long as it likes; reads use explicit timeouts) and no hidden
     retries (a silent reconnect could lose messages; the reader sees the error instead).
     On a cluster every node sees every PUBLISH: the node serving ``key`` is used, or the
-    default node.
+    default node. Behind Sentinel: the master, and a failover closes the connection (the
+    listener subscribes again, on the new master: :mod:`router.state.sentinel`).
     """
     connection_class: Any
+    pool: ConnectionPool | None = None
     if isinstance(redis, RedisCluster):
         node = redis.get_node_from_key(key) if key is not None else None
         if node is None:
@@ -265,14 +304,12 @@ def pubsub_client(redis: RedisClient, key: str | None = None) -> Redis:
     else:
         pool = redis.connection_pool
         connection_class, source = pool.connection_class, pool.connection_kwargs
-    kwargs = {
-        name: value
-        for name, value in source.items()
-        if name not in _POOL_INTERNALS and not name.startswith("orig_")
+    settings = {
+        **source,
+        "socket_connect_timeout": (
+            source.get("socket_connect_timeout") or source.get("socket_timeout") or CONNECT_TIMEOUT
+        ),
+        "socket_timeout": None,
+        "retry": Retry(NoBackoff(), 0),
     }
-    kwargs["socket_connect_timeout"] = (
-        source.get("socket_connect_timeout") or source.get("socket_timeout") or CONNECT_TIMEOUT
-    )
-    kwargs["socket_timeout"] = None
-    kwargs["retry"] = Retry(NoBackoff(), 0)
-    return Redis.from_pool(ConnectionPool(connection_class=connection_class, **kwargs))
+    return Redis.from_pool(_sibling(connection_class, settings, like=pool))

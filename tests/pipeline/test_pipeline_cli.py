@@ -14,6 +14,7 @@ from router.cli import app
 from router.core.options import make_options
 from router.errors import ScriptError
 from router.pipeline import spark_session
+from router.pipeline.jobs import is_redis_url
 from router.pipeline.loader import ImportCounts, ImportRowError, parse_row, plan_clients
 from router.state.keys import Keys
 from router.state.scripts import Scripts, script_source
@@ -219,3 +220,19 @@ def test_a_client_with_a_bad_row_is_left_out_whole() -> None:
     first, second = counts.rejects
     assert (first.filter, first.reason) == ("x", "another row of this client was rejected")
     assert second.filter == "bad/#/x" and "'#' must be the last level" in second.reason
+
+
+@pytest.mark.parametrize(
+    ("source", "is_redis"),
+    [
+        ("redis://127.0.0.1:6379/0", True),
+        ("rediss://h:6380/0", True),
+        ("unix:///tmp/redis.sock", True),
+        ("redis+sentinel://s1:26379,s2:26379/mymaster", True),
+        ("rediss+sentinel://s1/mymaster", True),
+        ("subs.csv", False),
+        ("./export-dir", False),
+    ],
+)
+def test_a_subscriptions_source_is_a_redis_url_or_a_file(source: str, is_redis: bool) -> None:
+    assert is_redis_url(source) is is_redis

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from router.state.blocking import BlockingRedisCluster, blocking_client
+from router.state.blocking import BlockingRedisCluster, BlockingSentinelRedis, blocking_client
+from tests.support.sentinels import SentinelServers
 
 
 def open_sockets() -> set[str]:
@@ -50,5 +51,21 @@ def test_a_closed_blocking_client_leaves_no_socket_open(
     assert isinstance(client, kind)
     client.set("blocking:{t}:probe", "1", ex=5)
     assert client.get("blocking:{t}:probe") == b"1"
+    client.close()
+    assert open_sockets() - before == set()
+
+
+@pytest.mark.usefixtures("no_collection")
+def test_a_blocking_client_behind_sentinel_reaches_the_master_and_closes_everything(
+    redis_sentinels: SentinelServers,
+) -> None:
+    master = redis_sentinels.master()
+    assert master is not None
+    before = open_sockets()
+    client = blocking_client(redis_sentinels.url)
+    assert isinstance(client, BlockingSentinelRedis)
+    client.set("blocking:{t}:probe", "1", ex=5)
+    assert client.get("blocking:{t}:probe") == b"1"
+    assert client.connection_pool.get_master_address() == ("127.0.0.1", master.port)
     client.close()
     assert open_sockets() - before == set()

@@ -74,9 +74,11 @@ class RedisServer:
         tls: Pki | None = None,
         aof: bool = False,
         node_timeout_ms: int = NODE_TIMEOUT_MS,
+        replica_of: int | None = None,
     ) -> None:
         self.binary = require_binary("redis-server")
         self.cluster = cluster
+        self.replica_of = replica_of  # a replica of the master on that loopback port
         self.node_timeout_ms = node_timeout_ms  # a cluster node: how long until a peer fails
         self.tls = tls  # TLS only: no plain port
         self.aof = aof  # appendonly yes, appendfsync always: a restart keeps every write
@@ -111,6 +113,13 @@ class RedisServer:
                 "--tls-auth-clients",
                 "no",
             ]
+        if self.replica_of is not None:
+            args += ["--replicaof", "127.0.0.1", str(self.replica_of)]
+            if self.tls is not None:
+                args += ["--tls-replication", "yes"]
+        if self.cluster or self.replica_of is not None:
+            # A replica's first sync starts at once (the default waits 5 s for others).
+            args += ["--repl-diskless-sync-delay", "0"]
         if self.cluster:
             args += [
                 "--cluster-enabled",
@@ -119,9 +128,6 @@ class RedisServer:
                 "nodes.conf",
                 "--cluster-node-timeout",
                 str(self.node_timeout_ms),
-                # A replica's first sync starts at once (the default waits 5 s for others).
-                "--repl-diskless-sync-delay",
-                "0",
             ]
         return args
 
