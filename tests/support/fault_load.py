@@ -210,7 +210,16 @@ def loaded_nodes(url: str, keys: Keys) -> Iterator[Scene]:
         mqtt_node("a", env, *BOUNDS, "--metrics", metrics["a"]) as (node_a, port_a),
         mqtt_node("b", env, *BOUNDS, "--metrics", metrics["b"]) as (node_b, port_b),
     ):
-        subscriber = Paho(port_a, "reader", V5, clean=False, properties=durable)
+        try:
+            subscriber = Paho(port_a, "reader", V5, clean=False, properties=durable)
+        except OSError as error:  # (say why: the node's last words)
+            for process in (node_a, node_b):
+                while not process.stderr.empty():
+                    process.stderr_lines.append(process.stderr.get())
+            said = [*node_a.stderr_lines[-30:], "--- b:", *node_b.stderr_lines[-30:]]
+            raise AssertionError(
+                f"node a refused the subscriber ({error}):\n" + "\n".join(said)
+            ) from error
         load = Load(port_b)
         scene = Scene(subscriber, load, {"a": (node_a, metrics["a"]), "b": (node_b, metrics["b"])})
         try:
