@@ -104,7 +104,7 @@ class FigureChanges:
                 changed.append(figures)
                 if figures.queued or figures.dropped:
                     busy.append(figures)
-            elif mark[4] or mark[9] or mark[10]:  # (queued, dropped, lost: a candidate)
+            elif session.pending() or session.dropped or session.losses:  # (a candidate)
                 busy.append(figures_of(session, node_id, at_ms))
         gone = [] if full else [client for client in self._written if client not in now]
         self._pending = now

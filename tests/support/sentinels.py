@@ -27,7 +27,7 @@ import redis
 from router.errors import ProcessStartError
 from router.ops.processes import answers_ping, free_port, spawn, stop_process, wait_ready
 from tests.support.pki import Pki
-from tests.support.servers import RedisServer, require_binary
+from tests.support.servers import RedisServer, replica_in_sync, require_binary
 from tests.support.waiting import wait_until
 
 MASTER_NAME: Final = "mymaster"
@@ -53,18 +53,6 @@ def clients_of(server: RedisServer) -> list[dict[str, object]]:
         and "S" not in str(entry.get("flags", ""))
         and entry.get("cmd") != "client|list"
     ]
-
-
-def in_sync(replica: RedisServer) -> bool:
-    """True if ``replica`` is connected to its master and in sync."""
-    client = redis.Redis.from_url(replica.url, socket_timeout=1)
-    try:
-        info = client.info("replication")
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
-    return bool(info.get("master_link_status") == "up" and not info.get("master_sync_in_progress"))
 
 
 def role(server: RedisServer) -> str:
@@ -238,7 +226,7 @@ class SentinelServers:
             if state.get("num-slaves") != self.replicas:
                 return False
         replicas = [server for server in self.servers if server is not master]
-        return all(in_sync(server) for server in replicas)
+        return all(replica_in_sync(server.url) for server in replicas)
 
     def fail_over(self) -> tuple[RedisServer, RedisServer, float]:
         """``SENTINEL FAILOVER`` (a replica promoted at once); returns the old master, the

@@ -255,7 +255,10 @@ class RedisClusterServers:
         replicas = [entry for entry in topology if entry[1] == "slave"]
         if len(masters) != self.masters or len(replicas) != self.masters * self.replicas:
             return False
-        return all(_link_up(int(address.rsplit(":", 1)[1])) for address, *_ in replicas)
+        return all(
+            replica_in_sync(f"redis://127.0.0.1:{address.rsplit(':', 1)[1]}")
+            for address, *_ in replicas
+        )
 
     def stop(self) -> None:
         for node in self.nodes:
@@ -296,9 +299,9 @@ def _view(port: int) -> frozenset[Entry] | None:
     return frozenset(view)
 
 
-def _link_up(port: int) -> bool:
-    """True if the replica on ``port`` is connected to its master and in sync."""
-    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
+def replica_in_sync(url: str) -> bool:
+    """True if the replica at ``url`` is connected to its master and in sync."""
+    client = redis.Redis.from_url(url, socket_timeout=1)
     try:
         info = client.info("replication")
     except redis.RedisError:
