@@ -234,6 +234,12 @@ def bench_soak(url: str | None, logs: str | None, as_json: bool, **sizes: Any) -
 )
 @click.option("--kill", is_flag=True, help="kill -9 a node under --sessions persistent sessions.")
 @click.option(
+    "--rolling",
+    is_flag=True,
+    help="Drain and replace each of 3 nodes in turn under --sessions (default 2000) "
+    "persistent sessions and a QoS 1 stream.",
+)
+@click.option(
     "--clean-sessions",
     type=int,
     default=None,
@@ -241,8 +247,12 @@ def bench_soak(url: str | None, logs: str | None, as_json: bool, **sizes: Any) -
 )
 @click.option("--processes", default=2, show_default=True, help="Load processes (or more).")
 @click.option("--in-flight", default=500, show_default=True, help="CONNECTs per load process.")
-@click.option("--rate", default=2_000.0, show_default=True, help="--kill: QoS 1 msg/s published.")
-@click.option("--ttl", default=2.0, show_default=True, help="--kill: the nodes' heartbeat TTL.")
+@click.option(
+    "--rate", default=2_000.0, show_default=True, help="--kill, --rolling: QoS 1 msg/s published."
+)
+@click.option(
+    "--ttl", default=2.0, show_default=True, help="--kill, --rolling: the nodes' heartbeat TTL."
+)
 @click.option("--skip-mosquitto", is_flag=True, help="Leave mosquitto out.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_fleet(url: str | None, as_json: bool, **sizes: Any) -> None:
@@ -250,7 +260,9 @@ def bench_fleet(url: str | None, as_json: bool, **sizes: Any) -> None:
     memory per connection, pings, one message each, idle CPU, Redis bytes per persistent
     session); with --kill, a node killed under persistent sessions whose clients come
     back to the other node in three storms (lost, refused, adoption time), and clean
-    sessions that must leave no key in Redis (clean_keys_left)."""
+    sessions that must leave no key in Redis (clean_keys_left); with --rolling, a rolling
+    upgrade: each of three nodes drained and replaced in turn (lost, refused, how soon
+    every client was back)."""
     from router.bench import fleet, fleet_nodes
 
     result = fleet.run(url, fleet_nodes.FleetConfig(**sizes))
@@ -258,11 +270,18 @@ def bench_fleet(url: str | None, as_json: bool, **sizes: Any) -> None:
         click.echo(json.dumps(result))
         return
     groups = result.pop("groups", None)
+    steps = result.pop("steps", None)
     _print_table(f"router bench fleet ({result['mode']})", {"value": result})
     for group in groups or ():
         click.echo(
             f"storm {group['group']}: {group['clients']} clients at {group['at_s']} s, "
             f"{group['ok']} back, refused {group['refused']}"
+        )
+    for step in steps or ():
+        click.echo(
+            f"node {step['node']}: drained in {step['drained_s']} s (exit "
+            f"{step['drain_exit_status']}), new process ready at {step['restarted_s']} s, "
+            f"every client back at {step['all_back_s']} s"
         )
 
 

@@ -13,7 +13,8 @@ the node connects; a bad one is one error line naming the file and line. The nod
 ``node ID ready`` once it has joined, serves its inbox until SIGINT or SIGTERM (SIGHUP
 rereads its files: :mod:`router.ops.reloading`), then leaves gracefully (routes removed,
 deregistered) and logs ``node ID stopped`` with its counters. ``router node reload`` asks
-running nodes to reread their files (:mod:`router.ops.reload_requests`).
+running nodes to reread their files (:mod:`router.ops.reload_requests`), ``router node
+drain`` to drain and leave (:mod:`router.ops.drain_requests`).
 
 The command only parses: its options become :class:`NodeProcessSettings` (one field per
 option, ``--heartbeat-ttl`` for ``heartbeat_ttl``) and :func:`serve_forever` runs the node
@@ -31,7 +32,9 @@ import click
 from router.api import REDIS_TIMEOUT
 from router.cluster.config import NodeConfig
 from router.errors import NodeSettingError
+from router.mqtt.drain import DrainSettings
 from router.mqtt.settings import NO_PROXIES
+from router.ops.drain_requests import DrainAnswer, drain_nodes
 from router.ops.node_process import serve_forever
 from router.ops.node_settings import LOG_LEVELS, SHARE_STRATEGIES, NodeProcessSettings
 from router.ops.reload_requests import ReloadAnswer, reload_nodes
@@ -43,6 +46,7 @@ from .common import Target, echo_json, json_option, redis_client, run, target_op
 from .mqtt_options import TRUSTED_PROXIES, mqtt_options, mqtt_settings
 
 _DEFAULTS = NodeConfig("defaults")
+_DRAIN = DrainSettings()
 Command = TypeVar("Command", bound=Callable[..., Any])
 
 
@@ -259,6 +263,26 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
     default=_DEFAULTS.retained.clear_interval,
     help="Seconds between this node's runs that remove expired retained messages (0: never).",
 )
+@setting(
+    "--mqtt-advertise",
+    default=None,
+    metavar="HOST:PORT",
+    help="The MQTT address clients reach this node at: a draining peer sends its MQTT 5.0 "
+    "clients here (DISCONNECT 0x9C with this Server Reference) [default: none].",
+)
+@setting(
+    "--drain-grace",
+    type=click.FloatRange(min=0.0),
+    default=_DRAIN.grace,
+    help="Seconds a leaving node (SIGTERM, router node drain) drains at most: it accepts "
+    "no client, ends its connections and hands their sessions on (0: no drain).",
+)
+@setting(
+    "--drain-rate",
+    type=click.IntRange(min=0),
+    default=_DRAIN.rate,
+    help="Connections a draining node ends a second (0: all at once).",
+)
 @setting("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="INFO")
 @mqtt_options(setting)
 def node_run(
@@ -319,6 +343,36 @@ def node_reload(target: Target, node_ids: tuple[str, ...], timeout: float, as_js
         echo_json([answer.as_dict() for answer in answers])
     elif not answers:
         click.echo("no live node to reload")
+    for answer in [] if as_json else answers:
+        click.echo(answer.text)
+    if any(answer.ok is not True for answer in answers):
+        raise SystemExit(1)
+
+
+@node.command("drain")
+@target
+@click.argument("node_ids", nargs=-1, required=True, metavar="NODE_ID...")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait until every node named drained and left.",
+)
+@json_option
+def node_drain(target: Target, node_ids: tuple[str, ...], timeout: float, as_json: bool) -> None:
+    """Ask running nodes to drain and leave, as SIGTERM does: each accepts no new client,
+    ends its connections (MQTT 5.0: 0x9C to a peer that advertises an address, else
+    0x8B), hands their sessions on, and leaves; one line per node. Exits 1 when a node
+    was not alive or did not leave within the timeout."""
+
+    async def main() -> list[DrainAnswer]:
+        async with redis_client(target) as redis:
+            return await drain_nodes(redis, target.keys, node_ids, timeout=timeout)
+
+    answers = run(main())
+    if as_json:
+        echo_json([answer.as_dict() for answer in answers])
     for answer in [] if as_json else answers:
         click.echo(answer.text)
     if any(answer.ok is not True for answer in answers):

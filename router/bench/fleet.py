@@ -1,5 +1,6 @@
 """``router bench fleet``: many idle MQTT connections on one router node beside mosquitto,
-and (``kill``) a node's death under thousands of persistent sessions.
+(``kill``) a node's death under thousands of persistent sessions, and (``rolling``) every
+node of three drained and replaced in turn under them.
 
 Connections (the default): one ``router node run`` (on the given Redis, or a
 ``redis-server`` started for the run), then mosquitto, each measured the same way with
@@ -24,7 +25,8 @@ A broker holds no more connections than its open-file limit allows (20,000 here,
 no process can raise): the run holds the fleet to what the router node can take
 (``fd_limit``, ``capped`` and ``cap_reason`` in the result) and gives mosquitto the same
 fleet. ``vs_mosquitto_connect_rate`` is the router's rate over mosquitto's, truncated
-to two decimals. The kill scenario is :mod:`router.bench.fleet_kill`.
+to two decimals. The kill scenario is :mod:`router.bench.fleet_kill`, the rolling upgrade
+:mod:`router.bench.fleet_rolling`.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from .fleet_nodes import (
     sigterm_interrupts,
 )
 from .fleet_pool import WorkerPool, worker_pool
+from .fleet_rolling import run_rolling
 
 KEEPALIVE: Final = 60
 CONNECT_TIMEOUT: Final = 30.0
@@ -77,7 +80,7 @@ def run(url: str | None = None, config: FleetConfig | None = None) -> dict[str, 
     config = config if config is not None else FleetConfig()
     if url is not None:
         check_redis(url)
-    if not config.kill and not config.skip_mosquitto:
+    if not (config.kill or config.rolling or config.skip_mosquitto):
         mosquitto_binary()
     limit = raise_fd_limit()  # (the brokers inherit it)
     sessions = config.session_count + config.clean_session_count
@@ -89,6 +92,8 @@ def run(url: str | None = None, config: FleetConfig | None = None) -> dict[str, 
             url = stack.enter_context(embedded_redis())
         if config.kill:
             return run_kill(url, config, pool)
+        if config.rolling:
+            return run_rolling(url, config, pool)
         return run_connections(url, config, pool)
 
 

@@ -323,6 +323,9 @@ class FleetWorker:
         self.pipe = pipe
         self.members: dict[int, Member] = {}
         self.rejoin: ConnectSpec | None = None
+        #: A client whose connection to an address here the broker closes connects again
+        #: as the spec says (a load balancer's choice of another node: do_redirect).
+        self.redirects: dict[tuple[str, int], ConnectSpec] = {}
         self.rejoined = ConnectReport()
         self.rejoins: set[asyncio.Task[None]] = set()
         self.pending: list[asyncio.Task[ConnectReport]] = []
@@ -430,16 +433,26 @@ class FleetWorker:
             report.refuse(refused)
         report.gave_up += 1
 
+    async def do_redirect(self, closed: tuple[str, int], spec: ConnectSpec) -> None:
+        """From now on a client whose accepted connection to ``closed`` the broker
+        closes connects again as ``spec`` says (to another node), ``spec.retry_delay``
+        seconds later (counted in ``rejoined``), as a load balancer sends a client whose
+        node left to another."""
+        self.redirects[(closed[0], closed[1])] = spec  # (a list, through the pipe)
+
     def _lost(self, link: MemberLink) -> None:
-        spec = self.rejoin
-        if spec is not None and link.accepted and link.address == spec.address:
+        spec = self.redirects.get(link.address)
+        if spec is None and self.rejoin is not None and link.address == self.rejoin.address:
+            spec = self.rejoin
+        if spec is not None and link.accepted:
             task = asyncio.get_running_loop().create_task(self._rejoin(spec, link.member))
             self.rejoins.add(task)
             task.add_done_callback(self.rejoins.discard)
 
     async def _rejoin(self, spec: ConnectSpec, member: Member) -> None:
         await asyncio.sleep(spec.retry_delay)
-        if self.rejoin is spec and member.link is None:
+        current = spec is self.rejoin or any(spec is s for s in self.redirects.values())
+        if current and member.link is None:
             level = MQTT_3_1_1
             connect = encode(
                 Connect(f"{spec.ids}-{member.index}", level, spec.clean, spec.keepalive), level
@@ -545,6 +558,7 @@ class FleetWorker:
         members; wait (bounded) until the broker closed its side. Returns how many did
         not close within :data:`CLOSE_TIMEOUT`."""
         self.rejoin = None
+        self.redirects.clear()
         for task in list(self.rejoins):
             task.cancel()
         links = [m.link for m in self.members.values() if m.link is not None]
@@ -568,6 +582,15 @@ class FleetWorker:
         """One QoS 0 PUBLISH of ``seq`` to each member's topic, written at once."""
         assert self.publisher is not None
         await self.publisher.burst([(topic(i), payload(i, seq)) for i in indices])
+
+    async def do_publisher_move(self, address: tuple[str, int]) -> None:
+        """Once the broker closes the publisher's connection, it connects to ``address``."""
+        assert self.publisher is not None
+        self.publisher.address = (address[0], address[1])
+
+    async def do_rejoined(self) -> ConnectReport:
+        """What the clients' connects since the broker closed them did (see rejoin)."""
+        return self.rejoined
 
     async def do_stream(self, count: int, rate: float, window: int) -> None:
         """Start the QoS 1 stream over fleet indices ``0..count-1`` (see :class:`Publisher`)."""

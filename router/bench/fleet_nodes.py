@@ -38,6 +38,7 @@ PER_PROCESS: Final = 18_000
 FD_RESERVE: Final = 200
 """Files a broker keeps free beside its connections (Redis, logs, the publisher)."""
 DEFAULT_SESSIONS: Final = 10_000
+ROLLING_SESSIONS: Final = 2_000
 SETTLE_TIMEOUT: Final = 5.0
 """Seconds the RSS of a broker has to settle before it is read anyway."""
 POLL: Final = 0.1
@@ -46,15 +47,17 @@ POLL: Final = 0.1
 @dataclass(frozen=True)
 class FleetConfig:
     """The sizes of one ``router bench fleet`` run. ``sessions``: persistent sessions
-    (default: min(connections, 10,000) for Redis memory, 10,000 with ``kill``);
+    (default: min(connections, 10,000) for Redis memory, 10,000 with ``kill``, 2,000 with
+    ``rolling``: the rolling upgrade of :mod:`router.bench.fleet_rolling`);
     ``in_flight``: CONNECTs outstanding per load process; ``rate`` (msg/s), ``ttl``
-    (the nodes' heartbeat TTL, seconds) and ``clean_sessions`` (clean sessions beside
-    the persistent ones on the node killed; default: half as many) are the kill
-    scenario's."""
+    (the nodes' heartbeat TTL, seconds) are the kill and rolling scenarios', and
+    ``clean_sessions`` (clean sessions beside the persistent ones on the node killed;
+    default: half as many) the kill scenario's."""
 
     connections: int = 10_000
     sessions: int | None = None
     kill: bool = False
+    rolling: bool = False
     clean_sessions: int | None = None
     processes: int = 2
     in_flight: int = 500
@@ -76,6 +79,8 @@ class FleetConfig:
             raise BenchSetupError(f"--clean-sessions must be >= 0, not {self.clean_sessions}")
         if self.processes > MAX_PROCESSES:
             raise BenchSetupError(f"--processes must be <= {MAX_PROCESSES}, not {self.processes}")
+        if self.kill and self.rolling:
+            raise BenchSetupError("--kill and --rolling are two runs: choose one")
         if self.ttl > 600:
             raise BenchSetupError(f"--ttl must be <= 600 seconds, not {self.ttl}")
 
@@ -83,6 +88,8 @@ class FleetConfig:
     def session_count(self) -> int:
         if self.sessions is not None:
             return self.sessions
+        if self.rolling:
+            return ROLLING_SESSIONS
         return DEFAULT_SESSIONS if self.kill else min(self.connections, DEFAULT_SESSIONS)
 
     @property

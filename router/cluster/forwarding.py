@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from router.cluster.follower import ChannelFollower
 from router.cluster.inbox import (
+    Drain,
     Forward,
     Kick,
     Notice,
@@ -151,8 +152,8 @@ class Forwarder:
 
     async def notify(self, node_id: str, notice: Notice) -> None:
         """Store a notice in ``node_id``'s inbox (a takeover notice once, however often
-        retried; every kick and reload is a notice of its own)."""
-        if isinstance(notice, Kick | Reload):
+        retried; every kick, reload and drain is a notice of its own)."""
+        if isinstance(notice, Kick | Reload | Drain):
             record_id = f"{type(notice).__name__.lower()}:{uuid.uuid4().hex}"
         else:
             digest = hashlib.blake2b(f"{notice.epoch}:{notice.client_id}".encode(), digest_size=16)

@@ -68,7 +68,15 @@ class Reload:
     asked_by: str
 
 
-Notice = Takeover | Kick | Reload
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """A notice for a node: drain and leave (``router node drain``: :mod:`router.ops.
+    draining`); ``asked_by`` says who asked, for its event."""
+
+    asked_by: str
+
+
+Notice = Takeover | Kick | Reload | Drain
 
 
 def pack_notice(notice: Notice) -> bytes:
@@ -77,6 +85,8 @@ def pack_notice(notice: Notice) -> bytes:
         record: dict[str, list[object]] = {"kick": [notice.client_id]}
     elif isinstance(notice, Reload):
         record = {"reload": [notice.asked_by]}
+    elif isinstance(notice, Drain):
+        record = {"drain": [notice.asked_by]}
     else:
         record = {"takeover": [notice.client_id, notice.epoch, notice.resume]}
     packed: bytes = msgpack.packb(record, use_bin_type=True)
@@ -164,6 +174,11 @@ def _unpack_notice(record: dict[Any, Any]) -> Notice:
         if type(asked_by) is not str:
             raise TypeError("a reload notice names who asked")
         return Reload(asked_by)
+    if "drain" in record:
+        (asked_by,) = record["drain"]
+        if type(asked_by) is not str:
+            raise TypeError("a drain notice names who asked")
+        return Drain(asked_by)
     client_id, epoch, *rest = record["takeover"]
     resume = rest[0] if rest else False
     if type(client_id) is not str or type(epoch) is not int or type(resume) is not bool:

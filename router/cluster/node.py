@@ -49,7 +49,7 @@ from router.cluster.delivery_acl import Narrowing
 from router.cluster.dispatcher import Dispatcher
 from router.cluster.events import EventReporter
 from router.cluster.forwarding import Forwarder, InboxReader
-from router.cluster.inbox import Kick, Notice, Reload
+from router.cluster.inbox import Drain, Kick, Notice, Reload
 from router.cluster.liveness import Liveness
 from router.cluster.local_sessions import LocalSessions
 from router.cluster.mirror_sync import MirrorSync
@@ -125,6 +125,10 @@ class RouterNode:
         )
         self.events = EventReporter(EventLog(redis, self.keys), self.node_id)
         self.reloads = Reloads(self.events, self.node_id)  # (router.ops.node_process installs)
+        #: Set when ``router node drain`` asked this node to drain (who: ``drain_asked_by``);
+        #: the process that runs the node drains it (router.ops.draining) and stops it.
+        self.drain_asked = asyncio.Event()
+        self.drain_asked_by = ""
         self._sync = MirrorSync(
             redis,
             self.keys,
@@ -490,6 +494,9 @@ class RouterNode:
             await self.kick(notice.client_id)
         elif isinstance(notice, Reload):
             self.reloads.reload(f"asked by {notice.asked_by}")
+        elif isinstance(notice, Drain):
+            self.drain_asked_by = notice.asked_by
+            self.drain_asked.set()
         else:
             await self._claims.on_notice(notice)
 

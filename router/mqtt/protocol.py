@@ -113,7 +113,7 @@ from router.mqtt.packets import (
     Subscribe,
     Unsubscribe,
 )
-from router.mqtt.properties import NO_PROPERTIES
+from router.mqtt.properties import NO_PROPERTIES, Properties
 from router.mqtt.rates import ClientRates
 from router.mqtt.reason_codes import ReasonCode
 from router.mqtt.settings import MqttSettings
@@ -282,9 +282,10 @@ class MqttConnection(Intake):
         )
         return outgoing, will.properties.will_delay_interval or 0
 
-    def end(self, code: int) -> None:
-        """Close from outside (takeover on this node, node shutdown): DISCONNECT ``code``."""
-        self._send_disconnect(code)
+    def end(self, code: int, reference: str | None = None) -> None:
+        """Close from outside (takeover on this node, node shutdown, a drain): DISCONNECT
+        ``code``, with ``reference`` as its Server Reference (0x9C: the server to use)."""
+        self._send_disconnect(code, reference)
         self.transport.close()
         self._end_with(ConnectionEndedError(code))
 
@@ -685,15 +686,17 @@ class MqttConnection(Intake):
     def _write(self, packet: Packet) -> None:
         self.transport.write(encode(packet, self.level))
 
-    def _send_disconnect(self, code: int | None) -> None:
-        """DISCONNECT with ``code`` to a 5.0 client that got its CONNACK (3.1.1: none)."""
+    def _send_disconnect(self, code: int | None, reference: str | None = None) -> None:
+        """DISCONNECT with ``code`` (and a Server Reference) to a 5.0 client that got its
+        CONNACK (3.1.1: none)."""
         if code is None or self.level < MQTT_5 or self.client_id is None:
             return
         if self._disconnect_sent:
             return
         self._disconnect_sent = True
+        told = NO_PROPERTIES if reference is None else Properties(server_reference=reference)
         with contextlib.suppress(ConnectionError, RuntimeError):
-            self._write(Disconnect(code))
+            self._write(Disconnect(code, told))
 
 
 def _no_match(v5: bool, result: PublishResult) -> int:

@@ -134,6 +134,7 @@ class MqttServer:
         #: Turns of the node's CONNECT work (see :class:`MqttSettings` ``max_connecting``).
         self.connecting = asyncio.Semaphore(settings.max_connecting)
         self.connect_waited = 0  # CONNECTs that waited for a turn
+        self.draining = False  # (see stop_listening)
         node.add_kicker(self.kick)
         node.tracer.changed.append(self.retap)
         node.liveness.on_cut_off(self.end_all)
@@ -313,8 +314,9 @@ class MqttServer:
     def refuses(self) -> bool:
         """True when one more connection would be beyond ``max_connections`` (those
         waiting for their PROXY header count; it is counted as refused: the caller
-        closes it)."""
-        if len(self._connections) + self.proxy.pending < self.settings.max_connections:
+        closes it); always while the server is draining."""
+        pending = len(self._connections) + self.proxy.pending
+        if not self.draining and pending < self.settings.max_connections:
             return False
         self.refused += 1
         return True
@@ -367,6 +369,20 @@ class MqttServer:
         """Wait until the server is closed (or the awaiting task is cancelled)."""
         await asyncio.gather(*(server.serve_forever() for server in self._servers))
 
+    def stop_listening(self) -> None:
+        """Accept no connection from now on (the listeners close; open connections go on).
+        The server is then ``draining``: its ``/healthz`` says so, so that a load balancer
+        sends new clients elsewhere."""
+        self.draining = True
+        for server in self._servers:
+            server.close()
+        for listener in self._websockets:
+            listener.close()
+
+    def open_connections(self) -> list[MqttConnection]:
+        """The connections open now (accepted, whether or not their CONNECT came)."""
+        return list(self._connections)
+
     async def close(self) -> None:
         """Stop listening and end every connection with DISCONNECT 0x8B."""
         log.info("node %s: closing its MQTT listeners", self.node.node_id)
@@ -378,10 +394,7 @@ class MqttServer:
         await self.sys_topics.stop()
         await self.bans.stop()
         await self.pressure.stop()
-        for server in self._servers:
-            server.close()
-        for listener in self._websockets:
-            listener.close()
+        self.stop_listening()
         connections = list(self._connections)
         for connection in connections:
             connection.end(ReasonCode.SERVER_SHUTTING_DOWN)
@@ -400,6 +413,7 @@ class MqttServer:
     def stats(self) -> dict[str, int]:
         """Counters of the MQTT front end."""
         return {
+            "mqtt_draining": int(self.draining),
             "mqtt_connections": len(self._connections),
             "mqtt_clients": len(self._clients),
             "mqtt_accepted": self.accepted,

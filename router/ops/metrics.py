@@ -63,7 +63,7 @@ class NodeCollector(Collector):
 
     def __init__(self, node: RouterNode, mqtt: MqttServer | None = None) -> None:
         self.node = node
-        self._mqtt = mqtt
+        self.mqtt = mqtt
         self._inbox_lag: int | None = None
 
     async def refresh(self) -> None:
@@ -77,8 +77,8 @@ class NodeCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         node = self.node
         figures: dict[str, int] = dict(node.stats())
-        if self._mqtt is not None:
-            figures.update(self._mqtt.stats())
+        if self.mqtt is not None:
+            figures.update(self.mqtt.stats())
         labels = ["node"], [node.node_id]
         for name, value in sorted(figures.items()):
             if name in GAUGES:
@@ -106,11 +106,14 @@ class NodeCollector(Collector):
         yield latency
 
 
-async def health(node: RouterNode) -> tuple[bool, str]:
-    """(healthy, why): Redis answers a PING and every supervised task runs."""
+async def health(node: RouterNode, mqtt: MqttServer | None = None) -> tuple[bool, str]:
+    """(healthy, why): Redis answers a PING, every supervised task runs, and the MQTT
+    front end (if any) is not draining (a load balancer then sends clients elsewhere)."""
     report = node.health()
     if not node.running:
         return False, "the node is not running"
+    if mqtt is not None and mqtt.draining:
+        return False, "the node is draining: it accepts no new client"
     if report["failing"]:
         failing = "; ".join(f"{name}: {error}" for name, error in sorted(report["failing"].items()))
         return False, f"tasks failing: {failing}"

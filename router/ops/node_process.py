@@ -16,10 +16,11 @@ cluster (:func:`router.connect`), put the users and rules on the node, open the 
 listeners, install the node's reloader (:mod:`router.ops.reloading`), start the node's
 telemetry (:mod:`router.ops.telemetry`: its figures and its clients' in Redis, for every
 node's API and the CLI), then open the HTTP listeners, log ``node ID ready``; serve
-until ``stop`` is set or
-another process takes the node id over (:class:`StaleIncarnationError`); close the
-listeners, leave (routes removed, deregistered) and log ``node ID stopped`` with its
-counters.
+until ``stop`` is set, ``router node drain`` asks, or another process takes the node id
+over (:class:`StaleIncarnationError`); drain (:mod:`router.ops.draining`: the clients go
+to other nodes, their sessions with them; unless ``drain_grace`` is 0), close the
+listeners, leave (routes removed, or left for a peer to adopt the persistent sessions
+still here) and log ``node ID stopped`` with its counters.
 
 The HTTP listeners live in the web room (:func:`router.web.listener.serve_http`), which
 this room may not import (tests/system/test_layering.py): the caller hands it in as
@@ -54,6 +55,7 @@ from router.mqtt.live_limits import read_limits
 from router.mqtt.server import MqttServer, serve, tls_context
 from router.mqtt.settings import NO_PROXIES, MqttSettings
 from router.ops.auth_sources import AuthSources, auth_sources, install
+from router.ops.draining import drain_node
 from router.ops.node_settings import NodeProcessSettings
 from router.ops.reloading import ProcessReloader
 from router.ops.telemetry import Telemetry, listener_names
@@ -201,7 +203,9 @@ async def run_node(
             _log_listeners(front, anonymous)
             node.reloads.install(reloader.serving(front), reloader.describe())
             auth = loaded.sources.kind(jwt=loaded.verifier is not None)
-            telemetry = Telemetry(node, front, listener_names(front), auth=auth)
+            advertised = settings.mqtt_advertise or ""
+            names = listener_names(front)
+            telemetry = Telemetry(node, front, names, auth=auth, advertised=advertised)
             await extras.enter_async_context(telemetry)
             metrics = served = None
             if settings.metrics is not None and http is not None:
@@ -224,6 +228,8 @@ async def run_node(
                 on_ready(ReadyNode(node, front, metrics, served))
             log.info("node %s ready", node.node_id)
             taken_over = await _serve_until(stop, node)
+            if not taken_over and settings.drain_grace > 0 and node.running:
+                await drain_node(node, front, settings.drain, telemetry)
         if taken_over:
             raise StaleIncarnationError(f"node {node.node_id} was taken over by another process")
         log.info("node %s stopping", node.node_id)
@@ -231,14 +237,19 @@ async def run_node(
 
 
 async def _serve_until(stop: asyncio.Event, node: RouterNode) -> bool:
-    """Wait for ``stop`` or a takeover of the node id; True for a takeover."""
+    """Wait for ``stop``, a drain request (``router node drain``) or a takeover of the
+    node id; True for a takeover."""
     signalled = asyncio.create_task(stop.wait())
+    asked = asyncio.create_task(node.drain_asked.wait())
     taken_over = asyncio.create_task(node.wait_taken_over())
+    waits = (signalled, asked, taken_over)
     try:
-        await asyncio.wait({signalled, taken_over}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (signalled, taken_over):
+        for task in waits:
             task.cancel()
+    if asked.done() and not asked.cancelled():
+        log.info("node %s asked to drain by %s", node.node_id, node.drain_asked_by)
     return taken_over.done() and not taken_over.cancelled()
 
 

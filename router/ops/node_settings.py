@@ -35,6 +35,7 @@ from router.cluster.config import NodeConfig
 from router.core.sharing import STRATEGY_NAMES
 from router.core.trusted_proxies import TrustedProxies
 from router.errors import NodeSettingError
+from router.mqtt.drain import DrainSettings
 from router.mqtt.server import parse_address
 from router.mqtt.settings import DEFAULT_SETTINGS, NO_PROXIES, MqttSettings
 from router.mqtt.websocket import DEFAULT_PATH
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from router.cluster.jwt_auth import JwtVerifier
 
 _NODE: Final = NodeConfig("defaults")
+DEFAULT_DRAIN: Final = DrainSettings()
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
 SHARE_STRATEGIES: Final = (*STRATEGY_NAMES, "local")
 # The settings that are lists of HOST:PORT addresses, and those that are one (or None).
@@ -56,7 +58,7 @@ _LISTENER_LISTS: Final = (
     "websocket_listeners",
     "wss_listeners",
 )
-_ADDRESSES: Final = ("metrics", "http")
+_ADDRESSES: Final = ("metrics", "http", "mqtt_advertise")
 # Sources of user names and passwords, as the reason of a missing one names them.
 _HTTP_TLS: Final = ("http", "http_tls_cert", "http_tls_key")
 _AUTHENTICATORS: Final = ("password_file", "auth_redis", "emqx_url", "jwt_secret", "jwt_public_key")
@@ -76,6 +78,10 @@ class NodeProcessSettings:
     WebSocket over TLS (``wss://``) on ``wss_listeners``, with the same certificate and
     client certificate checks as ``tls_listeners``; ``limits_file`` amends the live
     limits of ``mqtt`` (:mod:`router.mqtt.live_limits`), read at start and on reload.
+    ``mqtt_advertise``: the HOST:PORT its MQTT clients reach it at, where a draining peer
+    sends its MQTT 5.0 clients. Leaving (SIGTERM, ``router node drain``), the node drains
+    for ``drain_grace`` seconds at most, ending ``drain_rate`` connections a second
+    (:mod:`router.ops.draining`; a grace of 0: no drain, every connection ends at once).
     Users and
     rules from one source (:mod:`router.ops.auth_sources`): ``password_file`` and
     ``acl_file`` (``acl_default`` what no rule matches), or ``auth_redis``, or
@@ -121,6 +127,9 @@ class NodeProcessSettings:
     tls_ca: str | None = None
     tls_require_client_cert: bool = False
     limits_file: str | None = None
+    mqtt_advertise: str | None = None
+    drain_grace: float = DEFAULT_DRAIN.grace
+    drain_rate: int = DEFAULT_DRAIN.rate
 
     password_file: str | None = None
     acl_file: str | None = None
@@ -188,6 +197,8 @@ class NodeProcessSettings:
             "max_queued_bytes": _int_at_least(self.max_queued_bytes, 0),
             "traffic_sample": _finite(self.traffic_sample) and 0 < self.traffic_sample <= 1,
             "jwt_leeway": _finite(self.jwt_leeway) and self.jwt_leeway >= 0,
+            "drain_grace": _finite(self.drain_grace) and self.drain_grace >= 0,
+            "drain_rate": _int_at_least(self.drain_rate, 0),
             "share_strategy": self.share_strategy in SHARE_STRATEGIES,
             "acl_default": self.acl_default in (None, "allow", "deny"),
             "log_level": isinstance(self.log_level, str) and self.log_level.upper() in LOG_LEVELS,
@@ -207,6 +218,11 @@ class NodeProcessSettings:
         object.__setattr__(self, name, tuple(addresses))  # (a list given: frozen as a tuple)
         for address in addresses:
             parse_address(address)
+
+    @property
+    def drain(self) -> DrainSettings:
+        """How the node drains as it leaves (:mod:`router.mqtt.drain`)."""
+        return DrainSettings(grace=self.drain_grace, rate=self.drain_rate)
 
     def connect_options(self) -> dict[str, Any]:
         """The keyword arguments of :func:`router.connect` (all but the URL and the ACL,
@@ -261,6 +277,8 @@ _RANGES: Final = {
     "max_queued_bytes": "must be an int >= 0",
     "traffic_sample": "must be a fraction in (0, 1]",
     "jwt_leeway": "must be seconds >= 0",
+    "drain_grace": "must be seconds >= 0",
+    "drain_rate": "must be an int >= 0 (connections a second; 0: all at once)",
     "share_strategy": f"must be one of {', '.join(SHARE_STRATEGIES)}",
     "acl_default": "must be 'allow', 'deny' or None",
     "log_level": f"must be one of {', '.join(LOG_LEVELS)}",

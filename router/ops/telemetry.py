@@ -91,7 +91,9 @@ class Telemetry:
     ``auth``: where the node takes its users and rules from
     (:data:`~router.state.node_history.SHARED_AUTH`, ...; "": not told), written with its
     figures so that the dashboard can say which nodes enforce the users and rules it
-    edits. Raises ``ValueError`` for a bad interval or keep."""
+    edits. ``advertised``: the MQTT address the node's clients use (``--mqtt-advertise``),
+    where a draining peer sends its MQTT 5.0 clients (:mod:`router.mqtt.drain`). Raises
+    ``ValueError`` for a bad interval or keep."""
 
     def __init__(
         self,
@@ -103,6 +105,7 @@ class Telemetry:
         *,
         started_at: float | None = None,
         auth: str = "",
+        advertised: str = "",
     ) -> None:
         if not isinstance(interval, int | float) or not interval > 0:
             raise ValueError(f"interval must be a number > 0, not {interval!r}")
@@ -115,6 +118,7 @@ class Telemetry:
         self.keep = keep
         self.started_at = time.time() if started_at is None else started_at
         self.auth = auth
+        self.advertised = advertised
         self.store = NodeHistoryStore(node.registry.redis, node.keys)
         self.clients = ClientFigureStore(node.registry.redis, node.keys)
         self.latest: NodeTelemetry | None = None  # the figures of the last sample
@@ -220,6 +224,8 @@ class Telemetry:
             reload_last_ms=stats.get("reload_last_ms", 0),
             loaded=reload.loaded,
             reload_error="" if reload.ok else reload.text,
+            advertised=self.advertised,
+            draining=stats.get("mqtt_draining", 0),
         )
 
     async def tick(self, lag_s: float = 0.0) -> NodeTelemetry:

@@ -41,6 +41,8 @@ KINDS: Final = frozenset(
         "node_stopped",  # a node left gracefully (told by itself)
         "node_down",  # a node's heartbeat expired (told once, by the first peer that saw it)
         "node_purged",  # a dead node's sessions were adopted and its routes removed
+        "node_draining",  # a node stopped accepting clients and ends their connections
+        "node_drained",  # a draining node ended its connections and handed on its sessions
         "redis_unreachable",  # a node could not reach Redis (told when it could again)
         "redis_slow",  # a node's Redis answered slowly
         "queue_overflow",  # messages dropped: clients' queues full

@@ -77,8 +77,9 @@ _INTS: Final = (
     "reloads",
     "reload_failures",
     "reload_last_ms",
+    "draining",
 )
-_TEXTS: Final = ("version", "auth", "loaded", "reload_error")
+_TEXTS: Final = ("version", "auth", "loaded", "reload_error", "advertised")
 _FLOATS: Final = ("started_at", "cpu_percent", "loop_lag_ms")
 
 
@@ -125,6 +126,8 @@ class NodeTelemetry:
     reload_last_ms: int = 0  # the last reload's Unix time (0: none)
     loaded: str = ""  # the words of what it runs with (its files)
     reload_error: str = ""  # the words of the last reload when it failed ("" otherwise)
+    advertised: str = ""  # the MQTT address its clients use (--mqtt-advertise; "": none)
+    draining: int = 0  # 1 while it drains: it accepts no new client, and is leaving
 
     def __post_init__(self) -> None:
         if not isinstance(self.auth, str) or any(c.isspace() for c in self.auth):
@@ -134,7 +137,7 @@ class NodeTelemetry:
             for item in self.listeners
         ):
             raise TypeError(f"listeners must be a tuple of non-blank str, not {self.listeners!r}")
-        for name in ("version", "loaded", "reload_error"):
+        for name in ("version", "loaded", "reload_error", "advertised"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"{name} must be a str, not {getattr(self, name)!r}")
         for name in _INTS:

@@ -100,7 +100,7 @@ class _Monitoring:
         return web.Response(body=body, headers={"Content-Type": PROMETHEUS_TYPE})
 
     async def healthz(self, request: web.Request) -> web.Response:
-        healthy, why = await health(self.collector.node)
+        healthy, why = await health(self.collector.node, self.collector.mqtt)
         return web.Response(text=why + "\n", status=200 if healthy else 503)
 
 

@@ -37,6 +37,7 @@ T = TypeVar("T")
 
 ROUTER_SCRIPT = Path(sys.executable).parent / "router"
 TIMEOUT = 30.0
+STDERR_SHOWN = 40  # lines of a failed child's stderr printed beside the failure
 
 
 def invoke(url: str, prefix: str, *args: str) -> Result:
@@ -234,9 +235,20 @@ def _drain(lines: queue.Queue[str]) -> list[str]:
 
 @contextlib.contextmanager
 def router_process(*args: str, env: dict[str, str] | None = None) -> Iterator[Process]:
-    """A ``router`` child process that is killed (if still running) when the block ends."""
+    """A ``router`` child process that is killed (if still running) when the block ends.
+
+    When the block fails, the process's state (running or its exit status) and the last
+    lines it wrote on stderr are printed, so pytest shows them beside the failure: a
+    refused connection then tells a node that died from one that never listened."""
     process = Process(*args, env=env)
     try:
         yield process
+    except BaseException:
+        status = process.process.poll()
+        said = process.logged()[-STDERR_SHOWN:]
+        state = "still running" if status is None else f"exited with {status}"
+        heading = f"router {' '.join(args[:2])}: {state}; its stderr:"
+        print(heading, *said, sep="\n", file=sys.stderr)
+        raise
     finally:
         process.kill()

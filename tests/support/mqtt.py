@@ -47,6 +47,7 @@ class Paho:
         self.connack: queue.Queue[tuple[int, Any]] = queue.Queue()
         self.sessions_present: queue.Queue[bool] = queue.Queue()  # (each CONNACK's flag)
         self.disconnects: queue.Queue[int] = queue.Queue()
+        self.references: queue.Queue[str | None] = queue.Queue()  # (each DISCONNECT's)
         self.subacks: queue.Queue[list[int]] = queue.Queue()
         self.client.on_connect = self._on_connect
         self.client.on_message = lambda client, userdata, message: self.messages.put(message)
@@ -81,6 +82,7 @@ class Paho:
         self.connack.put((code.value, props))
 
     def _on_disconnect(self, client: Any, userdata: Any, flags: Any, code: Any, props: Any) -> None:
+        self.references.put(getattr(props, "ServerReference", None))
         self.disconnects.put(code.value)
 
     def _on_subscribe(self, client: Any, userdata: Any, mid: int, codes: Any, props: Any) -> None:
@@ -106,6 +108,10 @@ class Paho:
     def expect_disconnect(self) -> int:
         """The reason code of the DISCONNECT the server sent (or 0 for a plain close)."""
         return self.disconnects.get(timeout=TIMEOUT)
+
+    def server_reference(self) -> str | None:
+        """The Server Reference of the DISCONNECT :meth:`expect_disconnect` returned."""
+        return self.references.get(timeout=TIMEOUT)
 
     def take(self, count: int) -> list[mqtt.MQTTMessage]:
         return [self.messages.get(timeout=TIMEOUT) for _ in range(count)]
