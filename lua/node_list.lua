@@ -1,13 +1,15 @@
 -- List the registered nodes with their heartbeat expiry, and the server time, in one view.
 -- KEYS[1] = the registry hash (node id -> incarnation)
 -- KEYS[2] = the heartbeat sorted set (node id scored by expiry, server time in ms)
+-- KEYS[3] = the retired hash (node id -> the incarnation that retired)
 -- ARGV: none
--- returns {server time in ms, node1, incarnation1, expiry1, node2, ...} (expiry '0' when the
---         node has no heartbeat); a node is alive while its expiry is later than the time
+-- returns {server time in ms, node1, incarnation1, expiry1, retired1, node2, ...} (expiry '0'
+--         when the node has no heartbeat; retired 1 when its registered incarnation retired, else
+--         0); a node is alive while it is not retired and its expiry is later than the time
 -- errors: ROUTER_INVALID (ARGV given, malformed KEYS)
 --! include keys
 
-local wrong_keys = check_keys({false, false})
+local wrong_keys = check_keys({false, false, false})
 if wrong_keys then
   return redis.error_reply(wrong_keys)
 end
@@ -23,5 +25,6 @@ for i = 1, #registry, 2 do
   result[#result + 1] = registry[i]
   result[#result + 1] = registry[i + 1]
   result[#result + 1] = redis.call('ZSCORE', KEYS[2], registry[i]) or '0'
+  result[#result + 1] = redis.call('HGET', KEYS[3], registry[i]) == registry[i + 1] and 1 or 0
 end
 return result

@@ -17,7 +17,8 @@ compares its counters with the last look:
     (devices that share a client id, or a reconnect loop).
 
 A peer's death is told where it is found, by the route mirror's purge
-(:meth:`MirrorSync.purge_dead <router.cluster.mirror_sync.MirrorSync.purge_dead>`).
+(:meth:`MirrorSync.purge_dead <router.cluster.mirror_sync.MirrorSync.purge_dead>`); a peer
+that retired (stopped gracefully, its sessions left to a live node) is not told down.
 """
 
 from __future__ import annotations

@@ -10,7 +10,11 @@ How the mirror learns about changes:
   judge them: see :meth:`MirrorSync.refresh`) and purges nodes whose heartbeat expired;
   a lost hint costs at most one interval; a peer whose heartbeat would expire within
   the interval is looked at right when it does (a dead node's sessions are adopted
-  without waiting for the next round);
+  without waiting for the next round), and a peer that retired (left gracefully with
+  persistent sessions: :meth:`NodeRegistry.retire
+  <router.state.node_registry.NodeRegistry.retire>`) says so on the departures channel
+  (:meth:`MirrorSync.depart`), which starts a round at once: its sessions are adopted
+  and it is purged within moments, not after its heartbeat TTL;
 * the node's view of who is in the cluster is *current* while the hints connection it
   had when it last listed the registry is still up (a join is announced by a hint); once
   that connection failed, a hint and so a join may have been missed, and
@@ -38,7 +42,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from functools import partial
 from typing import Final
 
@@ -117,6 +121,7 @@ class MirrorSync:
         self._again: set[str] = set()
         self._current_since: int | None = None  # the hints subscription the view is current for
         self._refreshing: asyncio.Task[None] | None = None  # (its callers share it)
+        self._woken = asyncio.Event()  # (a peer retired: the next round starts now)
         self.resyncs = 0
         self.purged = 0
 
@@ -169,6 +174,12 @@ class MirrorSync:
                 waiter.cancel()
                 raise
             waiter.set_result(None)
+
+    async def depart(self) -> None:
+        """Tell every node that this node retired (its registry entry says so already):
+        each starts a round of :meth:`purge_dead` at once, and one adopts this node's
+        sessions. Raises what the PUBLISH raised."""
+        await self._hints.depart(self._node_id)
 
     # -- catching up -----------------------------------------------------------------
 
@@ -358,6 +369,7 @@ class MirrorSync:
         self.dead = frozenset(node.node_id for node in dead_nodes)
         self._tell_down(dead_nodes)
         results = []
+        retired = {node.node_id for node in dead_nodes if node.retired}
         for node in dead_nodes:
             if not self._may_purge():
                 break
@@ -366,18 +378,19 @@ class MirrorSync:
             elif node.node_id not in self._adopting and await self._registry.lease_adoption(
                 node.node_id, self._node_id, self._lease
             ):
-                task = asyncio.create_task(self._adopt_then_purge(node.node_id, node.incarnation))
+                task = asyncio.create_task(self._adopt_then_purge(node))
                 self._adopting[node.node_id] = task
                 task.add_done_callback(partial(self._adopted, node.node_id))
-        await self._settle(results)
+        await self._settle(results, retired)
 
     def _tell_down(self, dead_nodes: list[NodeInfo]) -> None:
-        """Tell each peer found dead for the first time (once in the cluster)."""
+        """Tell each peer found dead for the first time (once in the cluster); a peer
+        that retired is not down (it told ``node_stopped`` itself)."""
         if self._events is None:
             return
         for node in dead_nodes:
             seen = (node.node_id, node.incarnation)
-            if node.node_id == self._node_id or seen in self._told_dead:
+            if node.node_id == self._node_id or node.retired or seen in self._told_dead:
                 continue
             if len(self._told_dead) > 1_000:
                 self._told_dead.clear()  # (bounded; the cluster-wide token still holds)
@@ -396,28 +409,44 @@ class MirrorSync:
     def _adopted(self, dead: str, _task: asyncio.Task[None]) -> None:
         self._adopting.pop(dead, None)
 
-    async def _settle(self, results: list[PurgeResult]) -> None:
+    async def _settle(self, results: list[PurgeResult], retired: Collection[str] = ()) -> None:
+        """Drop the purged nodes from the mirror, count them, tell each purge (``retired``:
+        the nodes among them that left gracefully) and announce."""
         for result in results:
             self._drop(result.node_id)
             if result.status == "purged":
                 self.purged += 1
-                log.warning("purged dead node %s (%d routes)", result.node_id, result.routes)
+                left = result.node_id in retired
+                log.log(
+                    logging.INFO if left else logging.WARNING,
+                    "purged %s node %s (%d routes)",
+                    "retired" if left else "dead",
+                    result.node_id,
+                    result.routes,
+                )
                 if self._events is not None:
                     self._events.tell(
-                        "node_purged",
-                        result.node_id,
-                        f"dead node {result.node_id} purged by node {self._node_id}: "
-                        f"{result.routes} routes removed"
-                        + (", its sessions adopted" if self._adopt_sessions else ""),
+                        "node_purged", result.node_id, self._purged_text(result, left)
                     )
         if results:
             await self._hints.announce(self._node_id)
 
-    async def _adopt_then_purge(self, dead: str, incarnation: str) -> None:
-        """Adopt ``dead``'s sessions under the lease (renewed each interval), then purge
-        it and drop the lease. A failed adoption leaves the node routed: the next round
-        tries again (the lease runs out)."""
+    def _purged_text(self, result: PurgeResult, left: bool) -> str:
+        routes = f"{result.routes} routes removed"
+        if left:
+            return (
+                f"node {result.node_id} left gracefully; its sessions were adopted by node "
+                f"{self._node_id}, which purged it: {routes}"
+            )
+        adopted = ", its sessions adopted" if self._adopt_sessions else ""
+        return f"dead node {result.node_id} purged by node {self._node_id}: {routes}{adopted}"
+
+    async def _adopt_then_purge(self, node: NodeInfo) -> None:
+        """Adopt the sessions of the ``node`` found not alive under the lease (renewed
+        each interval), then purge it and drop the lease. A failed adoption leaves the
+        node routed: the next round tries again (the lease runs out)."""
         assert self._adopt_sessions is not None
+        dead, incarnation = node.node_id, node.incarnation
         renewal = asyncio.create_task(self._renew_lease(dead))
         try:
             await self._adopt_sessions(dead)
@@ -430,7 +459,7 @@ class MirrorSync:
             return
         result = await self._registry.purge(dead, incarnation)
         await self._registry.end_adoption(dead)
-        await self._settle([result])
+        await self._settle([result], {dead} if node.retired else ())
 
     async def _renew_lease(self, dead: str) -> None:
         while True:
@@ -443,9 +472,12 @@ class MirrorSync:
         while True:
             expiry = self.next_expiry
             if expiry is not None and expiry < self._interval:
-                await asyncio.sleep(max(expiry, 0) + EXPIRY_MARGIN)
+                pause = max(expiry, 0) + EXPIRY_MARGIN
             else:
-                await asyncio.sleep(self._interval)
+                pause = self._interval
+            with contextlib.suppress(TimeoutError):  # (a departure ends the pause early)
+                await asyncio.wait_for(self._woken.wait(), pause)
+            self._woken.clear()
             try:
                 await self.purge_dead()
                 if self.current:
@@ -469,6 +501,9 @@ class MirrorSync:
                     self._listing()  # (what the hints missed: read now, not next round)
                 continue
             if heard is None:
+                continue
+            if heard.channel == self._hints.departures:
+                self._woken.set()  # (a peer retired: adopt its sessions now)
                 continue
             if heard.channel == self._fence_channel:
                 if self._on_fence is not None:

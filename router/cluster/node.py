@@ -28,7 +28,15 @@ Life of a node (one process, one *incarnation*):
    (:mod:`router.cluster.sessions.claims`). A session with a Session Expiry Interval outlives
    its connection (:meth:`RouterNode.put_away`) and resumes on any node, what was
    queued for it first (:mod:`router.cluster.sessions`).
-5. ``stop``: remove its routes, deregister, announce; other nodes drop its routes.
+5. ``stop``: a node that holds no persistent session removes its routes, deregisters
+   and announces; other nodes drop its routes. One that holds persistent sessions
+   (connected or away) *retires* instead (:meth:`NodeRegistry.retire
+   <router.state.node_registry.NodeRegistry.retire>`): it is not alive from then on,
+   its routes stay (copies for its sessions go to its inbox) and it tells the others
+   (:meth:`MirrorSync.depart <router.cluster.mirror_sync.MirrorSync.depart>`), one of
+   which adopts its sessions at once and purges it, as a dead node's
+   (:mod:`router.cluster.sessions.adoption`), not told down. Before it stops, a node
+   may let the moves of sessions under way finish (:meth:`RouterNode.moves_done`).
    A node that dies instead is purged by the others once its heartbeat expires; its inbox
    keeps messages until the channel TTL, for a restart under the same node id.
 """
@@ -73,7 +81,13 @@ from router.core.messages import Delivery, MessageProperties, Outgoing, PublishR
 from router.core.options import make_options
 from router.core.route_mirror import RouteMirror
 from router.core.topics import TopicFilter, parse_shared, validate_filter
-from router.errors import InvalidOptionsError, RouterError
+from router.errors import (
+    InvalidOptionsError,
+    NodeNotRegisteredError,
+    RouterError,
+    StaleIncarnationError,
+    StateFailureError,
+)
 from router.state.connection import check_eviction, failovers_followed, urgent_client
 from router.state.event_log import EventLog
 from router.state.keys import Keys, check_id
@@ -284,12 +298,16 @@ class RouterNode:
         self._visibility.written(claim.generation, 0)
 
     async def stop(self) -> None:
-        """Leave gracefully: remove this node's routes, deregister, announce, close."""
+        """Leave gracefully: remove this node's clean sessions; then remove its routes,
+        deregister and announce, or, holding persistent sessions, retire and tell the
+        others, one of which adopts them (see the module docstring); close."""
         if not self._running:
             return
         self._running = False
         if self.config.events:
-            self.events.tell("node_stopped", self.node_id, f"node {self.node_id} stopped")
+            kept = self._lifecycle.persistent()
+            left = f": {kept} persistent sessions left for a live node to adopt" if kept else ""
+            self.events.tell("node_stopped", self.node_id, f"node {self.node_id} stopped{left}")
             await self.events.flush()
         await self._supervisor.stop()
         await self._writer.stop()
@@ -304,8 +322,7 @@ class RouterNode:
                 await self._lifecycle.remove_clean()
             except RouterError as error:  # (the registry's purge below may still go)
                 log.warning("clean sessions of node %s not removed: %s", self.node_id, error)
-            await self.registry.purge(self.node_id, self.incarnation)
-            await self._sync.announce()
+            await self._leave()
         finally:
             await self._sync.stop()
             for client_id in self.sessions.clients():
@@ -314,6 +331,30 @@ class RouterNode:
             if self._traffic is not None:
                 await asyncio.to_thread(self._traffic.close)
             await self.close_urgent()
+
+    async def _leave(self) -> None:
+        """Purge this node, or retire it while it holds persistent sessions (the routes
+        stay for them until a live node adopted them: see the module docstring)."""
+        if not self._lifecycle.persistent():
+            await self.registry.purge(self.node_id, self.incarnation)
+            await self._sync.announce()
+            return
+        try:
+            await self.registry.retire(self.node_id, self.incarnation)
+        except (NodeNotRegisteredError, StaleIncarnationError) as error:
+            log.warning("node %s not retired (purged, or its id taken): %s", self.node_id, error)
+            return
+        try:
+            await self._sync.depart()
+        except StateFailureError as error:  # (its peers find it at their next round)
+            log.warning("node %s retired, its departure not told: %s", self.node_id, error)
+
+    async def moves_done(self, timeout: float) -> bool:
+        """Wait until the moves of sessions under way on this node have finished, with
+        their grace (a handoff to the node a client reconnected to, the tail of a session
+        moving here), at most ``timeout`` seconds; True when none is left. A drain calls
+        it before :meth:`stop`, which cuts the graces short."""
+        return await self._keeper.moves_done(timeout)
 
     async def close_urgent(self) -> None:
         """Close the heartbeat's own Redis client (when it is not the node's)."""

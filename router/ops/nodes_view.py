@@ -6,7 +6,9 @@ rules kept in Redis (:func:`auth_enforcement`); docs/http-api.md.
 Sums and rates add up the live nodes that reported lately (their telemetry hash exists);
 the history is merged on the coarsest sampling interval of those nodes
 (:func:`~router.state.node_history.merge_histories`). A node that died stays listed for
-:data:`~router.ops.telemetry.DEPARTED_SHOWN` seconds, with the time it was told down.
+:data:`~router.ops.telemetry.DEPARTED_SHOWN` seconds, with the time it was told down. A
+node that stopped gracefully while it held persistent sessions (``retired``) is listed
+until the live node that adopts them purged it: not alive, and not down.
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ async def cluster_nodes(
     the node's TTL from its telemetry, else the default's) come from the registry;
     ``down_since_ms`` (Unix ms) from the event that told the node down, None for a live
     node or one no event tells of; ``routes`` from ``route_counts`` (the asking node's
-    mirror: no route set is read), else from the node's telemetry; the other figures
+    mirror: no route set is read), else from the node's telemetry; ``retired`` is True for
+    a node that left gracefully and whose persistent sessions a live node adopts now (it
+    is not alive, nor down: the row goes with its purge); the other figures
     from the node's telemetry, None for a node that is not alive or wrote none (a node
     embedded with :func:`router.connect` alone). Raises :class:`StateUnavailableError`
     when Redis does not answer, :class:`CorruptStateError` for bad state."""
@@ -83,6 +87,7 @@ async def _cluster_view(
             routes = shown.routes
         row = _node_row(info.node_id, info.alive, shown, max(0, age), routes, now)
         row["down_since_ms"] = None if info.alive else _down_since(down, info.node_id)
+        row["retired"] = info.retired
         rows.append(row)
     for node_id in departed:  # (purged from the registry: dead, last heard of this long ago)
         heard = seen.get(node_id)
@@ -92,6 +97,7 @@ async def _cluster_view(
         age = max(0, int((now - (heard or now)) * 1000))
         row = _node_row(node_id, False, None, age, None, now)
         row["down_since_ms"] = since
+        row["retired"] = False
         rows.append(row)
     rows.sort(key=lambda row: row["node_id"])
     return rows, records
@@ -143,7 +149,8 @@ async def cluster_overview(redis: RedisClient, keys: Keys, retained_count: int) 
     """``/api/v1/overview``: ``nodes`` alive and total (registered, and those that died
     in the last :data:`DEPARTED_SHOWN` seconds and were purged since), with ``down``, the
     rows of the nodes not alive (``node_id``, ``down_since_ms``: see
-    :func:`cluster_nodes`); the live nodes' ``connections``, ``sessions``,
+    :func:`cluster_nodes`) but those that ``retired`` (their ids: they left gracefully,
+    their sessions are being adopted); the live nodes' ``connections``, ``sessions``,
     ``subscriptions`` and ``routes`` summed (a filter on two nodes is two routes),
     ``retained`` (``retained_count``, as given), ``rates`` per second (each live node's
     last two samples, summed) and the ``history`` of every node that reported in the
@@ -171,8 +178,9 @@ async def cluster_overview(redis: RedisClient, keys: Keys, retained_count: int) 
             "down": [
                 {"node_id": row["node_id"], "down_since_ms": row["down_since_ms"]}
                 for row in nodes
-                if not row["alive"]
+                if not row["alive"] and not row["retired"]
             ],
+            "retired": [row["node_id"] for row in nodes if row["retired"]],
         },
         "connections": sum(telemetry.connections for telemetry in figures),
         "sessions": sum(telemetry.sessions for telemetry in figures),

@@ -96,7 +96,10 @@ class NodeStatus:
     ``down_since_ms`` (Unix ms) is when the cluster's event log told the node down, None
     for a live node or one no event tells of; ``registered`` is False for a dead node
     that its peers purged since (listed for an hour after it was told down, so that a
-    death does not vanish from the list with the purge that follows it).
+    death does not vanish from the list with the purge that follows it). ``retired``:
+    the node left gracefully and a live node adopts its persistent sessions, then purges
+    it (not alive, not down: :meth:`NodeRegistry.retire
+    <router.state.node_registry.NodeRegistry.retire>`).
     """
 
     node_id: str
@@ -110,6 +113,7 @@ class NodeStatus:
     version: str | None = None
     down_since_ms: int | None = None
     registered: bool = True
+    retired: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -124,6 +128,7 @@ class NodeStatus:
             "version": self.version,
             "down_since_ms": self.down_since_ms,
             "registered": self.registered,
+            "retired": self.retired,
         }
 
 
@@ -168,6 +173,7 @@ async def node_statuses(redis: RedisClient, keys: Keys) -> list[NodeStatus]:
                 routes_version=snapshot.version,
                 version=versions.get(info.node_id),
                 down_since_ms=None if info.alive else down.get(info.node_id),
+                retired=info.retired,
             )
         )
     now_ms = registered[0].now_ms if registered else int(time.time() * 1000)

@@ -17,6 +17,7 @@ Layout (``rt`` is the default namespace prefix; ``ID`` is an escaped id, see bel
     rt:{n:ID}:drops           hash   drops by reason, slowest clients, expiring (node)
     rt:{nodes}:registry       hash   node id -> incarnation            (registry)
     rt:{nodes}:heartbeats     zset   node id -> expiry, server ms      (registry)
+    rt:{nodes}:retired        hash   node id -> incarnation that retired (registry)
     rt:{ch:ID}:clock          string the channel clock, an integer in +-(2^53-1)  (channel)
     rt:{ch:ID}:epoch          string a token, new whenever the channel is made anew (channel)
     rt:{ch:ID}:sub:SUB        string a subscriber's cursor (last acked clock)     (channel)
@@ -196,6 +197,11 @@ class Keys:
         """The sorted set of registered nodes scored by heartbeat expiry (server ms)."""
         return f"{self.prefix}:{{nodes}}:heartbeats"
 
+    def registry_retired(self) -> str:
+        """The hash of registered nodes that left gracefully, node id -> the incarnation
+        that retired (see :meth:`router.state.node_registry.NodeRegistry.retire`)."""
+        return f"{self.prefix}:{{nodes}}:retired"
+
     def node_figures(self, node_id: str) -> str:
         """A node's live figures for ``$SYS`` (see :mod:`router.state.node_figures`)."""
         return self.node(node_id) + ":figures"
@@ -347,6 +353,11 @@ class Keys:
         """The pub/sub channel (not a key) where a node asks its peers to settle the
         subscriptions they have read, and they answer (:mod:`router.state.route_fence_channel`)."""
         return f"{self.prefix}:route-fences"
+
+    def node_departures(self) -> str:
+        """The pub/sub channel (not a key) where a node that retired tells its peers to
+        adopt its sessions now (see :mod:`router.cluster.mirror_sync`)."""
+        return f"{self.prefix}:node-departures"
 
     def route_acks_channel(self, node_id: str) -> str:
         """The pub/sub channel (not a key) where readers tell a node how far they hold

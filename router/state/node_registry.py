@@ -1,10 +1,11 @@
 """The node registry: which router nodes exist, which are alive, and cleaning up dead ones.
 
-Two keys under the ``{nodes}`` hash tag (one slot), changed by scripts that read Redis
+Three keys under the ``{nodes}`` hash tag (one slot), changed by scripts that read Redis
 server time (``TIME`` inside Lua), never a node's wall clock::
 
     rt:{nodes}:registry     hash  node id -> incarnation id of its current process
     rt:{nodes}:heartbeats   zset  node id scored by heartbeat expiry (server ms)
+    rt:{nodes}:retired      hash  node id -> the incarnation that retired (left gracefully)
 
 A node process registers with a fresh *incarnation* id (``register`` returns the previous
 incarnation, whose routes it should drop by claiming its route set), then heartbeats more
@@ -16,6 +17,13 @@ guarded by the incarnation, so a purge interrupted halfway is finished by the ne
 and never touches a newer incarnation. A node that finds itself unregistered
 (:class:`NodeNotRegisteredError` from ``heartbeat``) must register again with a *new*
 incarnation and claim its route set again.
+
+A node that leaves gracefully while it holds persistent sessions *retires* instead of
+purging itself (:meth:`NodeRegistry.retire`): its heartbeat expires at once and it is
+marked retired, its route set stays. Every node then sees it not alive, and a live node
+adopts its sessions and purges it, as it would a dead node's, without taking it for dead
+(no ``node_down``). A new incarnation registering under the id clears the mark, and so
+does the purge.
 """
 
 from __future__ import annotations
@@ -32,17 +40,20 @@ DEFAULT_TTL: Final = 10.0
 
 
 class NodeInfo(NamedTuple):
-    """A registered node as seen at server time ``now_ms``."""
+    """A registered node as seen at server time ``now_ms``; ``retired``: its incarnation
+    left gracefully (:meth:`NodeRegistry.retire`) and awaits its purge."""
 
     node_id: str
     incarnation: str
     expires_ms: int
     now_ms: int
+    retired: bool = False
 
     @property
     def alive(self) -> bool:
-        """True while the node's heartbeat has not expired (by Redis server time)."""
-        return self.expires_ms > self.now_ms
+        """True while the node's heartbeat has not expired (by Redis server time) and it
+        did not retire."""
+        return self.expires_ms > self.now_ms and not self.retired
 
 
 class Registration(NamedTuple):
@@ -90,8 +101,9 @@ class NodeRegistry:
     def _ttl_ms(self) -> int:
         return max(1, round(self.ttl * 1000))
 
-    def _registry_keys(self) -> list[str]:
-        return [self.keys.registry(), self.keys.registry_heartbeats()]
+    def _registry_keys(self, *, retired: bool = True) -> list[str]:
+        names = [self.keys.registry(), self.keys.registry_heartbeats()]
+        return [*names, self.keys.registry_retired()] if retired else names
 
     async def register(self, node_id: str, incarnation: str) -> Registration:
         """Register the node's current process and start its heartbeat.
@@ -118,9 +130,23 @@ class NodeRegistry:
         check_id(node_id, "node id")
         check_id(incarnation, "incarnation")
         expires = await self._scripts.run(
-            "node_heartbeat", self._registry_keys(), [node_id, incarnation, self._ttl_ms]
+            "node_heartbeat",
+            self._registry_keys(retired=False),
+            [node_id, incarnation, self._ttl_ms],
         )
         return _millis(expires)
+
+    async def retire(self, node_id: str, incarnation: str) -> int:
+        """The node leaves gracefully and leaves its sessions to a live node: its
+        heartbeat expires now (every node sees it not alive at once) and it is marked
+        retired (not dead: see the module docstring); its route set stays. Returns the
+        server time of the retirement (ms). Raises :class:`NodeNotRegisteredError` if
+        the node is not registered and :class:`StaleIncarnationError` if another
+        incarnation registered since; nothing changes then."""
+        check_id(node_id, "node id")
+        check_id(incarnation, "incarnation")
+        now = await self._scripts.run("node_retire", self._registry_keys(), [node_id, incarnation])
+        return _millis(now)
 
     async def nodes(self) -> list[NodeInfo]:
         """Every registered node, alive or not, sorted by id, judged at one server time."""
@@ -132,8 +158,9 @@ class NodeRegistry:
                 _text(flat[i + 1], "incarnation"),
                 _millis(flat[i + 2]),
                 now_ms,
+                retired=flat[i + 3] == 1,
             )
-            for i in range(0, len(flat), 3)
+            for i in range(0, len(flat), 4)
         ]
         return sorted(found)
 
@@ -142,7 +169,7 @@ class NodeRegistry:
         return [node for node in await self.nodes() if node.alive]
 
     async def dead_nodes(self) -> list[NodeInfo]:
-        """The registered nodes whose heartbeat has expired."""
+        """The registered nodes whose heartbeat has expired (those that retired too)."""
         return [node for node in await self.nodes() if not node.alive]
 
     async def unregister(self, node_id: str, incarnation: str | None = None) -> bool:
@@ -188,7 +215,8 @@ class NodeRegistry:
         return result
 
     async def purge_dead(self) -> list[PurgeResult]:
-        """Purge every node whose heartbeat has expired; return what each purge did."""
+        """Purge every node whose heartbeat has expired (or that retired); return what
+        each purge did."""
         return [
             await self.purge(node.node_id, node.incarnation) for node in await self.dead_nodes()
         ]

@@ -4,8 +4,12 @@ A hint is a node id published on the namespace's route-hints channel
 (:meth:`Keys.route_hints <router.state.keys.Keys.route_hints>`); a node that hears it
 reads that node's change stream (:mod:`router.state.routes`). Pub/sub is fire-and-forget:
 a hint is never the data, and a lost one costs a reader at most its refresh interval
-(:mod:`router.cluster.mirror_sync`). The same connection also hears the other channels a
-node names (its route acks channel, :mod:`router.state.route_acks`).
+(:mod:`router.cluster.mirror_sync`). The same connection also hears the departures
+channel (:meth:`Keys.node_departures <router.state.keys.Keys.node_departures>`), where a
+node that retired (:meth:`NodeRegistry.retire
+<router.state.node_registry.NodeRegistry.retire>`) publishes its id so that a peer looks
+at the registry at once, and the other channels a node names (its route acks channel,
+:mod:`router.state.route_acks`).
 
 The listener has a connection of its own, without socket timeout or hidden retries (see
 :func:`~router.state.connection.pubsub_client`); on a Redis Cluster it connects to the
@@ -39,14 +43,15 @@ class Heard(NamedTuple):
 
 
 class RouteHints:
-    """Sends route hints, and hears them (with the ``also`` channels) on a connection of
-    its own (see the module docstring). Every method raises :class:`StateFailureError`
-    (:mod:`router.state.failures`) when Redis fails it."""
+    """Sends route hints and departures, and hears them (with the ``also`` channels) on a
+    connection of its own (see the module docstring). Every method raises
+    :class:`StateFailureError` (:mod:`router.state.failures`) when Redis fails it."""
 
     def __init__(self, redis: RedisClient, keys: Keys, also: tuple[str, ...] = ()) -> None:
         self._redis = redis
         self.channel = keys.route_hints()
-        self._channels = (self.channel, *also)
+        self.departures = keys.node_departures()
+        self._channels = (self.channel, self.departures, *also)
         self._client: Redis | None = None
         self._pubsub: PubSub | None = None
         self._failed = False  # (the next subscription reads a cluster's slot map first)
@@ -57,6 +62,11 @@ class RouteHints:
         """Publish the hint that ``node_id``'s route set changed."""
         with translating:
             await command(self._redis, "PUBLISH", self.channel, node_id)
+
+    async def depart(self, node_id: str) -> None:
+        """Publish that ``node_id`` retired: its sessions await a live node's adoption."""
+        with translating:
+            await command(self._redis, "PUBLISH", self.departures, node_id)
 
     async def subscribe(self) -> None:
         """Subscribe to the channels on a new connection (the old one, if any, is closed)."""

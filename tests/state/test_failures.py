@@ -301,6 +301,7 @@ CALLS: dict[str, Call] = {
     "node_registry.NodeRegistry.live_nodes": lambda r: NodeRegistry(r, KEYS).live_nodes(),
     "node_registry.NodeRegistry.dead_nodes": lambda r: NodeRegistry(r, KEYS).dead_nodes(),
     "node_registry.NodeRegistry.unregister": lambda r: NodeRegistry(r, KEYS).unregister("n1"),
+    "node_registry.NodeRegistry.retire": lambda r: NodeRegistry(r, KEYS).retire("n1", "i1"),
     "node_registry.NodeRegistry.lease_adoption": lambda r: NodeRegistry(r, KEYS).lease_adoption(
         "n1", "n2", 10
     ),
@@ -363,6 +364,7 @@ CALLS: dict[str, Call] = {
         "n2", "n1", 1
     ),
     "route_hints.RouteHints.announce": lambda r: RouteHints(r, KEYS).announce("n1"),
+    "route_hints.RouteHints.depart": lambda r: RouteHints(r, KEYS).depart("n1"),
     "route_hints.RouteHints.subscribe": lambda r: RouteHints(r, KEYS).subscribe(),
     "route_hints.RouteHints.message": lambda r: RouteHints(r, KEYS).message(0.1),
     "routes.RouteStore.claim": lambda r: RouteStore(r, KEYS).claim("n1", "i1", {"a/b": 1}),

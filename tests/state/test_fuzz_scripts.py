@@ -160,7 +160,11 @@ async def refused(
     return raised.value
 
 
-REGISTRY = {"registry": h(n1="inc1"), "heartbeats": ("zset", {"n1": 123.0}, 0)}
+REGISTRY = {
+    "registry": h(n1="inc1"),
+    "heartbeats": ("zset", {"n1": 123.0}, 0),
+    "retired": h(n2="inc2"),
+}
 ALIASES = {
     "aliases": ("hash", {"1": "t/1", "7": "t/7"}, 0),
     "topics": ("hash", {"t/1": "1", "t/7": "7"}, 0),
@@ -183,6 +187,7 @@ SHARDS = {"shards": ("zset", {"a": 0.0}, 0), "counts": h(a="2"), "total": s("2")
         ("alias_maximum", ALIASES, ["aliases", "topics"], ["client", "2"]),
         ("retained_store", SHARD, ["topics", "messages"], ["a/c", "m", "0", "1"]),
         ("node_register", REGISTRY, ["registry", "registry"], ["n2", "inc", "1000"]),
+        ("node_retire", REGISTRY, ["registry", "heartbeats"], ["n1", "inc1"]),
     ],
 )
 async def test_missing_or_repeated_keys_are_refused_before_any_write(
@@ -204,6 +209,7 @@ async def test_missing_or_repeated_keys_are_refused_before_any_write(
     [
         ("node_register", "heartbeats", list(REGISTRY), ["n2", "inc", "1000"]),
         ("node_unregister", "heartbeats", list(REGISTRY), ["n1", ""]),
+        ("node_retire", "retired", list(REGISTRY), ["n1", "inc1"]),
         ("alias_maximum", "topics", list(ALIASES), ["client", "2"]),
         ("retained_store", "topics", list(SHARD), ["a/c", "m", "0", "1"]),
         ("retained_expire", "topics", list(SHARD), ["10"]),

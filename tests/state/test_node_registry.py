@@ -138,6 +138,8 @@ async def test_bad_input(registry: NodeRegistry, redis_client: RedisClient) -> N
         registry.register("", "inc"),
         registry.register("n2", ""),
         registry.heartbeat("", "inc"),
+        registry.retire("", "inc"),
+        registry.retire("n1", ""),
         registry.unregister(""),
         registry.purge(""),
     ):
@@ -148,6 +150,7 @@ async def test_bad_input(registry: NodeRegistry, redis_client: RedisClient) -> N
             NodeRegistry(redis_client, registry.keys, ttl=ttl)  # type: ignore[arg-type]
     scripts = Scripts(redis_client)
     keys = [registry.keys.registry(), registry.keys.registry_heartbeats()]
+    keys.append(registry.keys.registry_retired())
     for name, args in (
         ("node_register", []),
         ("node_register", ["n2", "inc", "0"]),
@@ -158,8 +161,74 @@ async def test_bad_input(registry: NodeRegistry, redis_client: RedisClient) -> N
         ("node_list", ["x"]),
         ("node_unregister", ["n1"]),
         ("node_unregister", ["", ""]),
+        ("node_retire", ["n1"]),
+        ("node_retire", ["n1", ""]),
+        ("node_retire", ["n1", "inc-1", "x"]),
     ):
         with pytest.raises(ScriptError):
-            await scripts.run(name, keys, args)
+            await scripts.run(name, keys[:2] if name == "node_heartbeat" else keys, args)
+    with pytest.raises(ScriptError):  # (without the retired hash)
+        await scripts.run("node_retire", keys[:2], ["n1", "inc-1"])
     (node,) = await registry.nodes()
-    assert (node.node_id, node.incarnation, node.alive) == ("n1", "inc-1", True)
+    assert (node.node_id, node.incarnation, node.alive, node.retired) == (
+        "n1",
+        "inc-1",
+        True,
+        False,
+    )
+
+
+async def test_a_retired_node_is_not_alive_at_once_and_keeps_its_routes(
+    registry: NodeRegistry, redis_client: RedisClient
+) -> None:
+    """A node that leaves gracefully with persistent sessions retires: every node sees it
+    not alive at once (its TTL here is 30 s), retired rather than dead, its route set
+    still there for the live node that adopts its sessions and then purges it."""
+    routes = registry.routes
+    await registry.register("n1", "inc-1")
+    await registry.register("n2", "inc-2")
+    await routes.claim("n1", "inc-1", {"a/#": 1})
+    before = await server_ms(redis_client)
+    retired_at = await registry.retire("n1", "inc-1")
+    assert before <= retired_at <= await server_ms(redis_client)
+    n1, n2 = await registry.nodes()
+    assert (n1.node_id, n1.retired, n1.alive, n1.expires_ms) == ("n1", True, False, retired_at)
+    assert (n2.node_id, n2.retired, n2.alive) == ("n2", False, True)
+    assert [n.node_id for n in await registry.dead_nodes()] == ["n1"]
+    assert (await routes.snapshot("n1")).routes == {"a/#": 1}
+    assert [tuple(r) for r in await registry.purge_dead()] == [("n1", "purged", 1)]
+    assert [n.node_id for n in await registry.nodes()] == ["n2"]
+    assert await redis_client.exists(registry.keys.registry_retired()) == 0
+
+
+async def test_only_the_current_incarnation_retires_and_a_new_one_is_not_retired(
+    registry: NodeRegistry,
+) -> None:
+    await registry.register("n1", "inc-1")
+    await registry.register("n1", "inc-2")
+    with pytest.raises(StaleIncarnationError):
+        await registry.retire("n1", "inc-1")
+    with pytest.raises(NodeNotRegisteredError):
+        await registry.retire("ghost", "inc-1")
+    (node,) = await registry.nodes()
+    assert (node.incarnation, node.retired, node.alive) == ("inc-2", False, True)
+    await registry.retire("n1", "inc-2")
+    assert (await registry.register("n1", "inc-3")).previous_incarnation == "inc-2"
+    (node,) = await registry.nodes()
+    assert (node.incarnation, node.retired, node.alive) == ("inc-3", False, True)
+
+
+async def test_a_mark_left_by_an_earlier_incarnation_does_not_retire_a_newer_one(
+    registry: NodeRegistry, redis_client: RedisClient
+) -> None:
+    """The mark names the incarnation that retired: should it outlive that incarnation
+    (a node_register of an older version that does not clear it), the newer one is not
+    taken for retired. Unregistering removes the mark."""
+    await registry.register("n1", "inc-1")
+    await registry.retire("n1", "inc-1")
+    await redis_client.hset(registry.keys.registry(), "n1", "inc-2")
+    await registry.heartbeat("n1", "inc-2")
+    (node,) = await registry.nodes()
+    assert (node.incarnation, node.retired, node.alive) == ("inc-2", False, True)
+    assert await registry.unregister("n1") is True
+    assert await redis_client.exists(registry.keys.registry_retired()) == 0

@@ -55,6 +55,7 @@ STATE_SCRIPTS = frozenset(
         "node_heartbeat",
         "node_list",
         "node_unregister",
+        "node_retire",
     }
 )
 STATE_PREFIXES = ("client_", "alias_", "route_", "node_", "session_")
@@ -200,6 +201,8 @@ async def exercise_everything(
     await acks.ack(node_id, "reader 1", claim.generation, 2)
     assert await acks.read(node_id) == {"reader 1": (claim.generation, 2)}
     assert node_id in {n.node_id for n in await registry.live_nodes()}
+    await registry.retire(node_id, "inc-1")
+    assert node_id in {n.node_id for n in await registry.dead_nodes() if n.retired}
     assert (await registry.purge(node_id, "inc-1")).status == "purged"
     assert node_id not in {n.node_id for n in await registry.nodes()}
 
@@ -412,7 +415,7 @@ async def test_every_script_called_without_argv_refuses_and_changes_nothing(
         keys.client_alias_topics("c", "client"),
         keys.client_alias_maximum("c"),
     ]
-    registry_keys = [keys.registry(), keys.registry_heartbeats()]
+    registry_keys = [keys.registry(), keys.registry_heartbeats(), keys.registry_retired()]
     keys_of = {
         "client_claim": subs.client_keys("c"),
         "client_restore": [keys.client_owner("c")],
@@ -431,9 +434,10 @@ async def test_every_script_called_without_argv_refuses_and_changes_nothing(
         "route_purge": routes.node_keys("n"),
         "route_ack": [keys.node_route_acks("n")],
         "node_register": registry_keys,
-        "node_heartbeat": registry_keys,
+        "node_heartbeat": registry_keys[:2],
         "node_list": registry_keys,
         "node_unregister": registry_keys,
+        "node_retire": registry_keys,
     }
     assert set(keys_of) == STATE_SCRIPTS
     takes_none = {"alias_remove", "node_list"}

@@ -57,8 +57,9 @@ CHANNEL: Final[State] = {
     "id:1": s("4", 100_000),
 }
 NODES: Final[State] = {
-    "registry": h(n1="inc1"),
-    "heartbeats": ("zset", {"n1": 123.0}, 0),
+    "registry": h(n1="inc1", n2="inc2"),
+    "heartbeats": ("zset", {"n1": 123.0, "n2": 456.0}, 0),
+    "retired": h(n2="inc2"),
 }
 ROUTES: Final[State] = {
     "routes": ("hash", {"r/1": "1", "r/2": "2"}, 0),
@@ -261,7 +262,7 @@ FAMILIES: Final[dict[str, State]] = {
     "console": CONSOLE,
 }
 
-REGISTRY = ("registry", "heartbeats")
+REGISTRY = ("registry", "heartbeats", "retired")
 NODE = ("routes", "stream", "meta")
 SHARD = ("topics", "messages", "expiry")
 SHARDS = ("shards", "counts", "total")
@@ -339,9 +340,10 @@ SPECS: Final[dict[str, Spec]] = {
         ),
     ),
     "node_register": Spec(REGISTRY, "nodes", fixed(one("n1", "n2"), one("inc1", "inc2"), ttl)),
-    "node_heartbeat": Spec(REGISTRY, "nodes", fixed(one("n1", "n2"), one("inc1", "inc2"), ttl)),
+    "node_heartbeat": Spec(REGISTRY[:2], "nodes", fixed(one("n1", "n2"), one("inc1", "inc2"), ttl)),
     "node_list": Spec(REGISTRY, "nodes", st.just([])),
     "node_unregister": Spec(REGISTRY, "nodes", fixed(one("n1", "n2"), one("inc1", "", "inc2"))),
+    "node_retire": Spec(REGISTRY, "nodes", fixed(one("n1", "n2", "n3"), one("inc1", "inc2"))),
     "route_apply": Spec(NODE, "routes", then(fixed(one("inc1"), one("3")), pairs(filters, counts))),
     "route_changes": Spec(NODE[1:], "routes", fixed(one("7", ""), one("0", "1", "2"), one("5"))),
     "route_claim": Spec(NODE, "routes", then(fixed(one("inc1", "inc2")), pairs(filters, counts))),

@@ -48,6 +48,7 @@ ROW_FIELDS = {
     "auth",
     "down_since_ms",
     "reload",
+    "retired",
 }
 
 
@@ -103,7 +104,7 @@ async def test_a_node_samples_what_its_clients_publish(
             assert moved["interval_s"] == INTERVAL
             assert moved["t"] == sorted(moved["t"]) and len(moved["t"]) == len(moved["in"])
             assert no_negative(overview)
-            assert overview["nodes"] == {"alive": 1, "total": 1, "down": []}
+            assert overview["nodes"] == {"alive": 1, "total": 1, "down": [], "retired": []}
             assert overview["retained"] == 7
             assert (overview["connections"], overview["subscriptions"], overview["routes"]) == (
                 2,
@@ -167,7 +168,7 @@ async def test_the_cluster_adds_up_its_live_nodes(
         await take(b, "phone", sent)
         overview = await cluster_overview(redis_client, keys, 0)
         assert overview["history"]["interval_s"] == 2 * INTERVAL  # the coarser grid
-        assert overview["nodes"] == {"alive": 3, "total": 3, "down": []}
+        assert overview["nodes"] == {"alive": 3, "total": 3, "down": [], "retired": []}
         assert (overview["subscriptions"], overview["routes"]) == (1, 1)
         assert no_negative(overview)
         assert at_a.rates() is not None and at_b.rates() is not None
@@ -185,7 +186,7 @@ async def test_the_cluster_adds_up_its_live_nodes(
 
         async def a_left() -> bool:
             overview = await cluster_overview(redis_client, keys, 0)
-            alone = {"alive": 1, "total": 1, "down": []}
+            alone = {"alive": 1, "total": 1, "down": [], "retired": []}
             return overview["nodes"] == alone and overview["rates"]["in"] == 0
 
         await eventually(a_left, DEADLINE, "a's figures to leave the sums")

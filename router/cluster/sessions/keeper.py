@@ -586,6 +586,21 @@ class SessionKeeper:
         finally:
             await queue.aclose()
 
+    async def moves_done(self, timeout: float) -> bool:
+        """Wait until the moves under way (handoffs of sessions moving away, with their
+        grace, and tails of sessions moving here) have finished, those that begin
+        meanwhile too, at most ``timeout`` seconds; True when none is left. A node about
+        to stop calls it first, so that a client that moved to a peer gets its session
+        handed on whole (:meth:`stop` cuts the graces short)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while moves := [*(move.task for move in self._handoffs.values()), *self._tails.values()]:
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            await asyncio.wait(moves, timeout=left)
+        return True
+
     async def stop(self) -> None:
         """End the handoffs under way without their grace and take the tails under way,
         then stop every spiller and timer (the node is stopping; Redis keeps the
