@@ -10,10 +10,10 @@ with them, losing nothing.
 2. drains the MQTT front end (:mod:`router.mqtt.drain`): the listeners close
    (``/healthz`` answers 503), the connections end ``rate`` a second; an MQTT 5.0 client
    gets 0x9C with the address a live peer advertises (``--mqtt-advertise``), else 0x8B;
-3. gives the clients that reconnect at once (paho and the mosquitto clients retry after
-   a second) up to :data:`LINGER` seconds to resume elsewhere while this node still hands
-   their sessions on itself (a handoff: :mod:`router.cluster.sessions.keeper`), and
-   waits for the handoffs under way to finish with their grace;
+3. stays while the clients it ended resume their sessions elsewhere (it hands each on
+   itself: a handoff, :mod:`router.cluster.sessions.keeper`), until none moved for
+   :data:`LINGER` seconds, and waits for the handoffs under way to finish with their
+   grace;
 4. tells ``node_drained`` with what it did.
 
 Then the node leaves (:meth:`RouterNode.stop <router.cluster.node.RouterNode.stop>`): the
@@ -39,8 +39,9 @@ from router.state.node_history import NodeHistoryStore
 log = logging.getLogger(__name__)
 
 LINGER: Final = 1.5
-"""Seconds a drained node waits for the clients it ended to resume their sessions
-elsewhere (it hands each on at once) before it leaves the rest to be adopted."""
+"""Seconds without a session moving elsewhere after which a drained node leaves the
+sessions still away for a peer to adopt. Until then it hands each one on itself as its
+client resumes it on another node (paho and the mosquitto clients retry after 1 s)."""
 POLL: Final = 0.05
 
 
@@ -88,7 +89,7 @@ async def drain_node(
         references = await peer_references(node)
     report = await drain(front, settings, references)
     deadline = began + settings.grace
-    await _linger(node, min(deadline, loop.time() + LINGER))
+    await _linger(node, deadline)
     settled = await node.moves_done(max(0.0, deadline - loop.time()))
     away = node.stats().get("sessions_away", 0)
     text = (
@@ -103,8 +104,16 @@ async def drain_node(
     return report
 
 
-async def _linger(node: RouterNode, until: float) -> None:
-    """Until loop time ``until``, or until no session is away here."""
+async def _linger(node: RouterNode, deadline: float) -> None:
+    """While sessions are away here and one of them moved to another node within the
+    last :data:`LINGER` seconds (the first ones from the drain's last disconnect on),
+    until loop time ``deadline``."""
     loop = asyncio.get_running_loop()
-    while loop.time() < until and node.stats().get("sessions_away", 0):
+    away = node.stats().get("sessions_away", 0)
+    moved = loop.time()
+    while away and loop.time() < deadline and loop.time() - moved < LINGER:
         await asyncio.sleep(POLL)
+        now = node.stats().get("sessions_away", 0)
+        if now < away:
+            moved = loop.time()
+        away = now
