@@ -281,7 +281,14 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
     "--drain-rate",
     type=click.IntRange(min=0),
     default=_DRAIN.rate,
-    help="Connections a draining node ends a second (0: all at once).",
+    help="Connections a draining node ends a second (0: no bound but --drain-window).",
+)
+@setting(
+    "--drain-window",
+    type=click.IntRange(min=0),
+    default=_DRAIN.window,
+    help="Persistent sessions a draining node has on their way to other nodes at most "
+    "(ended, not resumed yet): the pace follows how fast the others take them (0: no bound).",
 )
 @setting("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="INFO")
 @mqtt_options(setting)

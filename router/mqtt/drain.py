@@ -5,8 +5,9 @@ A drain (``router node drain``, or SIGTERM to ``router node run``: :mod:`router.
 runs it, then the node leaves) first stops the listeners
 (:meth:`~router.mqtt.server.MqttServer.stop_listening`: ``/healthz`` answers 503 from
 then on, so a load balancer's health check takes the node out), then ends the
-connections ``rate`` a second (0: all at once), so that their reconnects reach the other
-nodes spread out rather than as one storm:
+connections ``rate`` a second, with at most ``window`` persistent sessions on their way
+to other nodes at a time, so that their reconnects reach the other nodes as fast as those
+take them in rather than as one storm:
 
 * an MQTT 5.0 client gets DISCONNECT 0x9C *Use another server* with a Server Reference
   when live peers advertise the address their clients use (``--mqtt-advertise``; the
@@ -26,6 +27,7 @@ import asyncio
 import itertools
 import logging
 import math
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -40,15 +42,28 @@ log = logging.getLogger(__name__)
 TICK: Final = 0.05
 """Seconds between two rounds of a paced drain (at 1,000 a second: 50 a round)."""
 MQTT_5: Final = 5
+STALE: Final = 5.0
+"""Seconds after which a persistent session ended by the drain and not resumed elsewhere
+no longer counts as on its way (its client may never come back)."""
+MOVE_TIME: Final = 2.0
+"""Seconds a session ended by the drain should take to resume on another node: the window
+is what the other nodes took in over the last such span (see :meth:`DrainPlan.window`)."""
+MIN_WINDOW: Final = 32
 
 
 @dataclass(frozen=True)
 class DrainSettings:
     """How a node drains: ``grace`` seconds at most for the whole drain (then the node
-    leaves all the same), ``rate`` connections ended a second (0: all at once)."""
+    leaves all the same), ``rate`` connections ended a second at most (0: no bound),
+    and at most ``window`` persistent sessions ended and on their way to another node
+    at a time (resumed there, or :data:`STALE`; 0: no bound). The window adapts the pace
+    to how fast the other nodes take the sessions in: a node that resumes 200 a second
+    gets no more, rather than a queue of CONNECTs that outlasts their connect timeout
+    (:meth:`DrainPlan.window`)."""
 
     grace: float = 30.0
     rate: int = 1_000
+    window: int = 256
 
     def __post_init__(self) -> None:
         if not (isinstance(self.grace, int | float) and math.isfinite(self.grace)):
@@ -57,6 +72,8 @@ class DrainSettings:
             raise InvalidSettingError(f"the drain grace must be >= 0 seconds, not {self.grace}")
         if type(self.rate) is not int or self.rate < 0:
             raise InvalidSettingError(f"the drain rate must be an int >= 0, not {self.rate!r}")
+        if type(self.window) is not int or self.window < 0:
+            raise InvalidSettingError(f"the drain window must be an int >= 0, not {self.window!r}")
 
 
 @dataclass(frozen=True)
@@ -90,9 +107,10 @@ class DrainReport:
 class DrainPlan:
     """Who is ended when, and with what (pure: the caller reads the clock and ends).
 
-    ``rate`` connections a second (0: every one at once) from the drain's start; after
-    the ``grace`` every one left. ``references``: the addresses of live peers an MQTT 5.0
-    client is sent to, in turn (none: 0x8B)."""
+    ``rate`` connections a second (0: every one at once) from the drain's start, while
+    fewer than ``window`` persistent sessions are on their way; after the ``grace``
+    every one left. ``references``: the addresses of live peers an MQTT 5.0 client is
+    sent to, in turn (none: 0x8B)."""
 
     def __init__(self, settings: DrainSettings, references: Sequence[str] = ()) -> None:
         self.settings = settings
@@ -102,13 +120,30 @@ class DrainPlan:
         )
         self.ended = 0
 
-    def due(self, elapsed: float, waiting: int) -> int:
+    def window(self, moved_lately: int) -> int:
+        """Persistent sessions that may be on their way now, when ``moved_lately`` resumed
+        elsewhere over the last :data:`MOVE_TIME` seconds: as many as the other nodes
+        take in over that span (so each waits about that long), at least
+        :data:`MIN_WINDOW`, at most ``settings.window``; 0: no bound. Like a congestion
+        window it opens while the sessions move quicker, and closes when they slow."""
+        if not self.settings.window:
+            return 0
+        return max(MIN_WINDOW, min(self.settings.window, moved_lately))
+
+    def due(
+        self, elapsed: float, waiting: int, on_their_way: int = 0, moved_lately: int = 0
+    ) -> int:
         """How many of the ``waiting`` connections to end now, ``elapsed`` seconds into
-        the drain (counted as ended)."""
-        if self.settings.rate == 0 or elapsed >= self.settings.grace:
-            allowed = waiting
-        else:
-            allowed = min(waiting, int(elapsed * self.settings.rate) + 1 - self.ended)
+        the drain, with ``on_their_way`` persistent sessions ended and not yet resumed
+        elsewhere and ``moved_lately`` resumed over the last :data:`MOVE_TIME` seconds
+        (counted as ended)."""
+        settings = self.settings
+        allowed = waiting
+        if elapsed < settings.grace:
+            if settings.rate:
+                allowed = min(allowed, int(elapsed * settings.rate) + 1 - self.ended)
+            if settings.window:
+                allowed = min(allowed, self.window(moved_lately) - on_their_way)
         allowed = max(0, allowed)
         self.ended += allowed
         return allowed
@@ -134,16 +169,22 @@ async def drain(
     server.stop_listening()
     ended: list[MqttConnection] = []
     told = {"redirected": 0, "shut_down": 0, "closed": 0}
-    seen: set[int] = set()
-    while True:
-        waiting = [c for c in server.open_connections() if id(c) not in seen]
-        if not waiting:
-            break
-        for connection in waiting[: plan.due(loop.time() - began, len(waiting))]:
+    waiting = deque(server.open_connections())  # (no new one comes: the listeners closed)
+    on_their_way: dict[str, float] = {}  # persistent sessions ended -> when
+    moved: deque[float] = deque()  # when each of them resumed elsewhere, lately
+    while waiting:
+        now = loop.time()
+        _follow(server, on_their_way, moved, now)
+        due = plan.due(now - began, len(waiting), len(on_their_way), len(moved))
+        for _ in range(due):
+            connection = waiting.popleft()
+            if not server.holds(connection):  # (it ended meanwhile)
+                continue
             code, reference = plan.disconnect(connection.level, connection.client_id is not None)
             told[_told(code)] += 1
-            seen.add(id(connection))
             ended.append(connection)
+            if connection.persistent and connection.client_id is not None:
+                on_their_way[connection.client_id] = now
             connection.end(ReasonCode.SERVER_SHUTTING_DOWN if code is None else code, reference)
         await asyncio.sleep(TICK)
     remaining = max(0.0, began + settings.grace - loop.time())
@@ -155,6 +196,22 @@ async def drain(
         for task in pending:
             task.cancel()
     return DrainReport(**told, unfinished=unfinished, seconds=loop.time() - began)
+
+
+def _follow(
+    server: MqttServer, on_their_way: dict[str, float], moved: deque[float], now: float
+) -> None:
+    """Forget the sessions on their way that resumed elsewhere (this node no longer holds
+    their claim: noted in ``moved``) or went :data:`STALE`, and the moves older than
+    :data:`MOVE_TIME`."""
+    for client_id, ended_at in list(on_their_way.items()):
+        if not server.node.serves(client_id):
+            del on_their_way[client_id]
+            moved.append(now)
+        elif ended_at <= now - STALE:
+            del on_their_way[client_id]
+    while moved and moved[0] <= now - MOVE_TIME:
+        moved.popleft()
 
 
 def _told(code: int | None) -> str:

@@ -68,6 +68,7 @@ from dataclasses import replace
 
 from router.cluster.local_sessions import ClientSession
 from router.cluster.node import RouterNode
+from router.cluster.sessions.resumes import LENT_WHILE_WAITING
 from router.core.messages import Outgoing, PublishResult
 from router.errors import (
     ConnectionEndedError,
@@ -81,6 +82,7 @@ from router.errors import (
     StateError,
 )
 from router.mqtt.codec import encode, encode_puback
+from router.mqtt.connect_turns import ConnectTurn
 from router.mqtt.connection_host import ConnectionHost, Transport
 from router.mqtt.exchange import (
     Acknowledgements,
@@ -282,6 +284,11 @@ class MqttConnection(Intake):
         )
         return outgoing, will.properties.will_delay_interval or 0
 
+    @property
+    def persistent(self) -> bool:
+        """Whether the client's session outlives this connection (Session Expiry > 0)."""
+        return self.client_id is not None and self._session_expiry > 0
+
     def end(self, code: int, reference: str | None = None) -> None:
         """Close from outside (takeover on this node, node shutdown, a drain): DISCONNECT
         ``code``, with ``reference`` as its Server Reference (0x9C: the server to use)."""
@@ -408,22 +415,26 @@ class MqttConnection(Intake):
         node's CONNECTs at once are bounded, a wait for one by ``connect_timeout`` from
         accept (then 0x89, as when the node refuses: None, the CONNACK written). A step
         of the client's session under way (its adoption, say) is waited for first,
-        without a turn: turns go to the CONNECTs that can use them."""
+        without a turn, and a resume lends its turn out while it waits for another
+        node's handoff (:mod:`router.mqtt.connect_turns`): turns go to the CONNECTs that
+        can use them."""
         if not await self.server.pressure.admit(self._opened_at + self.settings.connect_timeout):
             self._refuse(RC.SERVER_BUSY, client_id, "the node is overloaded")
             return None
-        turns = self.server.connecting
-        if turns.locked() or self.node.settling(client_id):
+        turn = ConnectTurn(self.server.connecting)
+        if turn.turns.locked() or self.node.settling(client_id):
             self.server.connect_waited += 1
             try:
                 async with asyncio.timeout_at(self._opened_at + self.settings.connect_timeout):
                     await self.node.settled(client_id)  # (an adoption, say: without a turn)
-                    await turns.acquire()
+                    await turn.take()
             except TimeoutError:  # (the client may retry)
+                turn.give_back()
                 self._refuse(RC.SERVER_BUSY, client_id, "no turn to connect in time")
                 return None
         else:
-            await turns.acquire()  # (a turn is free: taken at once, no timer)
+            await turn.take()  # (a turn is free: taken at once, no timer)
+        lending = LENT_WHILE_WAITING.set(turn.lent)  # (a resume's wait for another node)
         try:
             if connect.clean_start and alone and self.node.serves(client_id):
                 await self.node.disconnect(client_id)  # a clean start drops a local session
@@ -447,7 +458,8 @@ class MqttConnection(Intake):
             self._refuse(refusal(connect, error), client_id, error, logging.WARNING)
             return None
         finally:
-            turns.release()
+            LENT_WHILE_WAITING.reset(lending)
+            turn.give_back()
 
     async def _taken_over_at_once(self, client_id: str) -> None:
         """The CONNECT was accepted and its session taken over by a newer CONNECT of the

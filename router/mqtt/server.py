@@ -383,6 +383,10 @@ class MqttServer:
         """The connections open now (accepted, whether or not their CONNECT came)."""
         return list(self._connections)
 
+    def holds(self, connection: MqttConnection) -> bool:
+        """Whether ``connection`` is still open here."""
+        return connection in self._connections
+
     async def close(self) -> None:
         """Stop listening and end every connection with DISCONNECT 0x8B."""
         log.info("node %s: closing its MQTT listeners", self.node.node_id)

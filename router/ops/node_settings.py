@@ -80,7 +80,8 @@ class NodeProcessSettings:
     limits of ``mqtt`` (:mod:`router.mqtt.live_limits`), read at start and on reload.
     ``mqtt_advertise``: the HOST:PORT its MQTT clients reach it at, where a draining peer
     sends its MQTT 5.0 clients. Leaving (SIGTERM, ``router node drain``), the node drains
-    for ``drain_grace`` seconds at most, ending ``drain_rate`` connections a second
+    for ``drain_grace`` seconds at most, ending ``drain_rate`` connections a second with
+    at most ``drain_window`` persistent sessions on their way to other nodes
     (:mod:`router.ops.draining`; a grace of 0: no drain, every connection ends at once).
     Users and
     rules from one source (:mod:`router.ops.auth_sources`): ``password_file`` and
@@ -130,6 +131,7 @@ class NodeProcessSettings:
     mqtt_advertise: str | None = None
     drain_grace: float = DEFAULT_DRAIN.grace
     drain_rate: int = DEFAULT_DRAIN.rate
+    drain_window: int = DEFAULT_DRAIN.window
 
     password_file: str | None = None
     acl_file: str | None = None
@@ -199,6 +201,7 @@ class NodeProcessSettings:
             "jwt_leeway": _finite(self.jwt_leeway) and self.jwt_leeway >= 0,
             "drain_grace": _finite(self.drain_grace) and self.drain_grace >= 0,
             "drain_rate": _int_at_least(self.drain_rate, 0),
+            "drain_window": _int_at_least(self.drain_window, 0),
             "share_strategy": self.share_strategy in SHARE_STRATEGIES,
             "acl_default": self.acl_default in (None, "allow", "deny"),
             "log_level": isinstance(self.log_level, str) and self.log_level.upper() in LOG_LEVELS,
@@ -222,7 +225,7 @@ class NodeProcessSettings:
     @property
     def drain(self) -> DrainSettings:
         """How the node drains as it leaves (:mod:`router.mqtt.drain`)."""
-        return DrainSettings(grace=self.drain_grace, rate=self.drain_rate)
+        return DrainSettings(self.drain_grace, self.drain_rate, self.drain_window)
 
     def connect_options(self) -> dict[str, Any]:
         """The keyword arguments of :func:`router.connect` (all but the URL and the ACL,
@@ -278,7 +281,8 @@ _RANGES: Final = {
     "traffic_sample": "must be a fraction in (0, 1]",
     "jwt_leeway": "must be seconds >= 0",
     "drain_grace": "must be seconds >= 0",
-    "drain_rate": "must be an int >= 0 (connections a second; 0: all at once)",
+    "drain_rate": "must be an int >= 0 (connections a second; 0: no bound)",
+    "drain_window": "must be an int >= 0 (sessions on their way; 0: no bound)",
     "share_strategy": f"must be one of {', '.join(SHARE_STRATEGIES)}",
     "acl_default": "must be 'allow', 'deny' or None",
     "log_level": f"must be one of {', '.join(LOG_LEVELS)}",

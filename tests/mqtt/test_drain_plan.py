@@ -11,7 +11,7 @@ from router.mqtt.reason_codes import ReasonCode
 
 
 def test_a_paced_drain_ends_rate_connections_a_second_and_the_rest_after_the_grace() -> None:
-    plan = DrainPlan(DrainSettings(grace=10.0, rate=100))
+    plan = DrainPlan(DrainSettings(grace=10.0, rate=100, window=0))
     assert plan.due(0.0, 1_000) == 1  # (one at once)
     assert plan.due(0.005, 999) == 0
     assert plan.due(0.5, 999) == 50  # (51 by half a second)
@@ -21,13 +21,13 @@ def test_a_paced_drain_ends_rate_connections_a_second_and_the_rest_after_the_gra
     assert plan.ended == 1_000
 
 
-def test_a_drain_at_rate_0_ends_every_connection_at_once() -> None:
-    plan = DrainPlan(DrainSettings(grace=30.0, rate=0))
+def test_a_drain_at_rate_0_and_window_0_ends_every_connection_at_once() -> None:
+    plan = DrainPlan(DrainSettings(grace=30.0, rate=0, window=0))
     assert plan.due(0.0, 5_000) == 5_000
 
 
 def test_fewer_connections_than_the_pace_allows_end_as_they_are() -> None:
-    plan = DrainPlan(DrainSettings(grace=30.0, rate=1_000))
+    plan = DrainPlan(DrainSettings(grace=30.0, rate=1_000, window=0))
     assert plan.due(1.0, 3) == 3
     assert plan.due(1.1, 2) == 2  # (newly accepted ones: the pace allows them too)
 
@@ -53,7 +53,7 @@ def test_without_references_mqtt5_clients_are_told_the_server_shuts_down() -> No
 
 @pytest.mark.parametrize(
     "settings",
-    [{"grace": -1.0}, {"grace": float("nan")}, {"rate": -1}, {"rate": 1.5}],
+    [{"grace": -1.0}, {"grace": float("nan")}, {"rate": -1}, {"rate": 1.5}, {"window": -1}],
 )
 def test_bad_drain_settings_are_refused(settings: dict[str, float]) -> None:
     with pytest.raises(InvalidSettingError):
@@ -64,3 +64,24 @@ def test_a_report_adds_up_what_it_ended() -> None:
     report = DrainReport(redirected=3, shut_down=2, closed=1, unfinished=0, seconds=1.23456)
     assert report.ended == 6
     assert report.as_dict()["seconds"] == 1.235
+
+
+def test_a_drain_ends_no_more_while_its_window_of_sessions_is_on_their_way() -> None:
+    plan = DrainPlan(DrainSettings(grace=30.0, rate=0, window=100))
+    assert plan.due(0.0, 1_000, on_their_way=0, moved_lately=0) == 32  # (the least window)
+    assert plan.due(0.5, 968, on_their_way=32, moved_lately=0) == 0  # (none resumed yet)
+    assert plan.due(1.0, 968, on_their_way=12, moved_lately=20) == 20  # (20 resumed)
+    assert plan.due(30.0, 948, on_their_way=32, moved_lately=0) == 948  # (the grace ran out)
+
+
+def test_the_window_follows_what_the_other_nodes_took_in_lately() -> None:
+    plan = DrainPlan(DrainSettings(window=256))
+    assert plan.window(0) == 32  # (nothing moved yet: the least)
+    assert plan.window(150) == 150  # (150 resumed over the last 2 s: as many on their way)
+    assert plan.window(10_000) == 256  # (at most the setting)
+    assert DrainPlan(DrainSettings(window=0)).window(0) == 0  # (no bound)
+
+
+def test_a_window_of_0_leaves_the_pace_to_the_rate() -> None:
+    plan = DrainPlan(DrainSettings(grace=30.0, rate=0, window=0))
+    assert plan.due(0.0, 5_000, on_their_way=5_000) == 5_000

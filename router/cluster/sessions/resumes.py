@@ -10,8 +10,11 @@ the wait, so the next attempt on the node goes on from there instead of starting
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -60,6 +63,14 @@ class Resume:
 
 #: Seconds between looks at a queue (and at whether its previous owner died) in a wait.
 LOOK: Final = 0.5
+LENT_WHILE_WAITING: ContextVar[Callable[[], AbstractAsyncContextManager[object]] | None] = (
+    ContextVar("lent_while_waiting", default=None)
+)
+"""What the caller of a connect lends out while its resume waits for another node to hand
+the session on (a context manager: given back on entry, taken again on exit). The MQTT
+listener sets its CONNECT turn there (:mod:`router.mqtt.connect_turns`): the turns
+bound the CONNECTs working at once, and one that only waits for another node needs
+none, while the CONNECTs queued behind it would wait past their connect timeout."""
 MARKER_LOOKS: Final = (0.0, 0.005, 0.01, 0.02, 0.04, 0.08)
 """Seconds a resume sleeps before each look for its handoff marker, before it subscribes
 to the queue's wake-ups: a live node hands a session on within milliseconds, and the
@@ -73,12 +84,22 @@ async def wait_for_marker(
 ) -> None:
     """Return once the handoff marker of ``epoch`` is in ``queue`` (nothing is read: until
     then the node that writes it may still be reading the queue, the tail of an earlier
-    move to it), at ``deadline`` (loop time), or once ``gone()`` (its writer is dead)."""
+    move to it), at ``deadline`` (loop time), or once ``gone()`` (its writer is dead).
+    A wait longer than the first looks lends out what :data:`LENT_WHILE_WAITING` names."""
     loop = asyncio.get_running_loop()
     for pause in MARKER_LOOKS:  # (no subscription yet: see MARKER_LOOKS)
         await asyncio.sleep(pause)
         if await queue.handed_off(epoch) or loop.time() >= deadline or gone():
             return
+    lend = LENT_WHILE_WAITING.get()
+    async with contextlib.nullcontext() if lend is None else lend():
+        await _wait_subscribed(queue, epoch, deadline, gone)
+
+
+async def _wait_subscribed(
+    queue: SessionQueue, epoch: int, deadline: float, gone: Callable[[], bool]
+) -> None:
+    loop = asyncio.get_running_loop()
     wakeups = queue.channel.wakeups
     while True:
         generation = await wakeups.arm()  # (before the check: a marker after it wakes us)
