@@ -212,24 +212,20 @@ def test_tls_and_websocket_pass_through_haproxy(proxied: Proxied, tmp_path: Path
 
 
 def test_websocket_over_tls_passes_through_haproxy(
-    proxied: Proxied, tmp_path: Path, pki: Pki
+    proxied: Proxied, tmp_path: Path, pki: Pki, keys: Keys, redis_standalone_url: str
 ) -> None:
     """A browser's wss:// through HAProxy in TCP mode: the PROXY header comes before its
-    TLS handshake, then the upgrade; the node sees the client's own address. A client
-    straight at the node from an untrusted address is served as itself, and its forged
-    X-Forwarded-For is not believed."""
+    TLS handshake, then the upgrade; the node sees the client's own address (a ban of it
+    holds behind the balancer). A client straight at the node from an untrusted address
+    is served as itself, and its forged X-Forwarded-For is not believed."""
+    secure_web: dict[str, Any] = {"websocket": "/mqtt", "tls": (pki, False), "bind": CLIENT}
     forged = {"X-Forwarded-For": "192.0.2.1"}
     with haproxy(proxied, tmp_path, 2) as fronts:
-        browser = Paho(
-            fronts["MQTT WSS"], "browser", websocket="/mqtt", tls=(pki, False), bind=CLIENT
-        )
+        browser = Paho(fronts["MQTT WSS"], "browser", **secure_web)
         direct = Paho(
             proxied.ports["MQTT WSS"],
             "direct",
-            websocket="/mqtt",
-            tls=(pki, False),
-            bind=OTHER,
-            ws_headers=forged,
+            **secure_web | {"bind": OTHER, "ws_headers": forged},
         )
         try:
             assert browser.connected()[0] == 0
@@ -242,8 +238,15 @@ def test_websocket_over_tls_passes_through_haproxy(
         finally:
             browser.close()
             direct.close()
+        bans(keys, redis_standalone_url, "add", "address", CLIENT, "--for", "30")
+        wait_until(
+            lambda: outcome(Paho(fronts["MQTT WSS"], "banned", **secure_web)) == "closed",
+            TIMEOUT,
+            f"{CLIENT} refused behind the balancer over wss",
+        )
     stats = scrape(proxied.http)
-    assert stats["router_mqtt_proxy_accepted_total"] >= 1
+    assert stats["router_mqtt_proxy_accepted_total"] >= 2
+    assert stats["router_mqtt_banned_total"] >= 1
     assert stats["router_mqtt_forwarded_ignored_total"] == 1
     assert stats["router_mqtt_forwarded_accepted_total"] == 0
 
