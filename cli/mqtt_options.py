@@ -322,8 +322,9 @@ def mqtt_options(
             multiple=True,
             type=click.Choice(sorted(PROXIED_LISTENERS)),
             help="Connections to these listeners (mqtt: --mqtt, mqtts: --mqtt-tls, ws: "
-            "--mqtt-ws; repeatable) from --mqtt-proxy-trusted open with a PROXY protocol "
-            "header (v1 or v2, before TLS): the client's address is the one it names.",
+            "--mqtt-ws, wss: --mqtt-wss; repeatable) from --mqtt-proxy-trusted open with a "
+            "PROXY protocol header (v1 or v2, before TLS): the client's address is the one "
+            "it names.",
         )(command)
         command = setting(
             "--mqtt-proxy-trusted",

@@ -2,9 +2,10 @@
 
 A listener in ``MqttSettings.proxy_protocol`` hands the first bytes of each connection to a
 :class:`HeaderStage` (sans-I/O: bytes in, a decision out) before anything else reads them:
-before the TLS handshake (:class:`~router.mqtt.tcp.ProxyFront`) and before the WebSocket
-upgrade (:class:`~router.mqtt.websocket.BoundedServerConnection`). What the stage decides
-for a connection from ``peer``::
+its sockets' :class:`~router.mqtt.tcp.ProxyFront` reads them before the TLS handshake
+(``mqtts``, ``wss``) and before the WebSocket upgrade (``ws``, ``wss``:
+:class:`~router.mqtt.websocket.BoundedServerConnection`). What the stage decides for a
+connection from ``peer``::
 
     peer trusted (MqttSettings.proxy_trusted)   a PROXY header   the client is the header's
                                                                    source (LOCAL, UNKNOWN,

@@ -356,7 +356,7 @@ class MqttServer:
         self, address: str, path: str = DEFAULT_PATH, tls: ssl.SSLContext | None = None
     ) -> tuple[str, int]:
         """Serve MQTT over WebSocket on ``HOST:PORT`` at ``path`` (wss with ``tls``)."""
-        proxied = tls is None and "ws" in self.settings.proxy_protocol
+        proxied = ("wss" if tls else "ws") in self.settings.proxy_protocol
         host, port, listener = await listen_websocket(
             self, parse_address(address), path, tls, proxied=proxied
         )

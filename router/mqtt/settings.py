@@ -11,9 +11,10 @@ from router.mqtt.codec import MAX_PACKET_SIZE
 from router.mqtt.overload import OverloadLimits
 from router.mqtt.properties import PropertyLimits
 
-PROXIED_LISTENERS: Final = frozenset({"mqtt", "mqtts", "ws"})
+PROXIED_LISTENERS: Final = frozenset({"mqtt", "mqtts", "ws", "wss"})
 """The listeners that can read a PROXY protocol header (by scheme): plain TCP, TLS (the
-header comes before the TLS handshake) and WebSocket (before the HTTP upgrade)."""
+header comes before the TLS handshake), WebSocket (before the HTTP upgrade) and
+WebSocket over TLS (before the TLS handshake)."""
 
 NO_PROXIES: Final = TrustedProxies()
 
@@ -91,9 +92,9 @@ class MqttSettings:
     packet at 18 KiB/s still makes it. Either way the bytes of an unfinished packet do
     not count as a sign of life against the keepalive (MQTT-3.1.2-24).
     (:mod:`router.mqtt.unfinished`.)
-    ``proxy_protocol``: the listeners (``mqtt``, ``mqtts``, ``ws``) whose connections from
-    ``proxy_trusted`` sources must open with a PROXY protocol header (v1 or v2), whose
-    client address is then the connection's (:mod:`router.mqtt.proxy_gate`);
+    ``proxy_protocol``: the listeners (``mqtt``, ``mqtts``, ``ws``, ``wss``) whose
+    connections from ``proxy_trusted`` sources must open with a PROXY protocol header (v1
+    or v2), whose client address is then the connection's (:mod:`router.mqtt.proxy_gate`);
     ``proxy_trusted``: the load balancers believed, in PROXY headers and in the
     ``X-Forwarded-For``/``Forwarded`` headers of WebSocket upgrades (none by default, and
     a listener in ``proxy_protocol`` needs some).

@@ -16,11 +16,14 @@ Sockets beyond ``max_connections`` are closed as they are accepted, before a byt
 Behind a load balancer (``MqttSettings.proxy_protocol``) each socket is first a
 :class:`ProxyFront`, which reads the PROXY header exactly (no byte past it), then starts
 TLS on the rest of the stream if the listener has it and hands the socket and the
-client's address to its :class:`TcpStream` (:mod:`router.mqtt.proxy_gate`).
+client's address to its :class:`Proxied` protocol: a :class:`TcpStream`, or the
+WebSocket listeners' connection (:mod:`router.mqtt.websocket`; see
+:mod:`router.mqtt.proxy_gate`).
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import socket
@@ -86,7 +89,22 @@ def stream_factory(
     return lambda: TcpStream(server, buffer)
 
 
-class TcpStream(asyncio.BufferedProtocol):
+class Proxied(asyncio.BaseProtocol, metaclass=abc.ABCMeta):
+    """A protocol that a :class:`ProxyFront` hands its socket to once the PROXY header
+    is read (and TLS started, on a TLS listener)."""
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def open(
+        self, transport: asyncio.Transport, client: Address | None, first: bytes = b""
+    ) -> None:
+        """Serve the client at ``client`` on ``transport``, whose stream so far is
+        ``first``; bytes the protocol is given before (those that come with the end of
+        a TLS handshake, before the front's call) come first."""
+
+
+class TcpStream(asyncio.BufferedProtocol, Proxied):
     """One accepted TCP (or TLS) socket (see the module docstring)."""
 
     __slots__ = (
@@ -231,17 +249,34 @@ class TcpStream(asyncio.BufferedProtocol):
 
 class ProxyFront(asyncio.BufferedProtocol):
     """A socket of a listener behind a load balancer until its PROXY header is read: then
-    its :class:`TcpStream`'s, over TLS when the listener has it (see the module docstring
-    and :mod:`router.mqtt.proxy_gate`). Reads exactly what the header still needs."""
+    its ``stream``'s, over TLS when the listener has it (``tls``; ``shutdown_timeout``:
+    seconds its closing handshake may take, asyncio's default without), see the module
+    docstring and :mod:`router.mqtt.proxy_gate`. Reads exactly what the header still
+    needs."""
 
-    __slots__ = ("_buffer", "_server", "_stage", "_stream", "_timer", "_tls", "_transport")
+    __slots__ = (
+        "_buffer",
+        "_server",
+        "_shutdown_timeout",
+        "_stage",
+        "_stream",
+        "_timer",
+        "_tls",
+        "_transport",
+    )
 
     def __init__(
-        self, server: ConnectionHost, stream: TcpStream, tls: ssl.SSLContext | None
+        self,
+        server: ConnectionHost,
+        stream: Proxied,
+        tls: ssl.SSLContext | None,
+        *,
+        shutdown_timeout: float | None = None,
     ) -> None:
         self._server = server
         self._stream = stream
         self._tls = tls
+        self._shutdown_timeout = shutdown_timeout
         self._transport: asyncio.Transport | None = None
         self._stage: HeaderStage | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -325,7 +360,12 @@ class ProxyFront(asyncio.BufferedProtocol):
         self._transport = None  # (the TLS transport's from now on)
         try:
             secure = await loop.start_tls(
-                transport, self._stream, tls, server_side=True, ssl_handshake_timeout=timeout
+                transport,
+                self._stream,
+                tls,
+                server_side=True,
+                ssl_handshake_timeout=timeout,
+                ssl_shutdown_timeout=self._shutdown_timeout,
             )
         except (OSError, ssl.SSLError, TimeoutError):
             transport.close()

@@ -9,10 +9,12 @@ span messages and a message may hold several packets (MQTT-6.0.0-2/3). When the 
 connection ends the server sends a Close frame and closes the socket once the client
 answers it, or after ``CLOSE_TIMEOUT`` (as promptly as TCP, for a client that does not).
 
-Behind a load balancer, a listener in ``MqttSettings.proxy_protocol`` reads each
-connection's PROXY header before the HTTP upgrade, and an upgrade from a trusted proxy
-may name the client in ``X-Forwarded-For`` or ``Forwarded`` (nginx): the client's
-address is then that one (:mod:`router.mqtt.proxy_gate`).
+Behind a load balancer, a listener in ``MqttSettings.proxy_protocol`` (``ws``, ``wss``)
+reads each connection's PROXY header before the HTTP upgrade, and before the TLS
+handshake of ``wss`` (a balancer in TCP mode passes TLS through: the header comes
+first); an upgrade from a trusted proxy may name the client in ``X-Forwarded-For`` or
+``Forwarded`` (nginx): the client's address is then that one
+(:mod:`router.mqtt.proxy_gate`).
 """
 
 from __future__ import annotations
@@ -22,19 +24,19 @@ import contextlib
 import ssl
 from collections.abc import AsyncIterator
 from http import HTTPStatus
-from typing import Final
+from typing import Final, cast
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
-from router.errors import ListenerError, ProxyHeaderError
+from router.errors import ListenerError
 from router.mqtt.connection_host import ConnectionHost
 from router.mqtt.protocol import MqttConnection
-from router.mqtt.proxy_gate import Address, HeaderStage, ProxyGate, address_of
+from router.mqtt.proxy_gate import Address, address_of
 from router.mqtt.settings import BACKLOG
-from router.mqtt.tcp import acknowledge_now
+from router.mqtt.tcp import Proxied, ProxyFront, acknowledge_now
 from router.mqtt.trace_tap import ClientTap
 
 SUBPROTOCOL: Final = Subprotocol("mqtt")
@@ -113,58 +115,47 @@ def unfinished_bytes(protocol: object) -> int:
     return len(buffered) + (fragments if isinstance(fragments, int) else 0)
 
 
-class BoundedServerConnection(ServerConnection):
+class BoundedServerConnection(ServerConnection, Proxied):
     """A WebSocket that tells its MQTT connection, after each read, the bytes of a message
     it holds not whole yet (:meth:`~router.mqtt.intake.Intake.held_outside`): a slow loris
     over WebSocket meets the node's bounds on unfinished packets as one over TCP does.
-    With a ``gate`` (its listener's, behind a load balancer) the first bytes are a PROXY
-    header's, read before the upgrade; ``client`` is then the address it named."""
+    With a ``front`` (its listener's server, behind a load balancer) its socket is first
+    a :class:`~router.mqtt.tcp.ProxyFront`'s, which reads the PROXY header, starts the TLS
+    of ``tls`` (wss) and then opens the WebSocket; ``client`` is the address it named."""
 
     holder: MqttConnection | None = None
-    gate: ProxyGate | None = None
-    header_timeout: float = 10.0  # (seconds for the PROXY header: the connect timeout)
+    front: ConnectionHost | None = None
+    tls: ssl.SSLContext | None = None  # (wss behind a load balancer: TLS after the header)
     client: Address | None = None
-    _stage: HeaderStage | None = None
-    _timer: asyncio.TimerHandle | None = None
+    _open = False
+    _early: bytes = b""  # (read over TLS before open(): see below)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.front is None:
+            self.open(
+                cast(asyncio.Transport, transport),
+                address_of(transport.get_extra_info("peername")),
+            )
+            return
+        front = ProxyFront(self.front, self, self.tls, shutdown_timeout=CLOSE_TIMEOUT)
+        transport.set_protocol(front)  # (the front reads until it opens the WebSocket)
+        front.connection_made(transport)
+
+    def open(
+        self, transport: asyncio.Transport, client: Address | None, first: bytes = b""
+    ) -> None:
+        self.client = client
+        self._open = True
         super().connection_made(transport)
-        self.client = address_of(transport.get_extra_info("peername"))
-        if self.gate is not None:
-            self._stage = self.gate.stage(self.client)
-            self._timer = self.loop.call_later(self.header_timeout, self._header_late)
-
-    def _header_late(self) -> None:
-        if self._stage is not None:
-            self._stage.timed_out()
-            self._stage = None
-            self.transport.abort()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        if self._stage is not None:
-            self._stage.end()
-            self._stage = None
-        super().connection_lost(exc)
+        first, self._early = self._early + first, b""
+        if first:
+            self.data_received(first)
 
     def data_received(self, data: bytes) -> None:
-        stage = self._stage
-        if stage is not None:
-            try:
-                decided = stage.feed(data)
-            except ProxyHeaderError:
-                self._stage = None
-                self.transport.abort()
-                return
-            if decided is None:
-                return
-            self._stage = None
-            if self._timer is not None:
-                self._timer.cancel()
-            self.client, data = decided
-            if not data:
-                return
+        if not self._open:  # (TLS after a PROXY header: the client's first bytes may
+            # come with its Finished, before start_tls() returned and open() ran)
+            self._early += data
+            return
         super().data_received(data)
         holder = self.holder
         if holder is not None:
@@ -188,12 +179,14 @@ async def listen_websocket(
     proxied: bool = False,
 ) -> tuple[str, int, Server]:
     """Serve MQTT over WebSocket at ``ws://HOST:PORT{path}`` (``wss://`` with ``tls``;
-    ``proxied``: each connection opens with a PROXY header, plain WebSocket only);
+    ``proxied``: each connection opens with a PROXY header, before the TLS handshake);
     returns the bound host and port and the server (closed by :class:`MqttServer`)."""
 
+    after_header = tls if proxied else None  # (behind PROXY: TLS starts after the header)
+
     class Connection(BoundedServerConnection):
-        gate = server.proxy if proxied else None
-        header_timeout = server.settings.connect_timeout
+        front = server if proxied else None
+        tls = after_header
 
     def only_the_path(connection: ServerConnection, request: Request) -> Response | None:
         if request.path.split("?", 1)[0] != path:
@@ -222,7 +215,7 @@ async def listen_websocket(
             port,
             subprotocols=[SUBPROTOCOL],
             process_request=only_the_path,
-            ssl=tls,
+            ssl=None if proxied else tls,
             open_timeout=server.settings.connect_timeout,
             ping_interval=None,
             close_timeout=CLOSE_TIMEOUT,

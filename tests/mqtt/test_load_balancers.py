@@ -1,11 +1,12 @@
 """A node behind real load balancers: HAProxy in TCP mode (PROXY protocol v2 and v1) in
-front of the TCP, TLS (passed through) and WebSocket listeners, and nginx in front of the
-WebSocket and HTTP listeners (X-Forwarded-For). The configs are docs/operations.md's
-("Behind a load balancer"), read from it, their addresses replaced by free loopback
-ports. Clients bind 127.0.0.2 so that their address differs from the balancers'
-(127.0.0.1): the node must see 127.0.0.2 in its client listing, in bans and in the
-login throttle. Then raw sockets straight at the node: an untrusted PROXY header, a
-trusted peer without one, a malformed one and a slow one are refused and counted."""
+front of the TCP, TLS and WebSocket listeners, plain and over TLS (TLS passed through),
+and nginx in front of the WebSocket and HTTP listeners (X-Forwarded-For). The configs
+are docs/operations.md's ("Behind a load balancer"), read from it, their addresses
+replaced by free loopback ports. Clients bind 127.0.0.2 so that their address differs
+from the balancers' (127.0.0.1): the node must see 127.0.0.2 in its client listing, in
+bans and in the login throttle. Then raw sockets straight at the node: an untrusted
+PROXY header, a trusted peer without one, a malformed one and a slow one are refused
+and counted."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ from tests.support.waiting import wait_until
 from tests.system.test_doc_blocks import REPOSITORY, blocks_of
 
 CLIENT, OTHER = "127.0.0.2", "127.0.0.3"  # (the balancers connect from 127.0.0.1)
-DOC_NODE_PORTS = {"MQTT": 1883, "MQTT TLS": 8883, "MQTT WS": 8083}
+DOC_NODE_PORTS = {"MQTT": 1883, "MQTT TLS": 8883, "MQTT WS": 8083, "MQTT WSS": 8084}
 DOC_HTTP = 8080
 
 
@@ -116,7 +117,8 @@ def env(redis_standalone_url: str, keys: Keys) -> dict[str, str]:
 
 
 class Proxied:
-    """A node whose TCP, TLS and WebSocket listeners read PROXY headers from 127.0.0.1."""
+    """A node whose TCP, TLS and WebSocket (ws, wss) listeners read PROXY headers from
+    127.0.0.1."""
 
     def __init__(self, ports: dict[str, int], http: str) -> None:
         self.ports = ports
@@ -129,8 +131,10 @@ def proxied(env: dict[str, str], pki: Pki) -> Iterator[Proxied]:
     args = [
         *("--mqtt-tls", "127.0.0.1:0", "--tls-cert", str(pki.server_cert)),
         *("--tls-key", str(pki.server_key), "--mqtt-ws", "127.0.0.1:0", "--http", http),
+        *("--mqtt-wss", "127.0.0.1:0"),
         *("--mqtt-proxy-protocol", "mqtt", "--mqtt-proxy-protocol", "mqtts"),
-        *("--mqtt-proxy-protocol", "ws", "--mqtt-proxy-trusted", "127.0.0.1"),
+        *("--mqtt-proxy-protocol", "ws", "--mqtt-proxy-protocol", "wss"),
+        *("--mqtt-proxy-trusted", "127.0.0.1"),
         *("--mqtt-connect-timeout", "1"),
     ]
     with mqtt_node("lb", env, *args) as (process, _):
@@ -207,6 +211,46 @@ def test_tls_and_websocket_pass_through_haproxy(proxied: Proxied, tmp_path: Path
             web.close()
 
 
+def test_websocket_over_tls_passes_through_haproxy(
+    proxied: Proxied, tmp_path: Path, pki: Pki, keys: Keys, redis_standalone_url: str
+) -> None:
+    """A browser's wss:// through HAProxy in TCP mode: the PROXY header comes before its
+    TLS handshake, then the upgrade; the node sees the client's own address (a ban of it
+    holds behind the balancer). A client straight at the node from an untrusted address
+    is served as itself, and its forged X-Forwarded-For is not believed."""
+    secure_web: dict[str, Any] = {"websocket": "/mqtt", "tls": (pki, False), "bind": CLIENT}
+    forged = {"X-Forwarded-For": "192.0.2.1"}
+    with haproxy(proxied, tmp_path, 2) as fronts:
+        browser = Paho(fronts["MQTT WSS"], "browser", **secure_web)
+        direct = Paho(
+            proxied.ports["MQTT WSS"],
+            "direct",
+            **secure_web | {"bind": OTHER, "ws_headers": forged},
+        )
+        try:
+            assert browser.connected()[0] == 0
+            assert direct.connected()[0] == 0
+            assert peer_of(proxied.http, "browser") == CLIENT
+            assert peer_of(proxied.http, "direct") == OTHER
+            assert browser.subscribe("lb/wss", 1) == [1]
+            direct.publish("lb/wss", b"through haproxy", 1)
+            assert browser.take(1)[0].payload == b"through haproxy"
+        finally:
+            browser.close()
+            direct.close()
+        bans(keys, redis_standalone_url, "add", "address", CLIENT, "--for", "30")
+        wait_until(
+            lambda: outcome(Paho(fronts["MQTT WSS"], "banned", **secure_web)) == "closed",
+            TIMEOUT,
+            f"{CLIENT} refused behind the balancer over wss",
+        )
+    stats = scrape(proxied.http)
+    assert stats["router_mqtt_proxy_accepted_total"] >= 2
+    assert stats["router_mqtt_banned_total"] >= 1
+    assert stats["router_mqtt_forwarded_ignored_total"] == 1
+    assert stats["router_mqtt_forwarded_accepted_total"] == 0
+
+
 def refused_at_once(port: int, source: str, data: bytes) -> bool:
     """Whether the node closes a connection from ``source`` that sends ``data``."""
     with socket.create_connection(("127.0.0.1", port), TIMEOUT, (source, 0)) as sock:
@@ -242,15 +286,30 @@ def test_headers_from_the_wrong_peers_are_refused_and_counted(proxied: Proxied) 
     assert stats["router_mqtt_proxy_pending"] == 0
 
 
-def test_tls_starts_right_after_a_header_in_the_same_segment(proxied: Proxied, pki: Pki) -> None:
+def upgrade(*headers: bytes) -> bytes:
+    """A WebSocket upgrade to /mqtt (subprotocol mqtt), with these more header lines."""
+    return (
+        b"GET /mqtt HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        b"Sec-WebSocket-Protocol: mqtt\r\n" + b"".join(line + b"\r\n" for line in headers) + b"\r\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "first", "answered"),
+    [("MQTT TLS", CONNECT, b"\x20"), ("MQTT WSS", upgrade(), b"HTTP/1.1 101")],
+)
+def test_tls_starts_right_after_a_header_in_the_same_segment(
+    proxied: Proxied, pki: Pki, kind: str, first: bytes, answered: bytes
+) -> None:
     """The header and the ClientHello in one segment, then the client's Finished and its
-    CONNECT in one: the node reads no byte of TLS as the header's (an exact read) and
-    loses none that comes with the end of the handshake."""
+    first bytes (a CONNECT; a WebSocket upgrade) in one: the node reads no byte of TLS as
+    the header's (an exact read) and loses none that comes with the end of the handshake."""
     context = ssl.create_default_context(cafile=str(pki.ca))
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
     tls = context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
     header = b"PROXY TCP4 192.0.2.7 127.0.0.1 5000 8883\r\n"
-    address = ("127.0.0.1", proxied.ports["MQTT TLS"])
+    address = ("127.0.0.1", proxied.ports[kind])
     with socket.create_connection(address, TIMEOUT, ("127.0.0.1", 0)) as sock:
         sock.settimeout(TIMEOUT)
 
@@ -270,23 +329,18 @@ def test_tls_starts_right_after_a_header_in_the_same_segment(proxied: Proxied, p
         with contextlib.suppress(ssl.SSLWantReadError):
             tls.do_handshake()
         answer(tls.do_handshake, header)  # (the header and the ClientHello: one send)
-        tls.write(CONNECT)  # (with the client's Finished, still unsent: one send)
-        connack = answer(lambda: tls.read(4))
-        assert connack is not None and connack[:1] == b"\x20"
+        tls.write(first)  # (with the client's Finished, still unsent: one send)
+        response = answer(lambda: tls.read(len(answered)))
+        assert response == answered
 
 
 def test_a_websocket_listener_reads_the_header_before_the_upgrade(proxied: Proxied) -> None:
     port = proxied.ports["MQTT WS"]
-    upgrade = (
-        b"GET /mqtt HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-        b"Sec-WebSocket-Protocol: mqtt\r\n\r\n"
-    )
-    assert refused_at_once(port, CLIENT, b"PROXY UNKNOWN\r\n" + upgrade)  # untrusted
-    assert refused_at_once(port, "127.0.0.1", upgrade)  # trusted, no header
+    assert refused_at_once(port, CLIENT, b"PROXY UNKNOWN\r\n" + upgrade())  # untrusted
+    assert refused_at_once(port, "127.0.0.1", upgrade())  # trusted, no header
     header = b"PROXY TCP4 192.0.2.7 127.0.0.1 5000 8083\r\n"
     with socket.create_connection(("127.0.0.1", port), TIMEOUT, ("127.0.0.1", 0)) as sock:
-        sock.sendall(header + upgrade)  # (one segment: the upgrade follows the header)
+        sock.sendall(header + upgrade())  # (one segment: the upgrade follows the header)
         sock.settimeout(TIMEOUT)
         assert sock.recv(12) == b"HTTP/1.1 101"
     stats = scrape(proxied.http)
@@ -294,11 +348,54 @@ def test_a_websocket_listener_reads_the_header_before_the_upgrade(proxied: Proxi
     assert stats["router_mqtt_proxy_refused_missing_total"] == 1
 
 
+def websocket_frame(payload: bytes) -> bytes:
+    """A client's binary WebSocket message (masked, with a key of zeros: RFC 6455 5.3)."""
+    assert len(payload) < 126
+    return bytes([0x82, 0x80 | len(payload)]) + b"\x00" * 4 + payload
+
+
+def test_a_websocket_over_tls_listener_reads_the_header_before_the_handshake(
+    proxied: Proxied, pki: Pki
+) -> None:
+    port = proxied.ports["MQTT WSS"]
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    trusted = socket.create_connection(("127.0.0.1", port), TIMEOUT, ("127.0.0.1", 0))
+    with (
+        trusted,
+        pytest.raises(OSError),  # no header: its ClientHello is not one
+        context.wrap_socket(trusted, server_hostname="127.0.0.1") as tls,
+    ):
+        tls.recv(1)
+    header = b"PROXY TCP4 192.0.2.7 127.0.0.1 5000 8084\r\n"
+    assert refused_at_once(port, CLIENT, header)  # (untrusted: read as TLS, which fails)
+    connect = b"\x10\x12\x00\x04MQTT\x04\x02\x00\x3c\x00\x06wssfwd"  # (3.1.1, id wssfwd)
+    local = b"\r\n\r\n\x00\r\nQUIT\n\x20\x00\x00\x00"  # (v2 LOCAL: the balancer itself)
+    with socket.create_connection(("127.0.0.1", port), TIMEOUT, ("127.0.0.1", 0)) as sock:
+        sock.sendall(local)
+        with context.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+            tls.sendall(upgrade(b"X-Forwarded-For: 192.0.2.9"))
+            assert tls.recv(12) == b"HTTP/1.1 101"
+            tls.sendall(websocket_frame(connect))  # (the rest of the 101 comes first)
+            received = b""
+            while not received.endswith(b"\x82\x04\x20\x02\x00\x00"):  # CONNACK 0
+                data = tls.recv(4096)
+                assert data, "the node closed the connection"
+                received += data
+            # (the balancer's own address, trusted: its X-Forwarded-For names the client)
+            assert peer_of(proxied.http, "wssfwd") == "192.0.2.9"
+    stats = scrape(proxied.http)
+    assert stats["router_mqtt_proxy_refused_missing_total"] == 1
+    assert stats["router_mqtt_proxy_refused_untrusted_total"] == 0  # (not read: see above)
+    assert stats["router_mqtt_proxy_local_total"] == 1
+    assert stats["router_mqtt_forwarded_accepted_total"] == 1
+    assert stats["router_mqtt_proxy_pending"] == 0
+
+
 def test_proxy_settings_that_cannot_work_are_refused() -> None:
     with pytest.raises(InvalidSettingError, match="proxy_trusted"):
         MqttSettings(proxy_protocol=frozenset({"mqtt"}))
-    with pytest.raises(InvalidSettingError, match="wss"):
-        MqttSettings(proxy_protocol=frozenset({"wss"}), proxy_trusted=TrustedProxies.parse("::1"))
+    with pytest.raises(InvalidSettingError, match="the listeners are mqtt, mqtts, ws, wss"):
+        MqttSettings(proxy_protocol=frozenset({"http"}), proxy_trusted=TrustedProxies.parse("::1"))
     result = CliRunner().invoke(app, ["node", "run", "--mqtt-proxy-protocol", "mqtt"])
     assert result.exit_code == 2
     assert "--mqtt-proxy-protocol: needs --mqtt-proxy-trusted" in result.output
