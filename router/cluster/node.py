@@ -148,6 +148,7 @@ class RouterNode:
             self.node_id,
             config.heartbeat_interval,
             may_purge=lambda: self.liveness.steady(),  # noqa: PLW0108 (made below)
+            may_adopt_retired=lambda: self._running,
             adopt_sessions=lambda dead: self._adoption.adopt(dead),  # noqa: PLW0108 (made below)
             on_ack=self._visibility.on_ack,
             forwards=self.forwards,
