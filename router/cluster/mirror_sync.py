@@ -144,6 +144,13 @@ class MirrorSync:
         self._running.clear()
         await self._hints.close()
 
+    async def stop_adopting(self) -> None:
+        """End the adoptions under way (the node stops; the supervisor stopped the rounds
+        that start them): the sessions one claimed are this node's, left with it for a
+        live node to adopt, and the rest stay the other node's."""
+        for task in list(self._adopting.values()):
+            await stop_task(task)
+
     async def announce(self) -> None:
         """Tell every node that this node's route set changed; returns once a hint sent
         after the call reached Redis (raises what the hint's PUBLISH raised). Callers

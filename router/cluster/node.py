@@ -307,6 +307,7 @@ class RouterNode:
             self.events.tell("node_stopped", self.node_id, f"node {self.node_id} stopped{left}")
             await self.events.flush()
         await self._supervisor.stop()
+        await self._sync.stop_adopting()  # (before what an adoption uses stops)
         await self._writer.stop()
         await self._retainer.stop()
         await self._forwarder.stop()
