@@ -13,6 +13,7 @@ import pytest
 
 from router.cluster.node import RouterNode
 from router.ops.nodes_view import cluster_nodes, cluster_overview
+from router.ops.reconcile import reconcile
 from router.ops.route_view import node_statuses
 from router.state.event_log import EventLog
 from router.state.keys import Keys
@@ -105,6 +106,9 @@ async def test_a_retired_node_is_shown_leaving_not_down_and_adopted_by_the_next_
     assert (overview["nodes"]["down"], overview["nodes"]["retired"]) == ([], ["a"])
     [status] = await node_statuses(redis_client, keys)
     assert (status.alive, status.retired, status.registered) == (False, True, True)
+    [problem] = (await reconcile(redis_client, keys, repair=True)).problems
+    assert (problem.kind, problem.repair) == ("dead_node", "node")  # (kept for adoption)
+    assert "retired" in problem.detail and problem.repaired is None
 
     b = await start_node("b", **TTL)
     await waiting.eventually(lambda: b.stats()["nodes_purged"] == 1, 30.0, "b purged a")
