@@ -88,6 +88,21 @@ async def test_a_node_without_persistent_sessions_purges_itself_at_its_stop(
     assert (await a.routes.snapshot("a")).generation is None
 
 
+async def test_a_retiring_node_keeps_the_routes_of_its_persistent_sessions_alone(
+    start_node: StartNode,
+) -> None:
+    """The routes of its clean sessions (ended with the stop) go at once: a share group's
+    copies are no longer given to the retired node's member, nor plain copies sent to an
+    inbox nobody reads for them; the persistent session's route stays for its adoption."""
+    a = await start_node("a", **TTL)
+    await away_session(a)
+    await a.subscribe("worker", "$share/g/jobs/#", qos=1)
+    await a.subscribe("worker", "t", qos=1)
+    await a.subscribe("other", "jobs/#")
+    await a.stop()
+    assert (await a.routes.snapshot("a")).routes == {"t": 1}
+
+
 async def test_a_retired_node_is_shown_leaving_not_down_and_adopted_by_the_next_node(
     start_node: StartNode, redis_client: RedisClient, keys: Keys
 ) -> None:
