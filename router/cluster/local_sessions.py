@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Collection, Container, Sequence
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Callable, Collection, Container, Iterable, Sequence
 from dataclasses import replace
 from operator import itemgetter
 from typing import Literal
@@ -451,6 +451,12 @@ class LocalSessions:
             route: (count if parse_shared(route) is not None else 1)
             for route, count in self._counts.items()
         }
+
+    def routes_of(self, client_ids: Iterable[str]) -> dict[TopicFilter, int]:
+        """The routes the subscriptions of ``client_ids`` alone would count: route ->
+        count (a node that stops keeps those of its persistent sessions only)."""
+        counts = Counter(f for client_id in client_ids for f in self.trie.subscriptions(client_id))
+        return {f: (n if parse_shared(f) is not None else 1) for f, n in counts.items()}
 
     def _count(self, topic_filter: TopicFilter, delta: int) -> CountChange | None:
         before = self._counts.get(topic_filter, 0)

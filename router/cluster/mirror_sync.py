@@ -82,6 +82,7 @@ class MirrorSync:
         interval: float,
         on_dropped: Callable[[str], None] | None = None,
         may_purge: Callable[[], bool] = lambda: True,
+        may_adopt_retired: Callable[[], bool] = lambda: True,
         adopt_sessions: Callable[[str], Awaitable[None]] | None = None,
         on_ack: Callable[[RouteAck], None] | None = None,
         forwards: ForwardsInFlight | None = None,
@@ -97,6 +98,7 @@ class MirrorSync:
         self._interval = interval
         self._on_dropped = on_dropped
         self._may_purge = may_purge
+        self._may_adopt_retired = may_adopt_retired
         self._adopt_sessions = adopt_sessions
         self._on_ack = on_ack
         self._acks = RouteAcks(redis, keys)
@@ -141,6 +143,13 @@ class MirrorSync:
             await stop_task(task)
         self._running.clear()
         await self._hints.close()
+
+    async def stop_adopting(self) -> None:
+        """End the adoptions under way (the node stops; the supervisor stopped the rounds
+        that start them): the sessions one claimed are this node's, left with it for a
+        live node to adopt, and the rest stay the other node's."""
+        for task in list(self._adopting.values()):
+            await stop_task(task)
 
     async def announce(self) -> None:
         """Tell every node that this node's route set changed; returns once a hint sent
@@ -352,7 +361,10 @@ class MirrorSync:
         sessions go to its inbox, from which the adoption recovers them. One live node
         adopts it at a time, under a lease (:meth:`NodeRegistry.lease_adoption
         <router.state.node_registry.NodeRegistry.lease_adoption>`) renewed while it works;
-        should it die, another takes the lease over once it ran out.
+        should it die, another takes the lease over once it ran out. A node that retired
+        is no judgement of this node's (it said it left, under its incarnation): it is
+        adopted and purged whenever ``may_adopt_retired()`` says so (the node runs), steady
+        or not (a node restarted a moment ago in a rolling upgrade adopts the next one).
 
         Notes when the first other live node's heartbeat expires unless renewed
         (:attr:`next_expiry`): the refresh looks again then, not an interval later."""
@@ -371,8 +383,8 @@ class MirrorSync:
         results = []
         retired = {node.node_id for node in dead_nodes if node.retired}
         for node in dead_nodes:
-            if not self._may_purge():
-                break
+            if not self._may_take(node):
+                continue
             if self._adopt_sessions is None:
                 results.append(await self._registry.purge(node.node_id, node.incarnation))
             elif node.node_id not in self._adopting and await self._registry.lease_adoption(
@@ -382,6 +394,10 @@ class MirrorSync:
                 self._adopting[node.node_id] = task
                 task.add_done_callback(partial(self._adopted, node.node_id))
         await self._settle(results, retired)
+
+    def _may_take(self, node: NodeInfo) -> bool:
+        """Whether this node may adopt and purge ``node``, found not alive now."""
+        return self._may_adopt_retired() if node.retired else self._may_purge()
 
     def _tell_down(self, dead_nodes: list[NodeInfo]) -> None:
         """Tell each peer found dead for the first time (once in the cluster); a peer
@@ -455,7 +471,7 @@ class MirrorSync:
             return
         finally:
             await stop_task(renewal)
-        if not self._may_purge():
+        if not self._may_take(node):
             return
         result = await self._registry.purge(dead, incarnation)
         await self._registry.end_adoption(dead)

@@ -35,7 +35,8 @@ Life of a node (one process, one *incarnation*):
    its routes stay (copies for its sessions go to its inbox) and it tells the others
    (:meth:`MirrorSync.depart <router.cluster.mirror_sync.MirrorSync.depart>`), one of
    which adopts its sessions at once and purges it, as a dead node's
-   (:mod:`router.cluster.sessions.adoption`), not told down. Before it stops, a node
+   (:mod:`router.cluster.sessions.adoption`), not told down
+   (:mod:`router.cluster.departure`). Before it stops, a node
    may let the moves of sessions under way finish (:meth:`RouterNode.moves_done`).
    A node that dies instead is purged by the others once its heartbeat expires; its inbox
    keeps messages until the channel TTL, for a restart under the same node id.
@@ -54,6 +55,7 @@ from typing import Any
 from router.cluster.alarms import Alarms
 from router.cluster.config import NodeConfig
 from router.cluster.delivery_acl import Narrowing
+from router.cluster.departure import leave
 from router.cluster.dispatcher import Dispatcher
 from router.cluster.events import EventReporter
 from router.cluster.forwarding import Forwarder, InboxReader
@@ -81,13 +83,7 @@ from router.core.messages import Delivery, MessageProperties, Outgoing, PublishR
 from router.core.options import make_options
 from router.core.route_mirror import RouteMirror
 from router.core.topics import TopicFilter, parse_shared, validate_filter
-from router.errors import (
-    InvalidOptionsError,
-    NodeNotRegisteredError,
-    RouterError,
-    StaleIncarnationError,
-    StateFailureError,
-)
+from router.errors import InvalidOptionsError, RouterError
 from router.state.connection import check_eviction, failovers_followed, urgent_client
 from router.state.event_log import EventLog
 from router.state.keys import Keys, check_id
@@ -152,6 +148,7 @@ class RouterNode:
             self.node_id,
             config.heartbeat_interval,
             may_purge=lambda: self.liveness.steady(),  # noqa: PLW0108 (made below)
+            may_adopt_retired=lambda: self._running,
             adopt_sessions=lambda dead: self._adoption.adopt(dead),  # noqa: PLW0108 (made below)
             on_ack=self._visibility.on_ack,
             forwards=self.forwards,
@@ -305,11 +302,12 @@ class RouterNode:
             return
         self._running = False
         if self.config.events:
-            kept = self._lifecycle.persistent()
-            left = f": {kept} persistent sessions left for a live node to adopt" if kept else ""
+            count = len(self._lifecycle.persistent())
+            left = f": {count} persistent sessions left for a live node to adopt" if count else ""
             self.events.tell("node_stopped", self.node_id, f"node {self.node_id} stopped{left}")
             await self.events.flush()
         await self._supervisor.stop()
+        await self._sync.stop_adopting()  # (before what an adoption uses stops)
         await self._writer.stop()
         await self._retainer.stop()
         await self._forwarder.stop()
@@ -322,7 +320,9 @@ class RouterNode:
                 await self._lifecycle.remove_clean()
             except RouterError as error:  # (the registry's purge below may still go)
                 log.warning("clean sessions of node %s not removed: %s", self.node_id, error)
-            await self._leave()
+            held = self._lifecycle.persistent()  # (their routes stay, for their adoption)
+            kept = self.sessions.routes_of(held) if held else None
+            await leave(self.registry, self._sync, self.node_id, self.incarnation, kept)
         finally:
             await self._sync.stop()
             for client_id in self.sessions.clients():
@@ -331,23 +331,6 @@ class RouterNode:
             if self._traffic is not None:
                 await asyncio.to_thread(self._traffic.close)
             await self.close_urgent()
-
-    async def _leave(self) -> None:
-        """Purge this node, or retire it while it holds persistent sessions (the routes
-        stay for them until a live node adopted them: see the module docstring)."""
-        if not self._lifecycle.persistent():
-            await self.registry.purge(self.node_id, self.incarnation)
-            await self._sync.announce()
-            return
-        try:
-            await self.registry.retire(self.node_id, self.incarnation)
-        except (NodeNotRegisteredError, StaleIncarnationError) as error:
-            log.warning("node %s not retired (purged, or its id taken): %s", self.node_id, error)
-            return
-        try:
-            await self._sync.depart()
-        except StateFailureError as error:  # (its peers find it at their next round)
-            log.warning("node %s retired, its departure not told: %s", self.node_id, error)
 
     async def moves_done(self, timeout: float) -> bool:
         """Wait until the moves of sessions under way on this node have finished, with

@@ -14,7 +14,8 @@ Kinds, and who may fix them:
     unregistered. No mirror loads it. ``repair=True`` deletes it, guarded by the route
     set's incarnation, so a node that claims it meanwhile is never touched.
 ``dead_node``  (repair: ``purge``, or ``node`` while it owns persistent sessions)
-    A registered node whose heartbeat expired (by Redis server time). Live nodes purge
+    A registered node whose heartbeat expired (by Redis server time), or that retired
+    (stopped gracefully, leaving its persistent sessions to a live node). Live nodes purge
     these themselves; with no live node left, nobody does. ``repair=True`` purges it
     like a live node would (route set, then registry), guarded by its incarnation. A
     dead node that still owns persistent sessions (or whose sessions were not all
@@ -214,11 +215,13 @@ def _node_problems(info: NodeInfo | None, snapshot: RouteSnapshot) -> list[Probl
             )
         ]
     if not info.alive:
+        ago = info.now_ms - info.expires_ms
+        how = "retired (stopped gracefully)" if info.retired else "heartbeat expired"
         return [
             Problem(
                 "dead_node",
                 node_id,
-                f"heartbeat expired {info.now_ms - info.expires_ms} ms ago ({count} routes)",
+                f"{how} {ago} ms ago ({count} routes)",
                 "purge",
                 routes=count,
                 incarnation=info.incarnation,

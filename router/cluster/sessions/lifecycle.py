@@ -462,15 +462,15 @@ class SessionLifecycle:
             return 0
         return sum(await self.subscriptions.remove_clients(ended))
 
-    def persistent(self) -> int:
-        """How many sessions this node holds that outlive their connection (Session
-        Expiry > 0), connected or away: what a live node adopts once this node retires
-        (a claim whose session is not made here yet counts too: it may be)."""
-        return sum(
-            1
+    def persistent(self) -> list[str]:
+        """The clients whose sessions this node holds that outlive their connection
+        (Session Expiry > 0), connected or away: what a live node adopts once this node
+        retires (a claim whose session is not made here yet counts too: it may be)."""
+        return [
+            client_id
             for client_id, _ in self.claims.items()
             if (session := self.sessions.find(client_id)) is None or session.expiry
-        )
+        ]
 
     # -- adoption (router.cluster.sessions.adoption) ---------------------------------------
 
