@@ -30,14 +30,12 @@ Life of a node (one process, one *incarnation*):
    queued for it first (:mod:`router.cluster.sessions`).
 5. ``stop``: a node that holds no persistent session removes its routes, deregisters
    and announces; other nodes drop its routes. One that holds persistent sessions
-   (connected or away) *retires* instead (:meth:`NodeRegistry.retire
-   <router.state.node_registry.NodeRegistry.retire>`): it is not alive from then on,
-   its routes stay (copies for its sessions go to its inbox) and it tells the others
-   (:meth:`MirrorSync.depart <router.cluster.mirror_sync.MirrorSync.depart>`), one of
-   which adopts its sessions at once and purges it, as a dead node's
-   (:mod:`router.cluster.sessions.adoption`), not told down
-   (:mod:`router.cluster.departure`). Before it stops, a node
-   may let the moves of sessions under way finish (:meth:`RouterNode.moves_done`).
+   (connected or away) *retires* instead (:mod:`router.cluster.departure`): it is not
+   alive from then on, the routes of those sessions stay (copies for them go to its
+   inbox), and it tells the others, one of which adopts its sessions at once and purges
+   it, as a dead node's (:mod:`router.cluster.sessions.adoption`), not told down. Before
+   it stops, a node may let the moves of sessions under way finish
+   (:meth:`RouterNode.moves_done`).
    A node that dies instead is purged by the others once its heartbeat expires; its inbox
    keeps messages until the channel TTL, for a restart under the same node id.
 """

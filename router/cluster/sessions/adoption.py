@@ -37,6 +37,10 @@ A node that restarts under its id adopts its previous incarnation's persistent s
 the same way before it reads its inbox (:meth:`Adoption.adopt_own`): the backlog then
 finds their subscriptions and goes to their queues, as what is routed to them next.
 
+A node that stops gracefully while it holds persistent sessions retires instead of
+purging itself (:mod:`router.cluster.departure`): it is adopted the same way, at once
+(its departure starts a live node's round), and is not told down.
+
 What this does not save: copies the dead node had already taken from its inbox (or from
 its own publishers) into memory and not yet got acknowledged by the client, share-group
 copies addressed to the dead node, and the wills of clients that were connected to it.
