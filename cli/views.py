@@ -84,7 +84,7 @@ def nodes(target: Target, as_json: bool, wide: bool) -> None:
         rows = [
             (
                 s.node_id,
-                "yes" if s.alive else "NO",
+                "yes" if s.alive else "left" if s.retired else "NO",
                 "-" if s.routes is None else s.routes,
                 s.incarnation[:12],
                 f"{s.expires_in_ms / 1000:.1f}s" if s.registered else "purged",

@@ -91,6 +91,26 @@ def test_nodes_lists_a_dead_node_down_since_after_its_purge(cluster: Cluster) ->
     assert [(e["kind"], e["subject"], e["node"]) for e in events] == [("node_down", "a", "b")]
 
 
+def test_nodes_says_a_node_that_left_with_persistent_sessions_left(cluster: Cluster) -> None:
+    """A node stopped gracefully with a persistent session retires (a peer adopts the
+    session): alone, it stays listed, not alive, and the table says it left, not NO."""
+    url, prefix = cluster.url, cluster.keys.prefix
+    a = cluster.start("a")
+
+    async def leave_with_a_session() -> None:
+        await a.connect("s", clean_start=False, expiry=600)
+        await a.put_away("s")
+        await a.stop()
+
+    cluster.call(leave_with_a_session())
+    [listed] = invoke_json(url, prefix, "nodes")
+    assert (listed["node_id"], listed["alive"], listed["retired"]) == ("a", False, True)
+    table = invoke(url, prefix, "nodes")
+    assert table.exit_code == 0, table.output
+    row = next(line for line in table.output.splitlines() if line.startswith("a "))
+    assert "left" in row.split() and "NO" not in row.split(), table.output
+
+
 def test_routes_table_and_its_filters(populated: Cluster) -> None:
     url, prefix = populated.url, populated.keys.prefix
     assert invoke_json(url, prefix, "routes") == [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -20,8 +21,7 @@ from typing import Final
 
 from router.cluster.sessions.recovery import Recovery
 from router.core.messages import Delivery
-from router.errors import RouterError, StateFailureError
-from router.state.session_queue import READER, Drained, Handoff, SessionQueue
+from router.state.session_queue import Drained, Handoff, SessionQueue
 from router.state.subscriptions import Owner
 
 
@@ -71,12 +71,15 @@ the session on (a context manager: given back on entry, taken again on exit). Th
 listener sets its CONNECT turn there (:mod:`router.mqtt.connect_turns`): the turns
 bound the CONNECTs working at once, and one that only waits for another node needs
 none, while the CONNECTs queued behind it would wait past their connect timeout."""
-MARKER_LOOKS: Final = (0.0, 0.005, 0.01, 0.02, 0.04, 0.08)
-"""Seconds a resume sleeps before each look for its handoff marker, before it subscribes
-to the queue's wake-ups: a live node hands a session on within milliseconds, and the
-subscription is a connection of its own. When 600 clients resumed at once on a node
-from a draining one, subscribing at once was a third of the node's CPU (a sampling
-profile with py-spy) and each resume took 2.5 s at the median."""
+MARKER_LOOKS: Final = (0.0, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32)
+"""Seconds a resume sleeps before each of its first looks for its handoff marker (one key
+read each), then :data:`LOOK` between looks: a live node hands a session on within
+milliseconds. The resume no longer subscribes to the queue's wake-ups for this wait: that
+is a connection of its own, and when 600 clients resumed at once on a node from a draining
+one the subscriptions were a third of the node's CPU (a sampling profile with py-spy),
+each resume taking 2.5 s at the median; a kill -9 storm of 667 resumes that wait at once
+(their turns lent out) made 667 such connections. A drain that waits for a marker in
+what it reads (the tail end of a move) reads again after the same pauses."""
 
 
 async def wait_for_marker(
@@ -85,30 +88,32 @@ async def wait_for_marker(
     """Return once the handoff marker of ``epoch`` is in ``queue`` (nothing is read: until
     then the node that writes it may still be reading the queue, the tail of an earlier
     move to it), at ``deadline`` (loop time), or once ``gone()`` (its writer is dead).
-    A wait longer than the first looks lends out what :data:`LENT_WHILE_WAITING` names."""
+    It looks :data:`MARKER_LOOKS` apart, then every :data:`LOOK` seconds, lending out
+    what :data:`LENT_WHILE_WAITING` names once the first looks found nothing."""
     loop = asyncio.get_running_loop()
-    for pause in MARKER_LOOKS:  # (no subscription yet: see MARKER_LOOKS)
-        await asyncio.sleep(pause)
-        if await queue.handed_off(epoch) or loop.time() >= deadline or gone():
-            return
+    if await _marked(queue, epoch, deadline, gone, MARKER_LOOKS):
+        return
     lend = LENT_WHILE_WAITING.get()
     async with contextlib.nullcontext() if lend is None else lend():
-        await _wait_subscribed(queue, epoch, deadline, gone)
+        while not await _marked(queue, epoch, deadline, gone, (min(LOOK, deadline - loop.time()),)):
+            pass
 
 
-async def _wait_subscribed(
-    queue: SessionQueue, epoch: int, deadline: float, gone: Callable[[], bool]
-) -> None:
+async def _marked(
+    queue: SessionQueue,
+    epoch: int,
+    deadline: float,
+    gone: Callable[[], bool],
+    pauses: tuple[float, ...],
+) -> bool:
+    """True when the wait is over (the marker is there, the deadline passed or its writer
+    is gone) at one of the looks after each of ``pauses``."""
     loop = asyncio.get_running_loop()
-    wakeups = queue.channel.wakeups
-    while True:
-        generation = await wakeups.arm()  # (before the check: a marker after it wakes us)
-        if await queue.handed_off(epoch):
-            return
-        remaining = deadline - loop.time()
-        if remaining <= 0 or gone():
-            return
-        await wakeups.wait(generation, min(remaining, LOOK))
+    for pause in pauses:
+        await asyncio.sleep(max(0.0, pause))
+        if await queue.handed_off(epoch) or loop.time() >= deadline or gone():
+            return True
+    return False
 
 
 async def drain(
@@ -128,6 +133,7 @@ async def drain(
     found = came is None
     expired = 0
     loop = asyncio.get_running_loop()
+    pauses = itertools.chain(MARKER_LOOKS[1:], itertools.repeat(LOOK))  # (see MARKER_LOOKS)
     await queue.ensure()
     if handoff is not None:
         await wait_for_marker(queue, handoff, deadline, gone)
@@ -145,12 +151,7 @@ async def drain(
         remaining = deadline - loop.time()
         if found or remaining <= 0 or gone():
             break
-        try:
-            await queue.channel.fetch(READER, max=1, wait=min(remaining, LOOK))
-        except StateFailureError:
-            raise  # (Redis failed: the resume fails, as its drain would)
-        except RouterError:
-            pass  # (refused: the next drain says why)
+        await asyncio.sleep(min(next(pauses), remaining))
     return found, expired
 
 

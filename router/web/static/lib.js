@@ -92,6 +92,7 @@ function query(params) {
 /** A node's state in words: alive, down since when (told by the cluster's events), dead. */
 function nodeState(n) {
   if (n.alive) return "alive";
+  if (n.retired) return "left: its sessions are being adopted";
   return n.down_since_ms ? `down since ${fmt.ms_time(n.down_since_ms)}` : "dead";
 }
 
