@@ -367,14 +367,7 @@ def run_kill(url: str, config: FleetConfig, pool: WorkerPool) -> dict[str, Any]:
     prefix, ids = f"fleet{nonce}", f"fk{nonce}"
     dead, alive = f"fleet{nonce}-a", f"fleet{nonce}-b"
     asked, clean_asked = config.session_count, config.clean_session_count
-    options = (
-        "--heartbeat-ttl",
-        str(config.ttl),
-        "--heartbeat-interval",
-        str(config.heartbeat_interval),
-        "--mqtt-max-queued",
-        "1000000",
-    )
+    options = config.node_options
     try:
         with contextlib.ExitStack() as stack:
             a = stack.enter_context(

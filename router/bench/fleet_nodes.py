@@ -105,6 +105,19 @@ class FleetConfig:
     def heartbeat_interval(self) -> float:
         return self.ttl / 4
 
+    @property
+    def node_options(self) -> tuple[str, ...]:
+        """The options of the kill and rolling runs' nodes: the heartbeat of ``ttl``, and
+        room in Redis for every copy queued while clients are away."""
+        return (
+            "--heartbeat-ttl",
+            str(self.ttl),
+            "--heartbeat-interval",
+            str(self.heartbeat_interval),
+            "--mqtt-max-queued",
+            "1000000",
+        )
+
     def load_processes(self, largest: int, limit: int) -> int:
         """Processes for a fleet of ``largest`` clients, each process allowed ``limit``
         open files: ``processes``, or more so that none holds over :data:`PER_PROCESS`

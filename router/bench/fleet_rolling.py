@@ -69,14 +69,7 @@ def run_rolling(url: str, config: FleetConfig, pool: WorkerPool) -> dict[str, An
     prefix, ids = f"fleet{nonce}", f"fr{nonce}"
     names = [f"fleet{nonce}-{k}" for k in range(NODES)]
     count = config.session_count
-    options = (
-        "--heartbeat-ttl",
-        str(config.ttl),
-        "--heartbeat-interval",
-        str(config.heartbeat_interval),
-        "--mqtt-max-queued",
-        "1000000",
-    )
+    options = config.node_options
     room = count + 16
     try:
         with contextlib.ExitStack() as stack:

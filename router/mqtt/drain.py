@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from router.errors import InvalidSettingError
+from router.mqtt.packets import MQTT_5
 from router.mqtt.protocol import MqttConnection
 from router.mqtt.reason_codes import ReasonCode
 from router.mqtt.server import MqttServer
@@ -41,7 +42,6 @@ log = logging.getLogger(__name__)
 
 TICK: Final = 0.05
 """Seconds between two rounds of a paced drain (at 1,000 a second: 50 a round)."""
-MQTT_5: Final = 5
 STALE: Final = 5.0
 """Seconds after which a persistent session ended by the drain and not resumed elsewhere
 no longer counts as on its way (its client may never come back)."""
