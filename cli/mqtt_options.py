@@ -123,7 +123,13 @@ _LIMITS: dict[str, tuple[str, Any, str]] = {
         "overload_busy_lag",
         click.FloatRange(min=0.0),
         "Seconds of event-loop lag at which the node is busy: it then slows its heaviest "
-        "publishers, and defers connections only once overloaded (0: not watched).",
+        "clients, and defers connections only once overloaded (0: not watched).",
+    ),
+    "--mqtt-overload-busy-load": (
+        "overload_busy_load",
+        click.FloatRange(min=0.0, max=1.0),
+        "Share of the time (0 to 1) the event loop works at which the node is busy: it "
+        "then slows its heaviest clients, as at --mqtt-overload-busy-lag (0: not watched).",
     ),
     "--mqtt-overload-queued-bytes": (
         "overload_queued_bytes",

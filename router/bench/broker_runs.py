@@ -32,6 +32,7 @@ listener and its sampling, with nobody looking: what the dashboard costs). With
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import multiprocessing
@@ -46,15 +47,20 @@ from fractions import Fraction
 from multiprocessing.connection import Connection, wait
 from typing import Any, Final
 
+from redis import asyncio as aioredis
+
 from router.cluster.policy import load_acl
 from router.errors import BenchSetupError
 from router.ops.embedded_redis import embedded_redis
+from router.state.event_log import EventLog
+from router.state.keys import Keys
 
 from .brokers import (
     AMQTT_VERSION,
     ROUTER_OPTIONS,
     Address,
     amqtt,
+    fresh_prefix,
     mosquitto,
     mosquitto_binary,
     mosquitto_version,
@@ -293,6 +299,7 @@ def run(url: str | None = None, config: MqttBenchConfig | None = None) -> dict[s
     nonce = uuid.uuid4().hex[:6]
     results: dict[str, dict[int, LoadResult]] = {}
     cpu: dict[str, dict[int, list[float | None]]] = {}
+    slowed: dict[str, list[str]] = {}
 
     def each_qos(name: str, publish_to: Address, subscribe_to: Address, pids: list[int]) -> None:
         results[name], cpu[name] = {}, {}
@@ -310,11 +317,15 @@ def run(url: str | None = None, config: MqttBenchConfig | None = None) -> dict[s
             url = stack.enter_context(embedded_redis())
         pids: dict[str, list[int]] = {name: [] for name in BROKERS}
         options = config.router_options()
-        with router_nodes(url, 2, pids["router_two_nodes"], options) as (first, second):
+        prefix = fresh_prefix()
+        with router_nodes(url, 2, pids["router_two_nodes"], options, prefix) as (first, second):
             each_qos("router_two_nodes", first, second, pids["router_two_nodes"])
             latency = run_load(first, second, config.latency_plan(f"latency-{nonce}"))
-        with router_nodes(url, 1, pids["router_one_node"], options) as (only,):
+            slowed["router_two_nodes"] = slowing_told(url, prefix)
+        prefix = fresh_prefix()
+        with router_nodes(url, 1, pids["router_one_node"], options, prefix) as (only,):
             each_qos("router_one_node", only, only, pids["router_one_node"])
+            slowed["router_one_node"] = slowing_told(url, prefix)
         mosquitto_latency = None
         if not config.skip_mosquitto:
             with mosquitto(pids["mosquitto"]) as address:
@@ -324,7 +335,24 @@ def run(url: str | None = None, config: MqttBenchConfig | None = None) -> dict[s
         if not config.skip_amqtt:
             with amqtt(pids["amqtt"]) as address:
                 each_qos("amqtt", address, address, pids["amqtt"])
-    return report(config, results, latency, cpu, mosquitto_latency)
+    return report(config, results, latency, cpu, mosquitto_latency) | {
+        "overload_slowing_told": slowed
+    }
+
+
+def slowing_told(url: str, prefix: str) -> list[str]:
+    """The ``clients_slowed`` events the nodes under ``prefix`` told (overload
+    protection slowed a client: the run did not go through untouched), their texts."""
+
+    async def read() -> list[str]:
+        client = aioredis.Redis.from_url(url)
+        try:
+            found = await EventLog(client, Keys(prefix)).recent(100, kinds=["clients_slowed"])
+        finally:
+            await client.aclose()
+        return [event.text for event in found]
+
+    return asyncio.run(read())
 
 
 def _qos_report(

@@ -131,7 +131,7 @@ class Dispatcher:
         if message.publisher is not None and message.topic.startswith(SYSTEM_PREFIX):
             raise _system_topic(message)
         if self._arrivals.pending:  # (subscription changes that arrived first apply)
-            await self._arrivals.settled(arrived_before)
+            await self._arrivals.settled(arrived_before, (message.topic,))
         if self._policy.guards_publish:
             [admitted] = await self._policy.admit_publish([message])
             if admitted is None:
@@ -154,7 +154,7 @@ class Dispatcher:
             if message.publisher is not None and message.topic.startswith(SYSTEM_PREFIX):
                 raise _system_topic(message)
         if self._arrivals.pending:  # (subscription changes that arrived first apply)
-            await self._arrivals.settled(arrived_before)
+            await self._arrivals.settled(arrived_before, [m.topic for m in messages])
         admitted: Sequence[Message | None] = messages
         if self._policy.guards_publish:
             admitted = await self._policy.admit_publish(messages)

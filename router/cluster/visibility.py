@@ -108,16 +108,24 @@ class ArrivalOrder(InFlight):
     read after it. Every wait then points at changes opened earlier, and no set of
     connections can wait on each other in a circle; whoever opens a change must still
     never wait for a publish before closing it.
+
+    A change may say which topics it can concern: the first levels of its filters
+    (:func:`first_levels`; None: any topic, a filter that starts with a wildcard). A
+    publish given its topics waits only for the changes that can concern one of them: a
+    client subscribing thousands of filters under ``hoard/`` holds up no publish to
+    ``sensors/`` while the node writes them.
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self._numbers: dict[asyncio.Future[None], int] = {}
+        self._numbers: dict[asyncio.Future[None], tuple[int, frozenset[str] | None]] = {}
         self._next = 0
 
-    def open(self) -> asyncio.Future[None]:
+    def open(self, scope: frozenset[str] | None = None) -> asyncio.Future[None]:
+        """Open a change concerning the topics whose first level is in ``scope`` (None:
+        any topic)."""
         piece = super().open()
-        self._numbers[piece] = self._next
+        self._numbers[piece] = (self._next, scope)
         self._next += 1
         return piece
 
@@ -127,15 +135,39 @@ class ArrivalOrder(InFlight):
 
     def number(self, piece: asyncio.Future[None]) -> int:
         """The order in which the open ``piece`` was opened (KeyError once closed)."""
-        return self._numbers[piece]
+        return self._numbers[piece][0]
 
-    async def settled(self, before: int | None = None) -> None:
-        """Return once every change open now (numbered below ``before``, if given) is
-        closed; later ones are not waited for."""
-        if before is None:
+    async def settled(self, before: int | None = None, topics: Iterable[str] | None = None) -> None:
+        """Return once every change open now (numbered below ``before``, if given; that
+        can concern one of ``topics``, if given) is closed; later ones are not waited
+        for."""
+        if before is None and topics is None:
             await super().settled()
-        elif pieces := [piece for piece, number in self._numbers.items() if number < before]:
+            return
+        limit = self._next if before is None else before
+        levels = None if topics is None else {topic.split("/", 1)[0] for topic in topics}
+        if pieces := [
+            piece
+            for piece, (number, scope) in self._numbers.items()
+            if number < limit and (scope is None or levels is None or not scope.isdisjoint(levels))
+        ]:
             await asyncio.wait(pieces)
+
+
+def first_levels(filters: Iterable[str]) -> frozenset[str] | None:
+    """The first levels of the topics ``filters`` can match (a shared subscription's
+    filter, after ``$share/GROUP/``), or None when one starts with a wildcard (any
+    topic)."""
+    levels = set()
+    for given in filters:
+        topic_filter = given
+        if given.startswith("$share/"):
+            topic_filter = given.split("/", 2)[2] if given.count("/") >= 2 else ""
+        first = topic_filter.split("/", 1)[0]
+        if first in ("+", "#"):
+            return None
+        levels.add(first)
+    return frozenset(levels)
 
 
 class ForwardsInFlight(InFlight):

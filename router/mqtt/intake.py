@@ -49,6 +49,7 @@ from typing import Final, Protocol
 from router.errors import ConnectionEndedError, MqttError
 from router.mqtt.codec import PacketReader
 from router.mqtt.connection_host import ConnectionHost, Transport
+from router.mqtt.overload import PACKET_WORK
 from router.mqtt.packets import Packet
 from router.mqtt.reason_codes import ReasonCode
 
@@ -100,6 +101,7 @@ class Intake:
         "reader",
         "server",
         "transport",
+        "work",
     )
 
     def __init__(self, server: ConnectionHost, transport: Transport) -> None:
@@ -122,6 +124,7 @@ class Intake:
         self._greeted = False  # the first packet came
         self._finished: asyncio.Event | None = None  # made when someone waits
         self._done = False
+        self.work = 0  # what the client brought (router.mqtt.overload.PACKET_WORK)
 
     # -- what the listener calls -----------------------------------------------------------
 
@@ -144,6 +147,7 @@ class Intake:
             self._end_with(error)
             return
         now = asyncio.get_running_loop().time()
+        self.work += len(data) + PACKET_WORK * len(packets)
         if packets:
             self._heard = now
             if not self._greeted:

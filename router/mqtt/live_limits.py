@@ -61,6 +61,7 @@ LIVE: Final = frozenset(
         "overload_memory",
         "overload_redis_latency",
         "overload_busy_lag",
+        "overload_busy_load",
     }
 )
 """The :class:`MqttSettings` fields that may change while the node serves."""

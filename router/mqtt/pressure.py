@@ -2,7 +2,9 @@
 :mod:`router.mqtt.overload` decides.
 
 :class:`PressureWatch` (one task per MQTT server, started with its listeners) wakes
-every :data:`TICK` seconds and measures how late it woke (the event loop's lag); every
+every :data:`TICK` seconds and measures how late it woke (the event loop's lag) and the
+share of the time since the last tick that the loop worked
+(:class:`~router.mqtt.loop_load.LoopLoad`); every
 :data:`SLOW_EVERY` ticks also the payload bytes queued in the node's memory for its
 clients, the process's resident memory and, in a task of its own so that a slow Redis
 does not hold the watch up, the time one Redis PING takes. It hands the samples to the
@@ -12,21 +14,28 @@ does not hold the watch up, the time one Redis PING takes. It hands the samples 
   at most until the connection's connect timeout: then CONNACK 0x89 Server busy, the
   client retries), counted ``mqtt_overload_deferred_connects`` and
   ``mqtt_overload_refused_connects``;
-- each tick, while it is overloaded or only *busy* (its loop lags ``busy_lag``), the
-  heaviest publishers of the last tick stop reading for :data:`SLOW` seconds, twice as
-  long each time one is chosen again while the node stays busy (at most
-  :data:`MAX_SLOW`: a flood that comes back is held back harder; TCP pushes back on
+- each tick, while it is overloaded or only *busy* (its loop lags ``busy_lag`` or
+  works ``busy_load`` of the time), the heaviest connections of the last tick (by the
+  work they brought: :attr:`Throttleable.work`) stop reading for :data:`SLOW`
+  seconds, twice as long each time one is chosen again within :data:`REMEMBERED`
+  seconds of its last slowing (at most :data:`MAX_SLOW`: a flood that comes back is
+  held back harder, across the short calms its own slowing makes; TCP pushes back on
   it, nothing it sent is lost), counted ``mqtt_overload_slowed``
-  (``mqtt_overload_busy``: 1 while busy).
+  (``mqtt_overload_busy``: 1 while busy; ``mqtt_loop_busy_percent``: the loop's work
+  share at the last tick), and told as the event ``clients_slowed`` (at most every
+  :data:`EVENTS_EVERY` seconds: how many were slowed since the last one, and the
+  heaviest of them). A connection slowed also stops holding the node's other
+  publishers behind its SUBSCRIBEs not handled yet
+  (:meth:`~router.mqtt.subscribing.Subscribing.let_go`).
 
 Becoming overloaded and being relieved are events (``overload`` and
 ``overload_relieved``, with the signals over their limits; each told at most every
 :data:`EVENTS_EVERY` seconds, the others counted as the event log's suppressed) and the gauge
 ``mqtt_overloaded`` (1 while overloaded); ``mqtt_overload_episodes`` counts them.
 
-Cost while not overloaded: a timer every 0.1 s, and every second a sum over the node's
-sessions, a read of ``/proc/self/statm`` and a PING. Per connection only while
-overloaded: one subtraction a tick.
+Cost while not busy: two clock readings a turn of the loop, a timer every 0.1 s, and
+every second a sum over the node's sessions, a read of ``/proc/self/statm`` and a PING.
+Per connection: a sum at each read, and one subtraction a tick only while busy.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from typing import Final, Protocol
 
 from router.cluster.node import RouterNode
 from router.cluster.tasks import stop_task
+from router.mqtt.loop_load import LoopLoad
 from router.mqtt.overload import Change, OverloadGovernor, OverloadLimits, heaviest
 
 log = logging.getLogger(__name__)
@@ -50,7 +60,8 @@ log = logging.getLogger(__name__)
 TICK: Final = 0.1  # seconds between samples of the loop's lag
 SLOW_EVERY: Final = 10  # ticks between samples of queues, memory and Redis
 SLOW: Final = 0.2  # seconds a heavy publisher stops reading, the first time it is chosen
-MAX_SLOW: Final = 2.0  # seconds, at most: each time again in one episode doubles it
+MAX_SLOW: Final = 2.0  # seconds, at most: each time again doubles it
+REMEMBERED: Final = 10.0  # seconds after its last slowing that a connection's streak is kept
 PING_TIMEOUT: Final = 5.0  # seconds; a PING not answered by then counts as that long
 STATM: Final = "/proc/self/statm"
 EVENTS_EVERY: Final = 30.0  # seconds: a node at the edge tells its episodes this often at most
@@ -73,7 +84,10 @@ class Throttleable(Protocol):
     :class:`~router.mqtt.protocol.MqttConnection`)."""
 
     @property
-    def published(self) -> int: ...
+    def work(self) -> int:
+        """The work the client brought since the connection opened (its bytes and
+        :data:`~router.mqtt.overload.PACKET_WORK` a packet)."""
+        ...
 
     def slow(self, seconds: float) -> None: ...
 
@@ -97,10 +111,13 @@ class PressureWatch:
         self.deferred_connects = 0
         self.refused_connects = 0
         self.slowed = 0
+        self._slowed_told = 0  # (self.slowed when clients_slowed was last told)
         self._relieved = asyncio.Event()
         self._relieved.set()
-        self._received: dict[Throttleable, int] = {}
-        self._streaks: dict[Throttleable, int] = {}  # (times slowed in this episode)
+        self.loop_busy = 0.0  # (the loop's work share at the last tick)
+        self._worked: dict[Throttleable, int] = {}  # (each one's work at the last tick)
+        # (times slowed in a row, and the loop time of the last one)
+        self._streaks: dict[Throttleable, tuple[int, float]] = {}
         self._redis_latency: float | None = None
         self._pinging: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -154,16 +171,18 @@ class PressureWatch:
         self.busy.observe(signals)
         if self.governor.overloaded or self.busy.overloaded:
             self._slow_heaviest()
-        elif self._received:
-            self._received, self._streaks = {}, {}
+        elif self._worked:
+            self._worked = {}
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        load = LoopLoad()
         ticks = 0
         while True:
             due = loop.time() + TICK
             await asyncio.sleep(TICK)
-            signals = {"loop_lag": max(0.0, loop.time() - due)}
+            self.loop_busy = load.sample()
+            signals = {"loop_lag": max(0.0, loop.time() - due), "loop_busy": self.loop_busy}
             ticks += 1
             if ticks % SLOW_EVERY == 0:
                 signals.update(self._slow_signals())
@@ -192,18 +211,42 @@ class PressureWatch:
         self._redis_latency = time.perf_counter() - started
 
     def _slow_heaviest(self) -> None:
-        received: dict[Throttleable, int] = {}
-        published: dict[Throttleable, int] = {}
+        worked: dict[Throttleable, int] = {}
+        brought: dict[Throttleable, int] = {}
         for connection in self.server.connections():
-            count = connection.published
-            received[connection] = count
-            published[connection] = count - self._received.get(connection, count)
-        self._received = received
+            total = connection.work
+            worked[connection] = total
+            brought[connection] = total - self._worked.get(connection, total)
+        self._worked = worked
+        now = asyncio.get_running_loop().time()
         streaks = self._streaks
-        for connection in heaviest(published):
-            streak = streaks[connection] = streaks.get(connection, 0) + 1
+        chosen = heaviest(brought)
+        if chosen:
+            self._tell_slowed(chosen[0], brought[chosen[0]])
+        for connection in chosen:
+            streak, last = streaks.get(connection, (0, now))
+            streak = streak + 1 if now - last <= REMEMBERED else 1
+            streaks[connection] = (streak, now)
             connection.slow(min(SLOW * 2 ** (streak - 1), MAX_SLOW))
             self.slowed += 1
+        if len(streaks) > len(worked):  # (forget the connections gone)
+            self._streaks = {key: value for key, value in streaks.items() if key in worked}
+
+    def _tell_slowed(self, heaviest: Throttleable, work: int) -> None:
+        node = self.server.node
+        who = getattr(heaviest, "client_id", None) or "a client not yet connected"
+        since = self.slowed - self._slowed_told
+        if node.events.due("clients_slowed", node.node_id, EVENTS_EVERY):
+            node.events.tell(
+                "clients_slowed",
+                node.node_id,
+                f"node {node.node_id} is busy (its loop works {self.loop_busy:.0%} of the "
+                f"time): it slows its heaviest clients, {who} first ({work} bytes and "
+                f"packets in 0.1 s); {since} slowed since the last report",
+                "warning",
+                every=EVENTS_EVERY,
+            )
+            self._slowed_told = self.slowed
 
     def _announce(self, change: Change) -> None:
         node = self.server.node
@@ -236,4 +279,5 @@ class PressureWatch:
             "mqtt_overload_deferred_connects": self.deferred_connects,
             "mqtt_overload_refused_connects": self.refused_connects,
             "mqtt_overload_slowed": self.slowed,
+            "mqtt_loop_busy_percent": round(self.loop_busy * 100),
         }

@@ -173,16 +173,13 @@ class MqttConnection(Intake):
         self._slowed_until = 0.0  # (loop time: overload protection, router.mqtt.pressure)
         self._expiry: asyncio.TimerHandle | None = None  # (credentials that expire)
 
-    @property
-    def published(self) -> int:
-        """PUBLISH packets read from the client since its session came to this node (0
-        before its CONNECT is accepted)."""
-        return self._session.received if self.client_id is not None else 0
-
     def slow(self, seconds: float) -> None:
         """Stop reading for ``seconds`` after the packets being handled (the node is
-        overloaded and this client is among its heaviest publishers)."""
+        overloaded and this client is among its heaviest); its SUBSCRIBEs not handled
+        yet hold the node's other publishers no longer."""
         self._slowed_until = asyncio.get_running_loop().time() + seconds
+        if self.client_id is not None:
+            self._subscribing.let_go()
 
     # -- the connection's life -----------------------------------------------------------
 

@@ -76,8 +76,9 @@ class MqttSettings:
     ``overload_loop_lag`` (seconds), ``overload_queued_bytes``, ``overload_memory``
     (resident bytes) and ``overload_redis_latency`` (seconds): the levels of pressure at
     which the node is overloaded, and while it is, defers new CONNECTs and slows its
-    heaviest publishers; ``overload_busy_lag`` (seconds) the loop lag at which it only
-    slows them (:mod:`router.mqtt.overload`; 0: that signal is not watched).
+    heaviest clients; ``overload_busy_lag`` (seconds) the loop lag, and
+    ``overload_busy_load`` the share of the time the loop works (0 to 1), at which it
+    only slows them (:mod:`router.mqtt.overload`; 0: that signal is not watched).
     ``flapping_max_connects``: more CONNECTs of one client
     id within ``flapping_window`` seconds on one node ban it for ``flapping_ban`` seconds
     on every node (0: never, as EMQX ships it; :mod:`router.mqtt.ban_list`).
@@ -131,6 +132,7 @@ class MqttSettings:
     overload_memory: int = 0
     overload_redis_latency: float = 1.0
     overload_busy_lag: float = 0.1
+    overload_busy_load: float = 0.9
     proxy_protocol: frozenset[str] = frozenset()
     proxy_trusted: TrustedProxies = NO_PROXIES
 
@@ -166,6 +168,7 @@ class MqttSettings:
             "overload_memory": self.overload_memory >= 0,
             "overload_redis_latency": 0 <= self.overload_redis_latency < float("inf"),
             "overload_busy_lag": 0 <= self.overload_busy_lag < float("inf"),
+            "overload_busy_load": 0 <= self.overload_busy_load <= 1,
         }
         unknown = set(self.proxy_protocol) - PROXIED_LISTENERS
         if unknown:
@@ -197,6 +200,7 @@ class MqttSettings:
             self.overload_memory,
             self.overload_redis_latency,
             self.overload_busy_lag,
+            busy_load=self.overload_busy_load,
         )
 
 

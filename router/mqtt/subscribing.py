@@ -18,7 +18,9 @@ the SUBSCRIBE before the subscriber's connection starts on it. So each SUBSCRIBE
 UNSUBSCRIBE opens a change in the node's
 :class:`~router.cluster.visibility.ArrivalOrder` the moment its bytes are read
 (:meth:`Subscribing.arrived`), closed once it applied on this node (or failed, or the
-connection ended); a publish handled meanwhile waits for the changes opened before it.
+connection ended); a publish handled meanwhile waits for the changes opened before it
+that can concern its topic (by their filters' first levels: a flood of SUBSCRIBEs under
+one prefix holds up no publish elsewhere).
 Nothing may make that wait long or circular:
 
 * a connection's own PUBLISH waits only for changes numbered below its own oldest one
@@ -37,6 +39,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from router.cluster.visibility import first_levels
 from router.errors import (
     InvalidOptionsError,
     InvalidTopicError,
@@ -89,12 +92,16 @@ class Subscribing:
         True if there was one (its answer waits for the peers)."""
         opened = False
         for packet in packets:
-            kind = type(packet)
-            if kind is Subscribe or kind is Unsubscribe:
-                if self._arrived is None:
-                    self._arrived = []
-                self._arrived.append((packet, self._node.arrivals.open()))
-                opened = True
+            if isinstance(packet, Subscribe):
+                filters = [wanted.topic_filter for wanted in packet.subscriptions]
+            elif isinstance(packet, Unsubscribe):
+                filters = list(packet.topic_filters)
+            else:
+                continue
+            if self._arrived is None:
+                self._arrived = []
+            self._arrived.append((packet, self._node.arrivals.open(first_levels(filters))))
+            opened = True
         return opened
 
     def arrived_before(self) -> int | None:

@@ -49,6 +49,7 @@ KINDS: Final = frozenset(
         "takeover_storm",  # many sessions taken over in a short time
         "overload",  # a node is overloaded: it defers connections, slows heavy publishers
         "overload_relieved",  # a node overloaded is no longer
+        "clients_slowed",  # a busy node slowed its heaviest clients (who, how many)
         "ban_added",
         "ban_removed",
         "config_reloaded",  # a node reread its files (SIGHUP, router node reload)
