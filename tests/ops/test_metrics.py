@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from router.ops.metrics import NodeCollector
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
 from router.web.listener import serve_http
@@ -69,3 +70,29 @@ async def test_metrics_and_health_of_a_node(
             return status == 503 and "inbox" in why
 
         await waiting.eventually(unhealthy, 10.0, "b's health says its inbox fails")
+
+
+class OverloadedServer:
+    """An MQTT server's figures as a busy, overloaded, draining node gives them."""
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "mqtt_overloaded": 1,
+            "mqtt_overload_busy": 1,
+            "mqtt_loop_busy_percent": 93,
+            "mqtt_draining": 1,
+            "mqtt_overload_slowed": 5,
+        }
+
+
+async def test_the_overload_and_drain_states_are_gauges(start_node: StartNode) -> None:
+    """They were exported as counters (``router_mqtt_overloaded_total``), which a
+    Prometheus rate() or alert on a gauge would misread."""
+    node = await start_node("a")
+    families = {
+        family.name: family.type
+        for family in NodeCollector(node, OverloadedServer()).collect()  # type: ignore[arg-type]
+    }
+    for name in ("overloaded", "overload_busy", "loop_busy_percent", "draining"):
+        assert families[f"router_mqtt_{name}"] == "gauge"
+    assert families["router_mqtt_overload_slowed"] == "counter"
