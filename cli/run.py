@@ -103,6 +103,14 @@ def setting(flag: str, *decls: str, **kwargs: Any) -> Callable[[Command], Comman
     "when all are busy a call waits its turn.",
 )
 @setting(
+    "--redis-replicas",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Replicas that must acknowledge every write before the node acknowledges it "
+    "(Redis WAIT, within half of --redis-timeout; standalone or Sentinel): a failover "
+    "then loses no acknowledged message (0: none waited for).",
+)
+@setting(
     "--publish-timeout",
     type=click.FloatRange(min=0.001),
     default=_DEFAULTS.publish_timeout,

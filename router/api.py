@@ -14,7 +14,7 @@ from router.cluster.node import RouterNode
 from router.cluster.policy import load_acl
 from router.core.acl import Acl, Permission
 from router.errors import InvalidSettingError
-from router.state.connection import DEFAULT_POOL_SIZE, open_redis
+from router.state.connection import DEFAULT_POOL_SIZE, open_redis, require_replicas
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 URL_VARIABLE = "ROUTER_REDIS_URL"
@@ -36,6 +36,7 @@ async def connect(
     acl_default: str | Permission | None = None,
     redis_timeout: float = REDIS_TIMEOUT,
     redis_pool_size: int = DEFAULT_POOL_SIZE,
+    redis_replicas: int = 0,
     **config: Any,
 ) -> AsyncIterator[RouterNode]:
     """Start a router node on Redis at ``url`` and stop it (gracefully) on exit.
@@ -50,6 +51,11 @@ async def connect(
     of blocking them (``publish_timeout`` in ``config`` bounds a whole publish).
     ``redis_pool_size`` caps the node's Redis connections (to each master of a cluster):
     when all are busy a call waits its turn (within ``redis_timeout``) instead of failing.
+    ``redis_replicas`` (standalone or Sentinel): every write waits for that many replicas
+    to acknowledge it, for at most half of ``redis_timeout``, and fails otherwise (a
+    publish then gets no acknowledgement: :mod:`router.state.turn_batch`), so that a
+    failover keeps every write the node acknowledged; a Redis Cluster raises
+    :class:`InvalidSettingError`.
     """
     checked_acl = load_acl(acl, acl_default)
     if not redis_timeout > 0:
@@ -61,6 +67,8 @@ async def connect(
         pool_size=redis_pool_size,
     )
     try:
+        if redis_replicas:
+            require_replicas(redis, redis_replicas, redis_timeout / 2)
         node = RouterNode(
             redis, NodeConfig(node_id or default_node_id(), acl=checked_acl, **config)
         )

@@ -106,6 +106,7 @@ class NodeProcessSettings:
     heartbeat_ttl: float = _NODE.heartbeat_ttl
     redis_timeout: float = REDIS_TIMEOUT
     redis_pool_size: int = DEFAULT_POOL_SIZE
+    redis_replicas: int = 0
     publish_timeout: float = _NODE.publish_timeout
     allow_eviction: bool = False
     shared_sessions: bool = False
@@ -193,6 +194,7 @@ class NodeProcessSettings:
         checks: dict[str, bool] = {
             **{name: _finite(v := getattr(self, name)) and v > 0 for name in seconds},
             "redis_pool_size": _int_at_least(self.redis_pool_size, 1),
+            "redis_replicas": _int_at_least(self.redis_replicas, 0),
             "queue_limit": _int_at_least(self.queue_limit, 1),
             "queue_bytes": _int_at_least(self.queue_bytes, 0),
             "max_queued": _int_at_least(self.max_queued, 1),
@@ -238,6 +240,7 @@ class NodeProcessSettings:
             "heartbeat_ttl": self.heartbeat_ttl,
             "redis_timeout": self.redis_timeout,
             "redis_pool_size": self.redis_pool_size,
+            "redis_replicas": self.redis_replicas,
             "publish_timeout": self.publish_timeout,
             "allow_eviction": self.allow_eviction,
             "shared_sessions": self.shared_sessions,
@@ -274,6 +277,7 @@ _RANGES: Final = {
     "redis_timeout": "must be seconds > 0",
     "publish_timeout": "must be seconds > 0",
     "redis_pool_size": "must be an int >= 1",
+    "redis_replicas": "must be an int >= 0",
     "queue_limit": "must be an int >= 1",
     "queue_bytes": "must be an int >= 0",
     "max_queued": "must be an int >= 1",

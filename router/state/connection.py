@@ -34,7 +34,7 @@ from router.errors import (
     UnsupportedServerError,
 )
 from router.state.failures import translating
-from router.state.scripts import RedisClient
+from router.state.scripts import RedisClient, turn_batch
 from router.state.sentinel import SentinelRedis, following_pool, open_sentinel
 from router.state.sentinel_url import is_sentinel_url
 
@@ -219,6 +219,24 @@ async def _open(url: str, pool_size: int, **options: Any) -> RedisClient:
     cluster = BoundedRedisCluster.from_url(url, pool_size=pool_size, **options)
     await cluster.initialize()
     return cluster
+
+
+def require_replicas(redis: RedisClient, replicas: int, timeout: float) -> None:
+    """Make every write of ``redis`` (standalone or Sentinel) wait for ``replicas``
+    replicas to acknowledge it, at most ``timeout`` seconds, and fail otherwise
+    (:mod:`router.state.turn_batch`). Raises :class:`InvalidSettingError` for a Redis
+    Cluster (its failovers are the cluster's: a manual one waits for the replica; WAIT
+    per shard is not done here) or a count below 0."""
+    if isinstance(redis, RedisCluster):
+        raise InvalidSettingError(
+            "redis_replicas is for a standalone Redis or one behind Sentinel, not a Redis Cluster"
+        )
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+        raise InvalidSettingError(f"redis_replicas must be an int >= 0, not {replicas!r}")
+    batch = turn_batch(redis)
+    if batch is None:
+        raise InvalidSettingError("redis_replicas needs a redis.asyncio client")
+    batch.require_replicas(replicas, timeout)
 
 
 def failovers_followed(redis: RedisClient) -> int:

@@ -11,6 +11,16 @@ made during one turn of the event loop and sends them in one pipeline at the end
 (as ioredis's auto-pipelining does): the same commands, in the order they were made,
 one round trip for all of them.
 
+**Writes a failover cannot lose** (:meth:`TurnBatch.require_replicas`, a node's
+``--redis-replicas N``): every pipeline of script calls and single commands then ends
+with ``WAIT N TIMEOUT`` on its connection, and unless N replicas acknowledged every
+write of the pipeline within the timeout, each caller gets
+:class:`ReplicasBehind` (a redis-py timeout: the state layer makes it a
+:class:`~router.errors.StateUnavailableError`, which says that a write may or may not
+have happened) instead of its reply. An MQTT publish then gets no acknowledgement, and
+its client sends it again. The batched reads (:meth:`TurnBatch.commands_now`) wait for
+no replica.
+
 What a caller sees does not change: its reply, or its error reply as an exception
 object (the caller raises it), or the Redis error that failed the pipeline (no
 connection, say; some calls of it may have run, as a single call that fails may have).
@@ -40,6 +50,11 @@ Command = tuple[Any, ...]
 _Call = tuple[Command, bytes, "asyncio.Future[Any]"]
 
 
+class ReplicasBehind(RedisTimeoutError):
+    """Fewer replicas than required acknowledged the writes of a pipeline in time (they
+    ran on the master, and a failover now may lose them)."""
+
+
 class TurnBatch:
     """Script calls and single commands to one standalone client, gathered per loop turn
     (see the module)."""
@@ -49,6 +64,17 @@ class TurnBatch:
         self._waiting: list[_Call] = []
         self._sending: set[asyncio.Task[None]] = set()
         self.pipelines = 0  # pipelines sent (for tests and figures)
+        self._wait: bytes | None = None  # (WAIT, packed, when replicas are required)
+        self._replicas = 0
+        self._wait_ms = 0
+        self.replicas_behind = 0  # pipelines whose writes too few replicas acknowledged
+
+    def require_replicas(self, replicas: int, timeout: float) -> None:
+        """From now on, every pipeline of writes waits for ``replicas`` replicas to
+        acknowledge it, at most ``timeout`` seconds (see the module; 0 replicas: none)."""
+        self._replicas = replicas
+        self._wait_ms = max(1, round(timeout * 1000))
+        self._wait = pack(("WAIT", replicas, self._wait_ms)) if replicas else None
 
     async def evalsha(self, sha: str, keys: list[str], args: list[Any]) -> Any:
         """The reply of EVALSHA ``sha`` (an error reply as the exception object, not
@@ -74,7 +100,7 @@ class TurnBatch:
         exception objects; raises the Redis error that failed the pipeline."""
         commands = [("EVALSHA", sha, len(keys), *keys, *args) for keys, args in calls]
         self.pipelines += 1
-        return await self._pipeline(commands, [pack(command) for command in commands])
+        return await self._pipeline(commands, [pack(command) for command in commands], True)
 
     def _send_waiting(self) -> None:
         calls = [call for call in self._waiting if not call[2].done()]
@@ -89,7 +115,7 @@ class TurnBatch:
     async def _send(self, calls: list[_Call]) -> None:
         self.pipelines += 1
         try:
-            replies = await self._pipeline([c[0] for c in calls], [c[1] for c in calls])
+            replies = await self._pipeline([c[0] for c in calls], [c[1] for c in calls], True)
         except Exception as error:  # (each caller raises it)
             for *_call, reply in calls:
                 if not reply.done():
@@ -114,18 +140,33 @@ class TurnBatch:
         self.pipelines += 1
         return await self._exchange([pack(call) for call in calls])
 
-    async def _pipeline(self, commands: list[Command], packed: list[bytes]) -> list[Any]:
+    async def _pipeline(
+        self, commands: list[Command], packed: list[bytes], writes: bool
+    ) -> list[Any]:
         """Every command's reply (an error reply as its exception object), over one pooled
-        connection (:meth:`_exchange`, ``packed`` the commands packed). redis-py's own
-        pipeline serves a client without a pool of its own connections (a
-        single-connection client)."""
+        connection (:meth:`_exchange`, ``packed`` the commands packed), ``writes`` waited
+        for on the replicas required. redis-py's own pipeline serves a client without a
+        pool of its own connections (a single-connection client)."""
         redis = self._redis
+        wait = self._wait if writes else None
         if redis.connection is not None:
             async with redis.pipeline(transaction=False) as pipe:
                 for command in commands:
                     pipe.execute_command(*command)
-                return list(await pipe.execute(raise_on_error=False))
-        return await self._exchange(packed)
+                if wait is not None:
+                    pipe.execute_command("WAIT", self._replicas, self._wait_ms)
+                replies = list(await pipe.execute(raise_on_error=False))
+        else:
+            replies = await self._exchange(packed if wait is None else [*packed, wait])
+        if wait is not None:
+            acknowledged = replies.pop()
+            if not isinstance(acknowledged, int) or acknowledged < self._replicas:
+                self.replicas_behind += 1
+                raise ReplicasBehind(
+                    f"{acknowledged} of the {self._replicas} replicas required acknowledged "
+                    "the writes in time"
+                )
+        return replies
 
     async def _exchange(self, packed: list[bytes]) -> list[Any]:
         """The reply of each of the ``packed`` commands (an error reply as its exception

@@ -199,16 +199,16 @@ def drained(events: queue.Queue[T]) -> list[T]:
 
 
 @contextlib.contextmanager
-def loaded_nodes(url: str, keys: Keys) -> Iterator[Scene]:
-    """Nodes a and b on the Redis at ``url``; a persistent QoS 1 subscriber to ``load/#``
-    on a (paho reconnects it, session kept, should a node drop it) and a running Load on
-    b, a second of it acknowledged."""
+def loaded_nodes(url: str, keys: Keys, *options: str) -> Iterator[Scene]:
+    """Nodes a and b on the Redis at ``url`` (run with ``options`` too); a persistent QoS
+    1 subscriber to ``load/#`` on a (paho reconnects it, session kept, should a node drop
+    it) and a running Load on b, a second of it acknowledged."""
     env = {"ROUTER_REDIS_URL": url, "ROUTER_PREFIX": keys.prefix}
     durable = connect_properties(SessionExpiryInterval=600)
     metrics = {node_id: f"127.0.0.1:{free_port()}" for node_id in "ab"}
     with (
-        mqtt_node("a", env, *BOUNDS, "--metrics", metrics["a"]) as (node_a, port_a),
-        mqtt_node("b", env, *BOUNDS, "--metrics", metrics["b"]) as (node_b, port_b),
+        mqtt_node("a", env, *BOUNDS, *options, "--metrics", metrics["a"]) as (node_a, port_a),
+        mqtt_node("b", env, *BOUNDS, *options, "--metrics", metrics["b"]) as (node_b, port_b),
     ):
         try:
             subscriber = Paho(port_a, "reader", V5, clean=False, properties=durable)
