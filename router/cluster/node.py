@@ -82,7 +82,12 @@ from router.core.options import make_options
 from router.core.route_mirror import RouteMirror
 from router.core.topics import TopicFilter, parse_shared, validate_filter
 from router.errors import InvalidOptionsError, RouterError
-from router.state.connection import check_eviction, failovers_followed, urgent_client
+from router.state.connection import (
+    check_eviction,
+    failovers_followed,
+    replicas_behind,
+    urgent_client,
+)
 from router.state.event_log import EventLog
 from router.state.keys import Keys, check_id
 from router.state.node_registry import NodeRegistry
@@ -719,6 +724,7 @@ class RouterNode:
             "route_batches_failed": self._writer.failed_batches,
             "redis_errors": redis_errors(self._redis),
             "redis_failovers_followed": failovers_followed(self._redis),
+            "redis_replicas_behind": replicas_behind(self._redis),
             **self._supervisor.stats(),
             "heartbeats_withheld": self.liveness.beats_withheld,
             "route_changes_unwritten": self._writer.unwritten,

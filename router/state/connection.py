@@ -239,6 +239,13 @@ def require_replicas(redis: RedisClient, replicas: int, timeout: float) -> None:
     batch.require_replicas(replicas, timeout)
 
 
+def replicas_behind(redis: RedisClient) -> int:
+    """How many pipelines of writes through ``redis`` failed because fewer replicas than
+    :func:`require_replicas` asked for acknowledged them (0 when none are required)."""
+    batch = turn_batch(redis) if isinstance(redis, Redis) else None
+    return batch.replicas_behind if batch is not None else 0
+
+
 def failovers_followed(redis: RedisClient) -> int:
     """How many times the master of ``redis`` moved and its connections followed it (a
     client behind Sentinel: :mod:`router.state.sentinel`); 0 for any other client."""

@@ -15,7 +15,7 @@ one round trip for all of them.
 ``--redis-replicas N``): every pipeline of script calls and single commands then ends
 with ``WAIT N TIMEOUT`` on its connection, and unless N replicas acknowledged every
 write of the pipeline within the timeout, each caller gets
-:class:`ReplicasBehind` (a redis-py timeout: the state layer makes it a
+redis-py's ``TimeoutError`` (the state layer makes it a
 :class:`~router.errors.StateUnavailableError`, which says that a write may or may not
 have happened) instead of its reply. An MQTT publish then gets no acknowledgement, and
 its client sends it again. The batched reads (:meth:`TurnBatch.commands_now`) wait for
@@ -48,11 +48,6 @@ BATCH_LIMIT: Final = 512
 Command = tuple[Any, ...]
 """A command as redis-py's ``execute_command`` takes it: ``(name, *args)``."""
 _Call = tuple[Command, bytes, "asyncio.Future[Any]"]
-
-
-class ReplicasBehind(RedisTimeoutError):
-    """Fewer replicas than required acknowledged the writes of a pipeline in time (they
-    ran on the master, and a failover now may lose them)."""
 
 
 class TurnBatch:
@@ -162,7 +157,7 @@ class TurnBatch:
             acknowledged = replies.pop()
             if not isinstance(acknowledged, int) or acknowledged < self._replicas:
                 self.replicas_behind += 1
-                raise ReplicasBehind(
+                raise RedisTimeoutError(  # (they ran on the master: a failover may lose them)
                     f"{acknowledged} of the {self._replicas} replicas required acknowledged "
                     "the writes in time"
                 )

@@ -54,6 +54,7 @@ async def test_a_write_no_replica_acknowledged_fails_and_one_it_did_succeeds(
         with stopped(replica), pytest.raises(StateUnavailableError, match="replicas required"):
             await node.publish("kept/y", b"not replicated", retain=True)
         await node.publish("kept/z", b"replicated again", retain=True)
+        assert node.stats()["redis_replicas_behind"] >= 1  # (counted, not silent)
 
 
 async def test_an_mqtt_publish_no_replica_acknowledged_gets_no_puback(
