@@ -16,8 +16,8 @@ compares its counters with the last look:
     more than :data:`STORM` sessions taken over within :data:`STORM_WINDOW` seconds
     (devices that share a client id, or a reconnect loop).
 
-A peer's death is told where it is found, by the route mirror's purge
-(:meth:`MirrorSync.purge_dead <router.cluster.mirror_sync.MirrorSync.purge_dead>`); a peer
+A peer's death is told where it is found, by the node's membership round
+(:meth:`Membership.purge_dead <router.cluster.membership.Membership.purge_dead>`); a peer
 that retired (stopped gracefully, its sessions left to a live node) is not told down.
 """
 

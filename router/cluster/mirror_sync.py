@@ -5,16 +5,15 @@ How the mirror learns about changes:
 * every node publishes a *hint* (its node id) on the route-hints pub/sub channel after it
   changed its route set; a hint makes the other nodes read that node's change stream
   from the version they hold (pub/sub is fire-and-forget, so a hint is never the data);
-* every ``interval`` seconds each node also reads every known node's stream, lists the
-  registry (loading new nodes, dropping nodes that are not alive anymore, once it may
-  judge them: see :meth:`MirrorSync.refresh`) and purges nodes whose heartbeat expired;
-  a lost hint costs at most one interval; a peer whose heartbeat would expire within
-  the interval is looked at right when it does (a dead node's sessions are adopted
-  without waiting for the next round), and a peer that retired (left gracefully with
-  persistent sessions: :meth:`NodeRegistry.retire
+* each round of the node's membership (:mod:`router.cluster.membership`: every
+  ``interval`` seconds, after it purged the nodes whose heartbeat expired) the mirror
+  also reads every known node's stream and lists the registry (loading new nodes,
+  dropping nodes that are not alive anymore, once it may judge them: see
+  :meth:`MirrorSync.refresh`); a lost hint costs at most one interval. A peer that
+  retired (left gracefully with persistent sessions: :meth:`NodeRegistry.retire
   <router.state.node_registry.NodeRegistry.retire>`) says so on the departures channel
-  (:meth:`MirrorSync.depart`), which starts a round at once: its sessions are adopted
-  and it is purged within moments, not after its heartbeat TTL;
+  (:meth:`MirrorSync.depart`), heard here: :attr:`MirrorSync.departed` starts the next
+  round at once;
 * the node's view of who is in the cluster is *current* while the hints connection it
   had when it last listed the registry is still up (a join is announced by a hint); once
   that connection failed, a hint and so a join may have been missed, and
@@ -41,31 +40,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Awaitable, Callable, Collection
-from functools import partial
-from typing import Final
+from collections.abc import Callable
 
-from router.cluster.events import EventReporter
 from router.cluster.supervisor import Supervisor
 from router.cluster.tasks import stop_task
 from router.cluster.visibility import ForwardsInFlight
 from router.core.route_mirror import RouteMirror
 from router.errors import ResyncRequiredError, RouterError, StateFailureError
 from router.state.keys import Keys
-from router.state.node_registry import NodeInfo, NodeRegistry
+from router.state.node_registry import NodeRegistry
 from router.state.route_acks import RouteAck, RouteAcks, parse_ack
 from router.state.route_hints import RouteHints
-from router.state.routes import PurgeResult, RouteStore
+from router.state.routes import RouteStore
 from router.state.scripts import RedisClient
 
 log = logging.getLogger(__name__)
-
-#: Refresh intervals an adoption lease lasts unless renewed (each interval).
-LEASE_INTERVALS: Final = 10
-#: Seconds after a peer's heartbeat would expire that the refresh looks at it (Redis's
-#: clock and this node's may tick a little apart).
-EXPIRY_MARGIN: Final = 0.01
 
 
 class MirrorSync:
@@ -82,24 +71,17 @@ class MirrorSync:
         interval: float,
         on_dropped: Callable[[str], None] | None = None,
         may_purge: Callable[[], bool] = lambda: True,
-        may_adopt_retired: Callable[[], bool] = lambda: True,
-        adopt_sessions: Callable[[str], Awaitable[None]] | None = None,
         on_ack: Callable[[RouteAck], None] | None = None,
         forwards: ForwardsInFlight | None = None,
         on_fence: Callable[[bytes], None] | None = None,
-        events: EventReporter | None = None,
     ) -> None:
         self._routes = routes
-        self._events = events
-        self._told_dead: set[tuple[str, str]] = set()  # (node, incarnation) told down
         self._registry = registry
         self._mirror = mirror
         self._node_id = node_id
         self._interval = interval
         self._on_dropped = on_dropped
         self._may_purge = may_purge
-        self._may_adopt_retired = may_adopt_retired
-        self._adopt_sessions = adopt_sessions
         self._on_ack = on_ack
         self._acks = RouteAcks(redis, keys)
         self._acked: dict[str, tuple[str, int]] = {}  # node -> the position last acked
@@ -113,43 +95,33 @@ class MirrorSync:
         self._hints = RouteHints(
             redis, keys, also=(self._acks.channel(node_id), self._fence_channel)
         )
-        self._adopting: dict[str, asyncio.Task[None]] = {}  # dead node -> its adoption
-        self._lease = LEASE_INTERVALS * interval
-        self.dead: frozenset[str] = frozenset()
-        self.next_expiry: float | None = None  # seconds until a peer's heartbeat expires
         self._next_hint: asyncio.Future[None] | None = None  # (its callers share it)
         self._hinting: asyncio.Task[None] | None = None  # registered nodes whose heartbeat expired
         self._running: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
         self._current_since: int | None = None  # the hints subscription the view is current for
         self._refreshing: asyncio.Task[None] | None = None  # (its callers share it)
-        self._woken = asyncio.Event()  # (a peer retired: the next round starts now)
+        #: Set when a peer retired (heard on the departures channel): the membership
+        #: round that waits on it starts at once and clears it.
+        self.departed = asyncio.Event()
         self.resyncs = 0
-        self.purged = 0
 
     async def start(self, supervisor: Supervisor) -> None:
         """Listen for hints first (no hint is lost), then load every live node; the
-        listener and the periodic refresh run under ``supervisor``."""
+        listener runs under ``supervisor`` (the periodic refresh is the membership
+        round's: :meth:`refresh_view`)."""
         await self._hints.subscribe()
         supervisor.start("route-hints", self._listen)
         # Start returns with every live node loaded: a publish right after start is routed.
         await self._list_and_load()
-        supervisor.start("route-refresh", self._periodic)
 
     async def stop(self) -> None:
         """Release the hint connection (the supervisor stopped the tasks)."""
-        tasks = [*self._running.values(), *self._adopting.values(), *self._acking.values()]
+        tasks = [*self._running.values(), *self._acking.values()]
         for task in [*tasks, self._hinting, self._refreshing]:
             await stop_task(task)
         self._running.clear()
         await self._hints.close()
-
-    async def stop_adopting(self) -> None:
-        """End the adoptions under way (the node stops; the supervisor stopped the rounds
-        that start them): the sessions one claimed are this node's, left with it for a
-        live node to adopt, and the rest stay the other node's."""
-        for task in list(self._adopting.values()):
-            await stop_task(task)
 
     async def announce(self) -> None:
         """Tell every node that this node's route set changed; returns once a hint sent
@@ -186,8 +158,8 @@ class MirrorSync:
 
     async def depart(self) -> None:
         """Tell every node that this node retired (its registry entry says so already):
-        each starts a round of :meth:`purge_dead` at once, and one adopts this node's
-        sessions. Raises what the PUBLISH raised."""
+        each starts a membership round at once (:mod:`router.cluster.membership`), and
+        one adopts this node's sessions. Raises what the PUBLISH raised."""
         await self._hints.depart(self._node_id)
 
     # -- catching up -----------------------------------------------------------------
@@ -289,17 +261,18 @@ class MirrorSync:
         self.resyncs += 1
         snapshot = await self._routes.snapshot(node_id)
         if snapshot.generation is None:
-            self._drop(node_id)
+            self.drop(node_id)
             return
         self._mirror.load(node_id, snapshot.generation, snapshot.version, snapshot.routes)
 
-    def _drop(self, node_id: str) -> None:
+    def drop(self, node_id: str) -> None:
+        """Forget ``node_id``'s routes (purged, or no longer registered); tell ``on_dropped``."""
         self._acked.pop(node_id, None)
         self._to_ack.pop(node_id, None)
         if self._mirror.drop(node_id) and self._on_dropped is not None:
             self._on_dropped(node_id)
 
-    # -- membership ------------------------------------------------------------------
+    # -- the registry's view ---------------------------------------------------------
 
     async def refresh(self) -> None:
         """Load registered nodes that are new, drop nodes no longer registered, catch up
@@ -316,7 +289,7 @@ class MirrorSync:
         if self._may_purge():
             for node_id in self._mirror.nodes():
                 if node_id != self._node_id and node_id not in registered:
-                    self._drop(node_id)
+                    self.drop(node_id)
         for node_id in sorted(registered - {self._node_id}):
             self.request(node_id)
 
@@ -352,156 +325,14 @@ class MirrorSync:
         if listening is not None and listening == self._hints.listening:
             self._current_since = listening
 
-    async def purge_dead(self) -> None:
-        """Purge nodes whose heartbeat expired (any live node may; purges are idempotent),
-        unless this node is not steady when the answer comes (a stall just ended).
-
-        With ``adopt_sessions`` (the node adopts sessions) a dead node is purged only after its
-        persistent sessions were adopted: until then its routes stay, so copies for its
-        sessions go to its inbox, from which the adoption recovers them. One live node
-        adopts it at a time, under a lease (:meth:`NodeRegistry.lease_adoption
-        <router.state.node_registry.NodeRegistry.lease_adoption>`) renewed while it works;
-        should it die, another takes the lease over once it ran out. A node that retired
-        is no judgement of this node's (it said it left, under its incarnation): it is
-        adopted and purged whenever ``may_adopt_retired()`` says so (the node runs), steady
-        or not (a node restarted a moment ago in a rolling upgrade adopts the next one).
-
-        Notes when the first other live node's heartbeat expires unless renewed
-        (:attr:`next_expiry`): the refresh looks again then, not an interval later."""
-        nodes = await self._registry.nodes()
-        dead_nodes = [node for node in nodes if not node.alive]
-        self.next_expiry = min(
-            (
-                (node.expires_ms - node.now_ms) / 1000
-                for node in nodes
-                if node.alive and node.node_id != self._node_id
-            ),
-            default=None,
-        )
-        self.dead = frozenset(node.node_id for node in dead_nodes)
-        self._tell_down(dead_nodes)
-        results = []
-        retired = {node.node_id for node in dead_nodes if node.retired}
-        for node in dead_nodes:
-            if not self._may_take(node):
-                continue
-            if self._adopt_sessions is None:
-                results.append(await self._registry.purge(node.node_id, node.incarnation))
-            elif node.node_id not in self._adopting and await self._registry.lease_adoption(
-                node.node_id, self._node_id, self._lease
-            ):
-                task = asyncio.create_task(self._adopt_then_purge(node))
-                self._adopting[node.node_id] = task
-                task.add_done_callback(partial(self._adopted, node.node_id))
-        await self._settle(results, retired)
-
-    def _may_take(self, node: NodeInfo) -> bool:
-        """Whether this node may adopt and purge ``node``, found not alive now."""
-        return self._may_adopt_retired() if node.retired else self._may_purge()
-
-    def _tell_down(self, dead_nodes: list[NodeInfo]) -> None:
-        """Tell each peer found dead for the first time (once in the cluster); a peer
-        that retired is not down (it told ``node_stopped`` itself)."""
-        if self._events is None:
-            return
-        for node in dead_nodes:
-            seen = (node.node_id, node.incarnation)
-            if node.node_id == self._node_id or node.retired or seen in self._told_dead:
-                continue
-            if len(self._told_dead) > 1_000:
-                self._told_dead.clear()  # (bounded; the cluster-wide token still holds)
-            self._told_dead.add(seen)
-            ago = (node.now_ms - node.expires_ms) / 1000
-            since = time.strftime("%H:%M:%S UTC", time.gmtime(node.expires_ms / 1000))
-            self._events.tell(
-                "node_down",
-                node.node_id,
-                f"node {node.node_id} is down since {since}: its heartbeat expired "
-                f"{ago:.1f} s ago (seen by node {self._node_id})",
-                "critical",
-                once=f"node_down:{node.node_id}:{node.incarnation}",
-            )
-
-    def _adopted(self, dead: str, _task: asyncio.Task[None]) -> None:
-        self._adopting.pop(dead, None)
-
-    async def _settle(self, results: list[PurgeResult], retired: Collection[str] = ()) -> None:
-        """Drop the purged nodes from the mirror, count them, tell each purge (``retired``:
-        the nodes among them that left gracefully) and announce."""
-        for result in results:
-            self._drop(result.node_id)
-            if result.status == "purged":
-                self.purged += 1
-                left = result.node_id in retired
-                log.log(
-                    logging.INFO if left else logging.WARNING,
-                    "purged %s node %s (%d routes)",
-                    "retired" if left else "dead",
-                    result.node_id,
-                    result.routes,
-                )
-                if self._events is not None:
-                    self._events.tell(
-                        "node_purged", result.node_id, self._purged_text(result, left)
-                    )
-        if results:
-            await self._hints.announce(self._node_id)
-
-    def _purged_text(self, result: PurgeResult, left: bool) -> str:
-        routes = f"{result.routes} routes removed"
-        if left:
-            return (
-                f"node {result.node_id} left gracefully; its sessions were adopted by node "
-                f"{self._node_id}, which purged it: {routes}"
-            )
-        adopted = ", its sessions adopted" if self._adopt_sessions else ""
-        return f"dead node {result.node_id} purged by node {self._node_id}: {routes}{adopted}"
-
-    async def _adopt_then_purge(self, node: NodeInfo) -> None:
-        """Adopt the sessions of the ``node`` found not alive under the lease (renewed
-        each interval), then purge it and drop the lease. A failed adoption leaves the
-        node routed: the next round tries again (the lease runs out)."""
-        assert self._adopt_sessions is not None
-        dead, incarnation = node.node_id, node.incarnation
-        renewal = asyncio.create_task(self._renew_lease(dead))
-        try:
-            await self._adopt_sessions(dead)
-        except Exception:  # (its sessions stay in Redis, expiring; logged loudly)
-            log.exception("sessions of dead node %s not adopted yet; trying again", dead)
-            return
-        finally:
-            await stop_task(renewal)
-        if not self._may_take(node):
-            return
-        result = await self._registry.purge(dead, incarnation)
-        await self._registry.end_adoption(dead)
-        await self._settle([result], {dead} if node.retired else ())
-
-    async def _renew_lease(self, dead: str) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            with contextlib.suppress(StateFailureError):
-                if not await self._registry.lease_adoption(dead, self._node_id, self._lease):
-                    log.error("lost the lease on adopting the sessions of node %s", dead)
-
-    async def _periodic(self) -> None:
-        while True:
-            expiry = self.next_expiry
-            if expiry is not None and expiry < self._interval:
-                pause = max(expiry, 0) + EXPIRY_MARGIN
-            else:
-                pause = self._interval
-            with contextlib.suppress(TimeoutError):  # (a departure ends the pause early)
-                await asyncio.wait_for(self._woken.wait(), pause)
-            self._woken.clear()
-            try:
-                await self.purge_dead()
-                if self.current:
-                    await self.refresh()
-                else:
-                    await self.ensure_current()
-            except StateFailureError:  # (unreachable: the next round tries again; others raise)
-                log.warning("route refresh failed", exc_info=True)
+    async def refresh_view(self) -> None:
+        """The periodic look at the registry (each membership round's, after its purges):
+        :meth:`refresh` while the view is current, else :meth:`ensure_current`. Raises
+        :class:`StateFailureError` when Redis fails the listing."""
+        if self.current:
+            await self.refresh()
+        else:
+            await self.ensure_current()
 
     async def _listen(self) -> None:
         while True:
@@ -519,7 +350,7 @@ class MirrorSync:
             if heard is None:
                 continue
             if heard.channel == self._hints.departures:
-                self._woken.set()  # (a peer retired: adopt its sessions now)
+                self.departed.set()  # (a peer retired: adopt its sessions now)
                 continue
             if heard.channel == self._fence_channel:
                 if self._on_fence is not None:

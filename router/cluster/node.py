@@ -60,6 +60,7 @@ from router.cluster.forwarding import Forwarder, InboxReader
 from router.cluster.inbox import Drain, Kick, Notice, Reload
 from router.cluster.liveness import Liveness
 from router.cluster.local_sessions import LocalSessions
+from router.cluster.membership import Membership
 from router.cluster.mirror_sync import MirrorSync
 from router.cluster.move_fence import MoveFence
 from router.cluster.policy import Policy
@@ -151,11 +152,18 @@ class RouterNode:
             self.node_id,
             config.heartbeat_interval,
             may_purge=lambda: self.liveness.steady(),  # noqa: PLW0108 (made below)
-            may_adopt_retired=lambda: self._running,
-            adopt_sessions=lambda dead: self._adoption.adopt(dead),  # noqa: PLW0108 (made below)
             on_ack=self._visibility.on_ack,
             forwards=self.forwards,
             on_fence=lambda data: self._fence.heard(data),  # noqa: PLW0108 (made below)
+        )
+        self._membership = Membership(
+            self.registry,
+            self._sync,
+            self.node_id,
+            config.heartbeat_interval,
+            may_purge=lambda: self.liveness.steady(),  # noqa: PLW0108 (made below)
+            may_adopt_retired=lambda: self._running,
+            adopt_sessions=lambda dead: self._adoption.adopt(dead),  # noqa: PLW0108 (made below)
             events=self.events if config.events else None,
         )
         self._fence = RouteFence(
@@ -209,7 +217,7 @@ class RouterNode:
             write_routes=self._write_routes,
             publish_will=self._dispatcher.publish,
             running=lambda: self._running,
-            is_dead=lambda node_id: node_id in self._sync.dead,
+            is_dead=lambda node_id: node_id in self._membership.dead,
             fence=MoveFence(
                 self.subscriptions,
                 self.routes,
@@ -272,6 +280,7 @@ class RouterNode:
         self._supervisor.start("heartbeat", self.liveness.run)  # (a start may outlast the TTL)
         await self._inbox.open()
         await self._sync.start(self._supervisor)
+        self._membership.start(self._supervisor)
         self._writer.start()
         self._retainer.start()
         await self._adoption.adopt_own()  # (before its inbox's backlog is read)
@@ -310,7 +319,7 @@ class RouterNode:
             self.events.tell("node_stopped", self.node_id, f"node {self.node_id} stopped{left}")
             await self.events.flush()
         await self._supervisor.stop()
-        await self._sync.stop_adopting()  # (before what an adoption uses stops)
+        await self._membership.stop_adopting()  # (before what an adoption uses stops)
         await self._writer.stop()
         await self._retainer.stop()
         await self._forwarder.stop()
@@ -386,7 +395,7 @@ class RouterNode:
 
     def _live_peers(self) -> list[str]:
         """The nodes this node's mirror follows that it does not take for dead (itself too)."""
-        return [n for n in self.mirror.nodes() if n not in self._sync.dead]
+        return [n for n in self.mirror.nodes() if n not in self._membership.dead]
 
     def _on_routes_applied(self, changes: list[RouteChange]) -> None:
         if changes and self._generation is not None:
@@ -595,7 +604,7 @@ class RouterNode:
 
     def _fenced_peers(self) -> list[str]:
         """The peers a route fence asks: every mirrored node alive but this one."""
-        dead = self._sync.dead
+        dead = self._membership.dead
         return [n for n in self.mirror.nodes() if n != self.node_id and n not in dead]
 
     async def catch_up_routes(self) -> None:
@@ -714,7 +723,7 @@ class RouterNode:
             "sessions_taken_over": self._claims.taken_over,
             "sessions_restored": self._lifecycle.sessions_restored,
             "mirror_resyncs": self._sync.resyncs,
-            "nodes_purged": self._sync.purged,
+            "nodes_purged": self._membership.purged,
             "sessions_adopted": self._adoption.sessions_adopted,
             "dead_clean_sessions_removed": self._lifecycle.clean_sessions_removed,
             "adoption_last_finished_ms": self._adoption.last_finished_ms,

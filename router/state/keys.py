@@ -356,7 +356,7 @@ class Keys:
 
     def node_departures(self) -> str:
         """The pub/sub channel (not a key) where a node that retired tells its peers to
-        adopt its sessions now (see :mod:`router.cluster.mirror_sync`)."""
+        adopt its sessions now (see :mod:`router.cluster.membership`)."""
         return f"{self.prefix}:node-departures"
 
     def route_acks_channel(self, node_id: str) -> str:

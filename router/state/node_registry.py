@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any, Final, NamedTuple
 
+from router.core.peer_verdicts import is_alive
 from router.errors import CorruptStateError
 from router.state.failures import translating
 from router.state.keys import Keys, check_id
@@ -52,8 +53,8 @@ class NodeInfo(NamedTuple):
     @property
     def alive(self) -> bool:
         """True while the node's heartbeat has not expired (by Redis server time) and it
-        did not retire."""
-        return self.expires_ms > self.now_ms and not self.retired
+        did not retire (:func:`router.core.peer_verdicts.is_alive`)."""
+        return is_alive(self)
 
 
 class Registration(NamedTuple):

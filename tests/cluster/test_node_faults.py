@@ -17,7 +17,7 @@ import pytest
 
 from router.cluster.config import NodeConfig
 from router.cluster.inbox import Forward, Kick, pack_batch, pack_notice
-from router.cluster.mirror_sync import MirrorSync
+from router.cluster.membership import Membership
 from router.cluster.node import RouterNode
 from router.cluster.sessions.adoption import Adoption
 from router.cluster.sessions.recovery import InboxRecovery
@@ -251,13 +251,13 @@ async def test_a_resume_that_takes_a_restarted_node_for_dead_recovers_from_its_m
     it: c claimed it), moving its cursor. c read from that cursor, not from its mark made
     before the claim, and found nothing."""
 
-    async def judged_before_the_restart(self: MirrorSync) -> None:
+    async def judged_before_the_restart(self: Membership) -> None:
         self.dead = frozenset({"a"})  # (no adoption, no purge: a's inbox stays routed)
 
-    monkeypatch.setattr(MirrorSync, "purge_dead", judged_before_the_restart)
+    monkeypatch.setattr(Membership, "purge_dead", judged_before_the_restart)
     await kill_a_with_a_copy_in_its_inbox(start_node, redis_connect, keys)
     c = await start_node("c", heartbeat_ttl=30.0)
-    await eventually(lambda: "a" in c._sync.dead, "c judged a dead")
+    await eventually(lambda: "a" in c._membership.dead, "c judged a dead")
     restart_read = asyncio.Event()
     recover_for = InboxRecovery.recover_for
 
@@ -333,10 +333,10 @@ async def test_a_node_that_starts_after_another_died_routes_to_it_until_it_is_pu
 
     await eventually(b_expired, "b's heartbeat expired")
 
-    async def no_purge(self: MirrorSync) -> None:
+    async def no_purge(self: Membership) -> None:
         return None
 
-    monkeypatch.setattr(MirrorSync, "purge_dead", no_purge)  # (b stays unpurged)
+    monkeypatch.setattr(Membership, "purge_dead", no_purge)  # (b stays unpurged)
     c = await start_node("c", handoff_timeout=0.5)
 
     result = await c.publish("news", b"while b lies dead", qos=1)

@@ -116,6 +116,7 @@ async def die(node: RouterNode) -> None:
     resumed)."""
     await node._supervisor.stop()
     await node._writer.stop()
+    await node._membership.stop_adopting()
     await node._sync.stop()
     await node._inbox.stop()
     await node.close_urgent()

@@ -3,7 +3,7 @@
 A node that dies takes its memory with it. Its *persistent* sessions (Session Expiry
 Interval > 0, connected or away when it died) live on in Redis: their subscriptions,
 their queue, their expiry. Once its heartbeat expired, one live node takes the lease on
-adopting them (:meth:`MirrorSync.purge_dead <router.cluster.mirror_sync.MirrorSync.purge_dead>`)
+adopting them (:meth:`Membership.purge_dead <router.cluster.membership.Membership.purge_dead>`)
 and, until every one is adopted, the dead node stays routed: copies for its sessions go
 to its inbox. Then it purges the node. The adoption (:meth:`Adoption.adopt`) goes through
 the sessions in pages (a SCAN: no cap on their number), claiming each batch as soon as
