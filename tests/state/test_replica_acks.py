@@ -5,12 +5,14 @@ of being acknowledged, and an MQTT publish it carries gets no PUBACK."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from uuid import uuid4
 
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
 import router
+from router.cluster.node import RouterNode
 from router.errors import InvalidSettingError, StateUnavailableError
 from router.mqtt.codec import encode
 from router.mqtt.packets import MQTT_5, PubAck, Publish
@@ -39,17 +41,22 @@ def master_and_replica() -> Iterator[tuple[RedisServer, RedisServer]]:
         master.stop()
 
 
-async def test_a_write_no_replica_acknowledged_fails_and_one_it_did_succeeds(
-    master_and_replica: tuple[RedisServer, RedisServer],
-) -> None:
-    master, replica = master_and_replica
-    async with router.connect(
+def replicated_node(master: RedisServer) -> AbstractAsyncContextManager[RouterNode]:
+    """A node on ``master`` whose every write waits for one replica."""
+    return router.connect(
         master.url,
         node_id="a",
         prefix=f"t{uuid4().hex[:8]}",
         redis_timeout=TIMEOUT,
         redis_replicas=1,
-    ) as node:
+    )
+
+
+async def test_a_write_no_replica_acknowledged_fails_and_one_it_did_succeeds(
+    master_and_replica: tuple[RedisServer, RedisServer],
+) -> None:
+    master, replica = master_and_replica
+    async with replicated_node(master) as node:
         await node.publish("kept/x", b"replicated", retain=True)
         with stopped(replica), pytest.raises(StateUnavailableError, match="replicas required"):
             await node.publish("kept/y", b"not replicated", retain=True)
@@ -63,13 +70,7 @@ async def test_an_mqtt_publish_no_replica_acknowledged_gets_no_puback(
     """The publisher is not told the message is safe: its connection ends (a 5.0 client
     gets DISCONNECT), and it sends the message again when it is back."""
     master, replica = master_and_replica
-    async with router.connect(
-        master.url,
-        node_id="a",
-        prefix=f"t{uuid4().hex[:8]}",
-        redis_timeout=TIMEOUT,
-        redis_replicas=1,
-    ) as node:
+    async with replicated_node(master) as node:
         settings = MqttSettings(sys_interval=0)
         async with serve(node, ["127.0.0.1:0"], settings) as server:
             port = server.addresses[0][1]
