@@ -9,7 +9,9 @@ The run::
               one QoS 0 publisher, and a third of the churn clients, which hold the
               --subscriptions (one in ten takes QoS 0 traffic) and change some every second
     every --fault-every seconds, in turn: kill -9 of node 2 (started again after
-              RESTART_DELAY), kill -9 and restart of Redis, kill -9 of node 3 (likewise).
+              RESTART_DELAY), kill -9 and restart of Redis, kill -9 of node 3 (likewise);
+              the cadence is kept from the start, so a fault that outlasts the interval
+              is followed at once by the next one.
               Node 1 is never killed: its memory is measured over the whole run.
 
 A client whose node dies connects to the next node that is up and resumes its session
@@ -187,7 +189,7 @@ class Soak:
                 next_sample += self.config.sample_seconds
             if now >= next_fault:
                 turn = self._fault(turn)
-                next_fault = time.monotonic() + self.config.fault_every
+                next_fault = self.started + (turn + 1) * self.config.fault_every
             time.sleep(min(0.1, max(0.0, min(next_sample, next_fault, end) - time.monotonic())))
         self.stop.set()
         churn.join()

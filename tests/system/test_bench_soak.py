@@ -1,8 +1,10 @@
 """``router bench soak``: a short soak with every kind of fault loses no acknowledged
 QoS 1 message and reports every figure; bad options are one ``Error:`` line.
 
-The short run (21 s of load, a fault 5 s after the last one is over: kill -9 of node 2
-and its restart, about 2.7 s, a Redis restart, kill -9 of node 3) is the bench's own
+The short run (21 s of load, a fault every 5 s from the start: kill -9 of node 2 and its
+restart, 2.7 s on a quiet machine and 7.9 s in one CI run, a Redis restart, kill -9 of
+node 3 due at 15 s unless the first two took longer, and a fourth at 20 s when the
+machine is quick) is the bench's own
 proof; its long form is `router bench soak` with
 its defaults, whose figures are in docs/reliability.md.
 """
@@ -68,7 +70,9 @@ def test_a_short_soak_with_every_fault_loses_nothing_and_reports_every_figure() 
     for field in FIELDS:
         assert field in report, field
     kinds = [(fault["kind"], fault["target"].rsplit("-", 1)[-1]) for fault in report["faults"]]
-    assert kinds == [("kill -9 node", "2"), ("restart redis", "redis"), ("kill -9 node", "3")]
+    cycle = [("kill -9 node", "2"), ("restart redis", "redis"), ("kill -9 node", "3")]
+    assert len(kinds) >= len(cycle), kinds
+    assert kinds == [cycle[turn % len(cycle)] for turn in range(len(kinds))]
     assert report["qos1"]["acked"] > 0
     assert report["lost"] == 0, report["lost_where"]
     assert report["qos1"]["delivered"] == report["qos1"]["expected_deliveries"]
