@@ -36,7 +36,7 @@ from typing import Any
 
 from router.cluster.supervisor import Supervisor
 from router.cluster.tasks import stop_task
-from router.errors import NodeNotRegisteredError, StaleIncarnationError
+from router.errors import NodeNotRegisteredError, StaleIncarnationError, StateError
 from router.state.connection import URGENT
 from router.state.node_registry import NodeRegistry
 
@@ -96,11 +96,12 @@ class Liveness:
                     log.error("node %s was taken over by another process; stopping", self._node_id)
                     self._taken_over.set()
                     return
-                except Exception:  # (Redis unreachable: the next beat tries again)
-                    self.beats_failed += 1
-                    self._missed = True
+                except StateError:  # (Redis unreachable: the next beat tries again)
                     log.warning("heartbeat of node %s failed", self._node_id, exc_info=True)
-                    self._check_cut_off()
+                    self._beat_failed()
+                except Exception as error:  # (a bug: the beat did not land either)
+                    self._supervisor.caught("heartbeat", error)
+                    self._beat_failed()
                 if self._auditing is None or self._auditing.done():
                     self._auditing = asyncio.create_task(
                         self._audit_once(), name=f"audit:{self._node_id}"
@@ -111,8 +112,15 @@ class Liveness:
     async def _audit_once(self) -> None:
         try:
             await self._audit()
-        except Exception:
+        except StateError:
             log.warning("session claims of node %s unchecked", self._node_id, exc_info=True)
+        except Exception as error:
+            self._supervisor.caught("session claims audit", error)
+
+    def _beat_failed(self) -> None:
+        self.beats_failed += 1
+        self._missed = True
+        self._check_cut_off()
 
     def on_cut_off(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` when the node finds itself cut off from Redis (the MQTT

@@ -40,7 +40,7 @@ from router.cluster.mirror_sync import MirrorSync
 from router.cluster.supervisor import Supervisor
 from router.cluster.tasks import stop_task
 from router.core.peer_verdicts import Beat, PeerVerdicts
-from router.errors import StateFailureError
+from router.errors import StateError, StateFailureError
 from router.state.node_registry import NodeRegistry
 from router.state.routes import PurgeResult
 
@@ -78,6 +78,7 @@ class Membership:
         self._events = events
         self._verdicts = PeerVerdicts(node_id, interval, adopts=adopt_sessions is not None)
         self._adopting: dict[str, asyncio.Task[None]] = {}  # dead node -> its adoption
+        self._supervisor: Supervisor | None = None  # (from start(): tells bugs)
         #: The registered nodes found not alive by the last round (retired ones too).
         self.dead: frozenset[str] = frozenset()
         self.purged = 0
@@ -85,6 +86,7 @@ class Membership:
     def start(self, supervisor: Supervisor) -> None:
         """Run the rounds under ``supervisor`` (after the mirror started: the first round
         comes an interval later)."""
+        self._supervisor = supervisor
         supervisor.start("membership", self._periodic)
 
     async def stop_adopting(self) -> None:
@@ -182,8 +184,15 @@ class Membership:
         renewal = asyncio.create_task(self._renew_lease(dead))
         try:
             await self._adopt_sessions(dead)
-        except Exception:  # (its sessions stay in Redis, expiring; logged loudly)
-            log.exception("sessions of dead node %s not adopted yet; trying again", dead)
+        except StateError:  # (its sessions stay in Redis, expiring)
+            log.warning(
+                "sessions of dead node %s not adopted yet; trying again", dead, exc_info=True
+            )
+            return
+        except Exception as error:  # (a bug: told as one, and the next round tries again)
+            if self._supervisor is None:
+                raise
+            self._supervisor.caught(f"the adoption of the sessions of {dead}", error)
             return
         finally:
             await stop_task(renewal)

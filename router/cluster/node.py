@@ -282,7 +282,7 @@ class RouterNode:
         await self._sync.start(self._supervisor)
         self._membership.start(self._supervisor)
         self._writer.start()
-        self._retainer.start()
+        self._retainer.start(self._supervisor)
         await self._adoption.adopt_own()  # (before its inbox's backlog is read)
         self._supervisor.start("inbox", self._inbox.run)
         self._supervisor.start("traces", self.tracer.run)
@@ -707,6 +707,11 @@ class RouterNode:
         if found.repaired:
             await self._sync.announce()
         return found
+
+    def internal_error(self, where: str, error: BaseException) -> None:
+        """Count and log a bug caught by a loop that goes on (see
+        :meth:`Supervisor.caught <router.cluster.supervisor.Supervisor.caught>`)."""
+        self._supervisor.caught(where, error)
 
     def health(self) -> dict[str, Any]:
         """``ok`` while the node claims liveness, and its tasks failing now."""

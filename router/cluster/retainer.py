@@ -25,11 +25,12 @@ from collections.abc import Iterable
 from typing import Final
 
 from router.cluster.local_sessions import DeliveryObserver, LocalSessions
+from router.cluster.supervisor import Supervisor
 from router.cluster.tasks import stop_task
 from router.core.messages import Delivery, Message
 from router.core.options import SubscriptionOptions
 from router.core.topics import TopicFilter, parse_shared
-from router.errors import RetainedPayloadTooLargeError, RetainedStoreFullError
+from router.errors import RetainedPayloadTooLargeError, RetainedStoreFullError, StateError
 from router.state.retained_store import RetainedStore, check_retained_input
 
 log = logging.getLogger(__name__)
@@ -47,14 +48,17 @@ class Retainer:
         self.store = store
         self._sessions = sessions
         self._clearing: asyncio.Task[None] | None = None
+        self._supervisor: Supervisor | None = None  # (from start(): tells bugs)
         self.stored = 0
         self.deleted = 0
         self.refused = 0
         self.delivered = 0
         self.cleared = 0
 
-    def start(self) -> None:
-        """Start clearing expired messages (unless the store's ``clear_interval`` is 0)."""
+    def start(self, supervisor: Supervisor) -> None:
+        """Start clearing expired messages (unless the store's ``clear_interval`` is 0);
+        ``supervisor`` is told of a bug in a clearing run."""
+        self._supervisor = supervisor
         if self.store.config.clear_interval > 0 and self._clearing is None:
             self._clearing = asyncio.create_task(self._clear(), name="retained-clearing")
 
@@ -154,8 +158,12 @@ class Retainer:
             await asyncio.sleep(self.store.config.clear_interval)
             try:
                 run = await self.store.clear_expired(cursor, limit=CLEAR_BATCH)
-            except Exception:
+            except StateError:
                 log.warning("clearing expired retained messages failed", exc_info=True)
+                continue
+            except Exception as error:
+                assert self._supervisor is not None
+                self._supervisor.caught("clearing expired retained messages", error)
                 continue
             self.cleared += run.removed
             cursor = run.cursor

@@ -14,6 +14,13 @@ alive, so peers forwarded copies that nobody dispatched. Under a :class:`Supervi
   ``grace`` seconds. The node stops its heartbeat while any task is down (peers then
   purge it and stop routing to it) and says so in its log and health figures;
 - a task that returns has finished its work and is not restarted.
+
+A loop that must go on whatever happens (a heartbeat, a sampler) catches the failures it
+can act on, the state layer's :class:`~router.errors.StateError` (Redis failed, or holds
+what the router did not write), and tells them as such. Anything else it catches is a bug,
+not an outage: it hands it to :meth:`Supervisor.caught`, which counts it
+(``internal_errors``) and logs it at ERROR with its type and traceback, so that it is never
+told as Redis being away.
 """
 
 from __future__ import annotations
@@ -65,6 +72,8 @@ class Supervisor:
         self.grace = grace
         self._clock = clock
         self._tasks: dict[str, _Supervised] = {}
+        self.internal_errors = 0  # bugs caught by loops that go on (see caught())
+        self.last_internal_error = ""
 
     def start(self, name: str, factory: TaskFactory) -> None:
         """Run ``factory()`` under supervision as task ``name`` (unique per supervisor)."""
@@ -72,6 +81,21 @@ class Supervisor:
             raise ValueError(f"a task named {name!r} is supervised already")
         entry = self._tasks[name] = _Supervised(name, factory)
         entry.task = asyncio.create_task(self._run(entry), name=f"{name}:{self.owner}")
+
+    def caught(self, where: str, error: BaseException) -> None:
+        """Count and log an error ``where`` did not expect (a bug: anything but a
+        :class:`~router.errors.StateError`), caught by a loop that goes on."""
+        self.internal_errors += 1
+        self.last_internal_error = f"{where}: {type(error).__name__}: {error}"
+        log.error(
+            "internal error in %s of %s (a bug, not an outage; %d so far): %s: %s",
+            where,
+            self.owner,
+            self.internal_errors,
+            type(error).__name__,
+            error,
+            exc_info=error,
+        )
 
     async def stop(self) -> None:
         """Cancel every task and wait for them (bounded, see :func:`stop_task`)."""
@@ -107,7 +131,11 @@ class Supervisor:
         return sum(entry.restarts for entry in self._tasks.values())
 
     def stats(self) -> dict[str, int]:
-        return {"task_restarts": self.restarts, "tasks_failing": len(self.failing())}
+        return {
+            "task_restarts": self.restarts,
+            "tasks_failing": len(self.failing()),
+            "internal_errors": self.internal_errors,
+        }
 
     async def _run(self, entry: _Supervised) -> None:
         delay = self.first_delay

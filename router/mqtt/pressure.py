@@ -188,8 +188,8 @@ class PressureWatch:
                 signals.update(self._slow_signals())
             try:
                 self.observe(signals)
-            except Exception:  # (a watch that failed would leave the node unprotected)
-                log.warning("overload protection: a sample was not judged", exc_info=True)
+            except Exception as error:  # (a watch that failed would leave the node unprotected)
+                self.server.node.internal_error("overload protection's judgement", error)
 
     def _slow_signals(self) -> dict[str, float]:
         held = self.server.node.sessions.held()

@@ -50,6 +50,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from router.cluster.tasks import stop_task
+from router.errors import StateError
 from router.mqtt.connection_host import ConnectionHost
 from router.state.node_figures import NodeFigures, NodeFigureStore
 
@@ -154,15 +155,19 @@ class SysTopics:
             if not await self.store.live(self.node.registry):
                 for name in NAMES:
                     await self.node.retained.delete(SYS_PREFIX + name)
-        except Exception:
+        except StateError:
             log.warning("$SYS topics of node %s left behind", self.node.node_id, exc_info=True)
+        except Exception as error:
+            self.node.internal_error("$SYS topics' removal", error)
 
     async def _run(self) -> None:
         while True:
             try:
                 await self.tick()
-            except Exception:
+            except StateError:
                 log.warning("$SYS update of node %s failed", self.node.node_id, exc_info=True)
+            except Exception as error:
+                self.node.internal_error("$SYS update", error)
             await asyncio.sleep(self.interval)
 
     def figures(self) -> NodeFigures:

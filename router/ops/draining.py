@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from router.cluster.node import RouterNode
+from router.errors import StateError
 from router.mqtt.drain import DrainReport, DrainSettings, drain
 from router.mqtt.server import MqttServer
 from router.ops.telemetry import Telemetry
@@ -51,8 +52,11 @@ async def peer_references(node: RouterNode) -> list[str]:
     store = NodeHistoryStore(node.registry.redis, node.keys)
     try:
         records = await store.live(node.registry)
-    except Exception:  # (a drain goes on without references: 0x8B)
+    except StateError:  # (a drain goes on without references: 0x8B)
         log.warning("node %s: peers' addresses unread", node.node_id, exc_info=True)
+        return []
+    except Exception as error:  # (a bug: the drain goes on all the same)
+        node.internal_error("reading the peers' addresses for a drain", error)
         return []
     return [
         record.telemetry.advertised
@@ -83,8 +87,10 @@ async def drain_node(
     if telemetry is not None:
         try:
             await telemetry.tick()
-        except Exception:
+        except StateError:
             log.warning("node %s: figures not written", node.node_id, exc_info=True)
+        except Exception as error:  # (a bug: the drain goes on all the same)
+            node.internal_error("the figures of a drain", error)
     if references is None:
         references = await peer_references(node)
     report = await drain(front, settings, references)

@@ -34,7 +34,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from router.cluster.node import RouterNode
+from router.errors import StateError
 from router.mqtt.server import MqttServer
+from router.state.failures import REDIS_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +76,11 @@ class NodeCollector(Collector):
         """Read the figures that need Redis (the inbox lag) before a scrape."""
         try:
             self._inbox_lag = await self.node.inbox_backlog()
-        except Exception:  # (Redis not answering: the lag is left out of this scrape)
+        except StateError:  # (Redis not answering: the lag is left out of this scrape)
             log.warning("inbox lag of node %s unread", self.node.node_id, exc_info=True)
+            self._inbox_lag = None
+        except Exception as error:
+            self.node.internal_error("the inbox lag for /metrics", error)
             self._inbox_lag = None
 
     def collect(self) -> Iterable[Metric]:
@@ -126,6 +131,6 @@ async def health(node: RouterNode, mqtt: MqttServer | None = None) -> tuple[bool
     try:
         async with asyncio.timeout(PING_TIMEOUT):
             await node.registry.redis.ping()
-    except Exception as exc:
+    except (*REDIS_ERRORS, TimeoutError) as exc:
         return False, f"Redis does not answer: {exc!r}"
     return True, "ok"

@@ -45,10 +45,12 @@ from router.cluster.client_stats import DropRates, FigureChanges
 from router.cluster.filter_traffic import busiest
 from router.cluster.node import RouterNode
 from router.cluster.tasks import stop_task
+from router.errors import StateError
 from router.mqtt.pressure import resident_kib
 from router.mqtt.server import MqttServer
 from router.mqtt.sys_topics import VERSION
 from router.state.client_figures import ClientFigureStore, NodeDrops
+from router.state.failures import REDIS_ERRORS
 from router.state.node_history import (
     DEFAULT_INTERVAL,
     NodeHistoryStore,
@@ -174,8 +176,10 @@ class Telemetry:
         try:
             await self.store.delete(self.node.node_id)
             await self.clients.delete(self.node.node_id)
-        except Exception:
+        except StateError:
             log.warning("telemetry of node %s left behind", self.node.node_id, exc_info=True)
+        except Exception as error:
+            self.node.internal_error("telemetry's removal", error)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -184,8 +188,10 @@ class Telemetry:
             lag = max(0.0, loop.time() - due)
             try:
                 await self.tick(lag)
-            except Exception:
+            except StateError:
                 log.warning("telemetry of node %s not written", self.node.node_id, exc_info=True)
+            except Exception as error:
+                self.node.internal_error("telemetry", error)
             due += self.interval
             now = loop.time()
             due = max(due, now)  # (fell behind, the loop stalled: start the grid anew)
@@ -278,6 +284,6 @@ class Telemetry:
         try:
             async with asyncio.timeout(PING_TIMEOUT):
                 await self.store.redis.ping()
-        except Exception:  # (Redis not answering: the write that follows logs it)
+        except (*REDIS_ERRORS, TimeoutError):  # (not answering: the write that follows logs it)
             return None
         return round((time.perf_counter() - started) * 1000, 3)

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from router.errors import StateUnavailableError
 from router.ops.metrics import NodeCollector
 from router.state.keys import Keys
 from router.state.scripts import RedisClient
@@ -96,3 +97,29 @@ async def test_the_overload_and_drain_states_are_gauges(start_node: StartNode) -
     for name in ("overloaded", "overload_busy", "loop_busy_percent", "draining"):
         assert families[f"router_mqtt_{name}"] == "gauge"
     assert families["router_mqtt_overload_slowed"] == "counter"
+
+
+async def test_a_bug_behind_a_scrape_is_counted_as_one_and_redis_away_is_not(
+    start_node: StartNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inbox lag a scrape reads: Redis away leaves it out; a programming error leaves
+    it out too but is counted in ``router_internal_errors`` (it was told as Redis away)."""
+    node = await start_node("a")
+    collector = NodeCollector(node)
+    failure: Exception = StateUnavailableError("Redis is restarting")
+
+    async def backlog() -> int:
+        raise failure
+
+    def internal_errors() -> float:
+        [family] = [f for f in collector.collect() if f.name == "router_internal_errors"]
+        assert family.type == "counter"
+        return float(family.samples[0].value)
+
+    monkeypatch.setattr(node, "inbox_backlog", backlog)
+    await collector.refresh()
+    assert internal_errors() == 0
+    failure = TypeError("an argument the code forgot")
+    await collector.refresh()
+    assert internal_errors() == 1
+    assert all(f.name != "router_inbox_lag" for f in collector.collect())
