@@ -1,6 +1,6 @@
 """Per-client figures: what a node counts on each session it holds, and its slowest.
 
-Each :class:`~router.cluster.local_sessions.ClientSession` keeps a few ints that its
+Each :class:`~router.cluster.sessions.local_sessions.ClientSession` keeps a few ints that its
 connection and the node move as they go, never anything allocated per message:
 
     received, received_bytes   PUBLISH packets (and payload bytes) from the client
@@ -26,7 +26,7 @@ import heapq
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-from router.cluster.local_sessions import ClientSession
+from router.cluster.sessions.local_sessions import ClientSession
 from router.cluster.sessions.states import SessionState
 from router.state.client_figures import DROP_REASONS, NODE_DROP_REASONS, ClientFigures
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from router.cluster.local_sessions import Overflow
+from router.cluster.sessions.local_sessions import Overflow
 from router.core.acl import Acl
 from router.core.hot_topics import DEFAULT_CACHE, CacheSettings
 from router.core.sharing import LocalFirstStrategy, ShareStrategy, strategy_by_name

@@ -18,7 +18,7 @@ when the session's user name changes; the decisions are bounded over all session
 A client may also bring rules of its own (``narrowing``: a JWT's ``acl`` claim). They
 only narrow: a copy goes when the node's ACL (if any) and the client's rules (if any)
 both allow it. Whoever changes a client's rules drops its session's decisions
-(:meth:`~router.cluster.local_sessions.ClientSession.rejudge`).
+(:meth:`~router.cluster.sessions.local_sessions.ClientSession.rejudge`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from router.core.messages import Delivery, Message
 
 class Judged(Protocol):
     """What the ACL keeps on each session it judges (a
-    :class:`~router.cluster.local_sessions.ClientSession`): its decisions by topic, and the
+    :class:`~router.cluster.sessions.local_sessions.ClientSession`): its decisions by topic, and the
     receive check made for its user."""
 
     client_id: str

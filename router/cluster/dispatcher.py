@@ -21,9 +21,9 @@ from typing import Any, Final, TypeVar
 from router.cluster.filter_traffic import FilterTraffic
 from router.cluster.forwarding import Forwarder
 from router.cluster.inbox import Forward
-from router.cluster.local_sessions import LocalSessions
 from router.cluster.policy import Policy
 from router.cluster.retainer import Retainer
+from router.cluster.sessions.local_sessions import LocalSessions
 from router.cluster.tracing import Tracer
 from router.cluster.traffic_log import TrafficLog
 from router.cluster.visibility import ArrivalOrder, ForwardsInFlight

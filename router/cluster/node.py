@@ -22,7 +22,7 @@ Life of a node (one process, one *incarnation*):
    claims the session and leaves a takeover notice in the old node's inbox, which drops
    its local copy of the session (its routes with it; a session that goes on there keeps
    its routes until every mirror routes it to the new node, within the heartbeat TTL,
-   for copies sent by mirrors that had not caught up: :mod:`router.cluster.move_fence`)
+   for copies sent by mirrors that had not caught up: :mod:`router.cluster.sessions.move_fence`)
    and reports reason ``takenover``.
    Should a notice be lost, each heartbeat also audits the claims of local sessions
    (:mod:`router.cluster.sessions.claims`). A session with a Session Expiry Interval outlives
@@ -59,10 +59,8 @@ from router.cluster.events import EventReporter
 from router.cluster.forwarding import Forwarder, InboxReader
 from router.cluster.inbox import Drain, Kick, Notice, Reload
 from router.cluster.liveness import Liveness
-from router.cluster.local_sessions import LocalSessions
 from router.cluster.membership import Membership
 from router.cluster.mirror_sync import MirrorSync
-from router.cluster.move_fence import MoveFence
 from router.cluster.policy import Policy
 from router.cluster.reloads import Reloads
 from router.cluster.retainer import Retainer
@@ -70,6 +68,8 @@ from router.cluster.route_fence import RouteFence
 from router.cluster.route_writer import Reconciliation, RouteWriter
 from router.cluster.sessions.adoption import Adoption
 from router.cluster.sessions.lifecycle import SessionLifecycle
+from router.cluster.sessions.local_sessions import LocalSessions
+from router.cluster.sessions.move_fence import MoveFence
 from router.cluster.supervisor import Supervisor
 from router.cluster.tracing import Tracer
 from router.cluster.traffic_log import TrafficLog

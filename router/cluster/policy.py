@@ -81,7 +81,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from router.cluster.delivery_acl import DeliveryAcl
-from router.cluster.local_sessions import DeliveryObserver, LocalSessions
+from router.cluster.sessions.local_sessions import DeliveryObserver, LocalSessions
 from router.core.acl import Acl, AclAction, Permission
 from router.core.hooks import (
     Check,

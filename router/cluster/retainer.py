@@ -9,7 +9,8 @@ MQTT rules (MQTT 5.0 3.3.1.3 and 3.8.3.1):
   handling 0 always, with 1 only when the subscription is new, with 2 never; a shared
   subscription gets none. Each copy carries retain=1, QoS min(subscription, message),
   the subscription's identifier and the expiry interval left.
-* Live copies keep retain=1 only with retain-as-published (:mod:`router.cluster.local_sessions`).
+* Live copies keep retain=1 only with retain-as-published
+  (:mod:`router.cluster.sessions.local_sessions`).
 * With an ACL on the node, a retained message goes only to a client that may receive its
   topic (a subscription to ``#`` is granted where ``secrets/#`` is denied).
 
@@ -24,7 +25,7 @@ import logging
 from collections.abc import Iterable
 from typing import Final
 
-from router.cluster.local_sessions import DeliveryObserver, LocalSessions
+from router.cluster.sessions.local_sessions import DeliveryObserver, LocalSessions
 from router.cluster.supervisor import Supervisor
 from router.cluster.tasks import stop_task
 from router.core.messages import Delivery, Message

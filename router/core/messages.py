@@ -93,7 +93,7 @@ class Delivery:
     DUP set [MQTT-4.4.0-1]; ``released`` says its PUBREC came, so only PUBREL is due.
 
     Clients whose subscriptions ask for the same copy share one Delivery (see
-    :meth:`~router.cluster.local_sessions.LocalSessions.deliver`), and ``encoded`` is where
+    :meth:`~router.cluster.sessions.local_sessions.LocalSessions.deliver`), and ``encoded`` is where
     the MQTT layer keeps the QoS 0 PUBLISH it encoded for it, so that one encoding serves
     them all: ``(5.0 or not, bytes)``, never compared, never copied by ``replace``.
     """

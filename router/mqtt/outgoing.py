@@ -36,7 +36,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
 from typing import Any, Final
 
-from router.cluster.local_sessions import EXPIRED, OVERSIZED, ClientSession
+from router.cluster.sessions.local_sessions import EXPIRED, OVERSIZED, ClientSession
 from router.core.messages import Delivery, MessageProperties
 from router.errors import MqttProtocolError
 from router.mqtt.codec import encode, encode_publish, topic_field
@@ -206,7 +206,7 @@ class Outbox:
 
     It sends from a task only while there is something to send. With a free slot and an
     empty queue it waits for the session's next delivery without one: the session's
-    :meth:`~router.cluster.local_sessions.ClientSession.wait` is stepped from the done
+    :meth:`~router.cluster.sessions.local_sessions.ClientSession.wait` is stepped from the done
     callback of the future it waits on (an idle connection holds no task). ``on_end`` is
     called once the session is closed (None) or sending failed (the error).
     """

@@ -66,8 +66,8 @@ import time
 import uuid
 from dataclasses import replace
 
-from router.cluster.local_sessions import ClientSession
 from router.cluster.node import RouterNode
+from router.cluster.sessions.local_sessions import ClientSession
 from router.cluster.sessions.resumes import LENT_WHILE_WAITING
 from router.core.messages import Outgoing, PublishResult
 from router.errors import (

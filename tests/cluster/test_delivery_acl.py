@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from router.cluster.config import NodeConfig
-from router.cluster.local_sessions import LocalSessions
 from router.cluster.node import RouterNode
 from router.cluster.policy import load_acl, password_authenticator
+from router.cluster.sessions.local_sessions import LocalSessions
 from router.core.acl import Acl
 from router.core.hooks import ClientInfo, DropReason, HookPoint
 from router.core.messages import Delivery, Message

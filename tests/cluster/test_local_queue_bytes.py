@@ -1,5 +1,5 @@
 """A local client's delivery queue is bounded in deliveries and in payload bytes
-(router.cluster.local_sessions): random interleavings of what fills and empties it,
+(router.cluster.sessions.local_sessions): random interleavings of what fills and empties it,
 checked against a model of what a client must observe; and a slow MQTT client whose
 queue outgrows its bytes, seen from a raw client on a node in process."""
 
@@ -10,7 +10,7 @@ from collections import deque
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from router.cluster.local_sessions import ClientSession
+from router.cluster.sessions.local_sessions import ClientSession
 from router.core.messages import Delivery
 from router.mqtt.server import serve
 from router.mqtt.settings import MqttSettings

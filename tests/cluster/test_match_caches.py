@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from router.cluster.config import NodeConfig
-from router.cluster.local_sessions import LocalSessions
+from router.cluster.sessions.local_sessions import LocalSessions
 from router.core.hot_topics import CacheSettings
 from router.core.options import DEFAULT_OPTIONS
 from router.core.route_mirror import RouteMirror

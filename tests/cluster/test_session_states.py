@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.cluster.local_sessions import ClientSession
+from router.cluster.sessions.local_sessions import ClientSession
 from router.cluster.sessions.states import TRANSITIONS, SessionState
 from router.errors import SessionStateError
 from tests.support import waiting

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from hypothesis import given, settings, strategies as st
 
-from router.cluster.local_sessions import LocalSessions, make_copy
+from router.cluster.sessions.local_sessions import LocalSessions, make_copy
 from router.core.messages import Delivery, Message, MessageProperties
 from router.core.options import SubscriptionOptions
 from router.core.sharing import ShareGroup

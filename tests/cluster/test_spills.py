@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from router.cluster.local_sessions import ClientSession
 from router.cluster.node import RouterNode
+from router.cluster.sessions.local_sessions import ClientSession
 from router.cluster.sessions.spills import GROUP, WRITERS, Spills
 from router.core.messages import Delivery
 from router.errors import RouterError, StateUnavailableError

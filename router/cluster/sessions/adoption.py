@@ -55,8 +55,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
-from router.cluster.local_sessions import ClientSession, CountChange
 from router.cluster.sessions.lifecycle import SessionLifecycle
+from router.cluster.sessions.local_sessions import ClientSession, CountChange
 from router.core.messages import Delivery
 from router.state.subscriptions import Owner
 

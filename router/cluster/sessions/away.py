@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from router.cluster.local_sessions import ClientSession
+from router.cluster.sessions.local_sessions import ClientSession
 from router.cluster.sessions.spills import Spills
 from router.cluster.sessions.states import SessionState
 from router.core.messages import Delivery, Outgoing

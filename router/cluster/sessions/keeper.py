@@ -54,8 +54,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
-from router.cluster.local_sessions import EXPIRED, ClientSession, Overflow
 from router.cluster.sessions.away import AwaySession, spill_forever
+from router.cluster.sessions.local_sessions import EXPIRED, ClientSession, Overflow
 from router.cluster.sessions.recovery import InboxRecovery, Recovery
 from router.cluster.sessions.resumes import Read, Resume, drain, tail_follows
 from router.cluster.sessions.spills import Spills

@@ -25,11 +25,11 @@ from collections.abc import Awaitable, Callable
 from router.cluster.config import NodeConfig
 from router.cluster.forwarding import Forwarder
 from router.cluster.inbox import Takeover
-from router.cluster.local_sessions import ClientSession, CountChange, LocalSessions
 from router.cluster.policy import Policy
 from router.cluster.sessions.claims import Claimed, SessionClaims
 from router.cluster.sessions.client_locks import ClientLocks
 from router.cluster.sessions.keeper import SessionKeeper
+from router.cluster.sessions.local_sessions import ClientSession, CountChange, LocalSessions
 from router.cluster.sessions.recovery import InboxRecovery, Recovery
 from router.cluster.sessions.restoration import restore_sessions
 from router.cluster.sessions.states import SessionState

@@ -21,8 +21,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Final
 
-from router.cluster.local_sessions import LocalSessions
 from router.cluster.sessions.backlogs import Backlogs, plain_forwards
+from router.cluster.sessions.local_sessions import LocalSessions
 from router.core.messages import Delivery
 from router.errors import SubscriptionNotFoundError
 from router.state.channels import Channel

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import logging
 
-from router.cluster.local_sessions import LocalSessions
 from router.cluster.sessions.claims import SessionClaims
 from router.cluster.sessions.keeper import SessionKeeper
+from router.cluster.sessions.local_sessions import LocalSessions
 from router.errors import RouterError
 from router.state.session_store import SessionStore
 from router.state.subscriptions import SubscriptionStore

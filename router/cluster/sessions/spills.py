@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import Final
 
-from router.cluster.local_sessions import (
+from router.cluster.sessions.local_sessions import (
     OFFLINE_QOS0,
     SESSION_QUEUE_FULL,
     ClientSession,

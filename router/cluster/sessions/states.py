@@ -1,6 +1,6 @@
 """The states of a session on a node, and the moves between them.
 
-Every local session (:class:`~router.cluster.local_sessions.ClientSession`) is in one
+Every local session (:class:`~router.cluster.sessions.local_sessions.ClientSession`) is in one
 state, and changes it only along :data:`TRANSITIONS`; any other move raises
 :class:`~router.errors.SessionStateError` (a defect of the node, never of a client).
 
