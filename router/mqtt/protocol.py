@@ -236,6 +236,7 @@ class MqttConnection(Intake):
         client_id = self.client_id
         try:
             if client_id is not None:
+                self.server.aliases.closed(client_id, self._limits)
                 await self._outbox.stop()
                 will, delay = self._will() if keep_will else (None, 0)
                 if self.node.serves(client_id):
@@ -334,15 +335,17 @@ class MqttConnection(Intake):
         )
         asked = connect.properties
         window = min(self.settings.max_inflight, asked.receive_maximum or 0xFFFF)
+        encoder = PublishEncoder(
+            self.level,
+            min(asked.topic_alias_maximum or 0, settings.topic_alias_maximum),
+            self.server.topic_fields,
+        )
+        self.server.aliases.opened(client_id, self._limits, encoder, resumed=present)
         self._outbox = Outbox(
             self._session,
             self.transport,
             self.server,
-            PublishEncoder(
-                self.level,
-                min(asked.topic_alias_maximum or 0, settings.topic_alias_maximum),
-                self.server.topic_fields,
-            ),
+            encoder,
             window,
             settings.max_inflight_bytes,
             asked.maximum_packet_size or 0,
