@@ -103,7 +103,13 @@ class AliasMirror:
         self, client_id: str, inbound: AliasSource, outbound: AliasSource, resumed: bool
     ) -> None:
         """A connection of ``client_id`` attached with these tables (its newest);
-        ``resumed``: it resumed a session, whose last connection's aliases Redis may hold."""
+        ``resumed``: it resumed a session, whose last connection's aliases Redis may hold
+        (so may an older connection here that has not closed yet: its tables mark no more)."""
+        previous = self._live.get(client_id)
+        if previous is not None:
+            for table in previous:
+                table.on_change = None
+            resumed = resumed or any(table.alias_table()[1] for table in previous)
         self._live[client_id] = (inbound, outbound)
         inbound.on_change = outbound.on_change = lambda: self._marked.add(client_id)
         if resumed:

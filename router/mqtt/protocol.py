@@ -27,7 +27,8 @@ The life of a connection:
 3. PUBLISH at QoS 0, 1 and 2: PUBACK / PUBREC go out only once the node has stored
    every remote copy; a QoS 2 message is published once however often it is resent
    before PUBREL (exactly once). Receive Maximum and topic aliases:
-   :mod:`router.mqtt.inbound` (0x93, 0x94, 0x82). A topic with a wildcard is 0x90; the
+   :mod:`router.mqtt.inbound` (0x93, 0x94, 0x82); both alias tables are copied to Redis
+   for operators (:mod:`router.mqtt.alias_mirror`). A topic with a wildcard is 0x90; the
    ACL refusing it: PUBACK/PUBREC 0x87 in 5.0, a silent drop in 3.1.1.
 4. SUBSCRIBE / UNSUBSCRIBE map to the node's, one reason code per filter (granted QoS,
    0x8F invalid filter, 0x87 not authorized, 0x80 in 3.1.1 for any failure). They apply
