@@ -98,7 +98,7 @@ from router.state.route_acks import RouteAcks
 from router.state.route_fence_channel import RouteFences
 from router.state.routes import RouteChange, RouteStore
 from router.state.scripts import RedisClient, redis_errors
-from router.state.subscriptions import SubscriptionStore
+from router.state.subscriptions import Owner, SubscriptionStore
 from router.state.trace_store import TraceStore
 
 log = logging.getLogger(__name__)
@@ -508,6 +508,11 @@ class RouterNode:
     def serves(self, client_id: str) -> bool:
         """True while this node holds the client's session (its claim in Redis)."""
         return self._lifecycle.serves(client_id)
+
+    def claim_of(self, client_id: str) -> Owner | None:
+        """The claim this node holds on the client's session now (None: none); what a
+        write of the client's state here is fenced with."""
+        return self._claims.held(client_id)
 
     def settling(self, client_id: str) -> bool:
         """Whether a step of the client's session (a connect, a put away, an adoption)

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 from router.cluster.node import RouterNode
+from router.mqtt.alias_mirror import AliasMirror
 from router.mqtt.ban_list import BanList
 from router.mqtt.pressure import PressureWatch
 from router.mqtt.proxy_gate import ProxyGate
@@ -82,6 +83,7 @@ class ConnectionHost(DeliveryCounters, Protocol):
     publish_throttled: int
     unfinished: Unfinished
     proxy: ProxyGate
+    aliases: AliasMirror
 
     @property
     def topic_fields(self) -> Mapping[str, bytes]:

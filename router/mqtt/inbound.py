@@ -24,7 +24,7 @@ when they hold all of it is one too many.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from router.core.aliases import AliasTable
 from router.core.messages import Outgoing
@@ -41,7 +41,14 @@ class InboundLimits:
     """Topic aliases and the Receive Maximum quota of one connection (see the module
     docstring); every refusal raises :class:`MqttProtocolError` with its reason code."""
 
-    __slots__ = ("_aliases", "max_length", "max_levels", "receive_maximum", "topic_alias_maximum")
+    __slots__ = (
+        "_aliases",
+        "max_length",
+        "max_levels",
+        "on_change",
+        "receive_maximum",
+        "topic_alias_maximum",
+    )
 
     def __init__(
         self,
@@ -55,6 +62,8 @@ class InboundLimits:
         self.max_levels = max_levels
         self.max_length = max_length
         self._aliases: AliasTable | None = None  # (made when the client binds an alias)
+        #: Called when the client bound an alias anew (:mod:`router.mqtt.alias_mirror`).
+        self.on_change: Callable[[], None] | None = None
 
     def outgoing(
         self, packet: Publish, publisher: str | None, awaiting: Collection[int]
@@ -106,15 +115,24 @@ class InboundLimits:
             if self._aliases is None:
                 self._aliases = AliasTable()
                 self._aliases.set_maximum(_OWN, "client", self.topic_alias_maximum)
+            if self._aliases.topic(_OWN, "client", alias) == packet.topic:
+                return packet.topic  # (bound to it already: nothing changes)
             try:
                 self._aliases.bind(_OWN, "client", alias, packet.topic)
             except InvalidTopicError as error:
                 raise MqttProtocolError(str(error), ReasonCode.TOPIC_NAME_INVALID) from None
+            if self.on_change is not None:
+                self.on_change()
             return packet.topic
         topic = None if self._aliases is None else self._aliases.topic(_OWN, "client", alias)
         if topic is None:
             raise MqttProtocolError(f"topic alias {alias} is not bound")
         return topic
+
+    def alias_table(self) -> tuple[int, dict[int, str]]:
+        """Our Topic Alias Maximum and a copy of the client's alias -> topic map."""
+        bound = {} if self._aliases is None else self._aliases.aliases(_OWN, "client")
+        return self.topic_alias_maximum, bound
 
     def check_quota(self, packet: Publish, awaiting: Collection[int]) -> None:
         """Raise 0x93 if ``packet`` is a QoS 1/2 PUBLISH beyond our Receive Maximum, the

@@ -76,7 +76,7 @@ class PublishEncoder:
     topic aliases up to the client's ``alias_maximum`` (0: none); topic fields come from
     ``fields`` (a server's, shared)."""
 
-    __slots__ = ("_aliases", "_fields", "alias_maximum", "level")
+    __slots__ = ("_aliases", "_fields", "alias_maximum", "level", "on_change")
 
     def __init__(
         self, level: int, alias_maximum: int, fields: Mapping[str, bytes] | None = None
@@ -85,6 +85,8 @@ class PublishEncoder:
         self.alias_maximum = alias_maximum if level >= MQTT_5 else 0
         self._aliases: dict[str, int] | None = None  # (made with the first alias)
         self._fields: Mapping[str, bytes] = TopicFields() if fields is None else fields
+        #: Called when a topic got an alias (:mod:`router.mqtt.alias_mirror`).
+        self.on_change: Callable[[], None] | None = None
 
     def encode(self, delivery: Delivery, packet_id: int | None, dup: bool) -> bytes:
         """The PUBLISH of ``delivery`` for this connection. A QoS 0 one that carries
@@ -154,7 +156,14 @@ class PublishEncoder:
         if len(aliases) >= self.alias_maximum:
             return None
         alias = aliases[topic] = len(aliases) + 1
+        if self.on_change is not None:
+            self.on_change()
         return alias, False
+
+    def alias_table(self) -> tuple[int, dict[int, str]]:
+        """The client's Topic Alias Maximum and a copy of our alias -> topic map."""
+        bound = {} if self._aliases is None else {a: t for t, a in self._aliases.items()}
+        return self.alias_maximum, bound
 
 
 def carried_properties(properties: Properties) -> MessageProperties | None:

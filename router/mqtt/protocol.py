@@ -27,7 +27,8 @@ The life of a connection:
 3. PUBLISH at QoS 0, 1 and 2: PUBACK / PUBREC go out only once the node has stored
    every remote copy; a QoS 2 message is published once however often it is resent
    before PUBREL (exactly once). Receive Maximum and topic aliases:
-   :mod:`router.mqtt.inbound` (0x93, 0x94, 0x82). A topic with a wildcard is 0x90; the
+   :mod:`router.mqtt.inbound` (0x93, 0x94, 0x82); both alias tables are copied to Redis
+   for operators (:mod:`router.mqtt.alias_mirror`). A topic with a wildcard is 0x90; the
    ACL refusing it: PUBACK/PUBREC 0x87 in 5.0, a silent drop in 3.1.1.
 4. SUBSCRIBE / UNSUBSCRIBE map to the node's, one reason code per filter (granted QoS,
    0x8F invalid filter, 0x87 not authorized, 0x80 in 3.1.1 for any failure). They apply
@@ -236,6 +237,7 @@ class MqttConnection(Intake):
         client_id = self.client_id
         try:
             if client_id is not None:
+                self.server.aliases.closed(client_id, self._limits)
                 await self._outbox.stop()
                 will, delay = self._will() if keep_will else (None, 0)
                 if self.node.serves(client_id):
@@ -334,15 +336,17 @@ class MqttConnection(Intake):
         )
         asked = connect.properties
         window = min(self.settings.max_inflight, asked.receive_maximum or 0xFFFF)
+        encoder = PublishEncoder(
+            self.level,
+            min(asked.topic_alias_maximum or 0, settings.topic_alias_maximum),
+            self.server.topic_fields,
+        )
+        self.server.aliases.opened(client_id, self._limits, encoder, resumed=present)
         self._outbox = Outbox(
             self._session,
             self.transport,
             self.server,
-            PublishEncoder(
-                self.level,
-                min(asked.topic_alias_maximum or 0, settings.topic_alias_maximum),
-                self.server.topic_fields,
-            ),
+            encoder,
             window,
             settings.max_inflight_bytes,
             asked.maximum_packet_size or 0,

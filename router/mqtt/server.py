@@ -43,6 +43,7 @@ from typing import Final
 
 from router.cluster.node import RouterNode
 from router.errors import InvalidSettingError, ListenerError
+from router.mqtt.alias_mirror import AliasMirror
 from router.mqtt.ban_list import BanList, Flapping, peer_address
 from router.mqtt.live_limits import changed
 from router.mqtt.outgoing import TopicFields
@@ -57,6 +58,7 @@ from router.mqtt.tcp import stream_factory
 from router.mqtt.trace_tap import ClientTap
 from router.mqtt.unfinished import Unfinished
 from router.mqtt.websocket import DEFAULT_PATH, WebSocketServer, listen_websocket
+from router.state.alias_store import RedisAliasTable
 from router.state.ban_store import Ban, BanStore
 
 log = logging.getLogger(__name__)
@@ -164,6 +166,8 @@ class MqttServer:
         self.ban_disconnects = 0
         #: Behind load balancers: the PROXY headers and forwarded headers believed, counted.
         self.proxy = ProxyGate(settings.proxy_trusted)
+        #: The connections' topic aliases, copied to Redis (serve() starts it).
+        self.aliases = AliasMirror(RedisAliasTable(node.registry.redis, node.keys), node.claim_of)
 
     # -- the registry of connections -------------------------------------------------------
 
@@ -407,6 +411,7 @@ class MqttServer:
                 async with asyncio.timeout(self.settings.connect_timeout):
                     await asyncio.gather(*(c.finished() for c in connections))
         self.unfinished.stop()
+        await self.aliases.stop()  # (after the connections: their copies are forgotten)
         for server in self._servers:
             await server.wait_closed()
         for listener in self._websockets:
@@ -440,6 +445,7 @@ class MqttServer:
             **self.pressure.stats(),
             **{f"mqtt_closed_{name}": count for name, count in self.closed.items()},
             **self.proxy.stats(),
+            **self.aliases.stats(),
         }
 
 
@@ -478,6 +484,7 @@ async def serve(
         if server.listeners:
             server.bans.start()
             server.pressure.start()
+            server.aliases.start()
         yield server
     finally:
         await server.close()

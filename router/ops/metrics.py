@@ -55,6 +55,7 @@ GAUGES: Final = frozenset(
         "mqtt_overload_busy",
         "mqtt_loop_busy_percent",
         "mqtt_draining",
+        "mqtt_alias_clients_marked",
         "adoption_last_finished_ms",
         "adoption_last_took_ms",
         "reload_last_ms",

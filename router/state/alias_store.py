@@ -13,18 +13,26 @@ the namespace. The aliases are deleted with the rest of the client's data
 (:meth:`router.state.subscriptions.SubscriptionStore.remove_client`) or alone
 (:meth:`RedisAliasTable.remove_client`). The same test table (tests/support/alias_cases.py) runs
 against both tables.
+
+An MQTT listener mirrors each connection's tables here (:meth:`RedisAliasTable.mirror`,
+:mod:`router.mqtt.alias_mirror`): the whole of both namespaces at once, fenced by the
+session's owner claim, so that the node that lost a client's session to a newer claim
+(a takeover) can neither overwrite nor forget what the new connection's node wrote.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from router.core.aliases import MAX_ALIAS, NAMESPACES, Namespace, check_alias, check_namespace
 from router.core.topics import validate_topic
-from router.errors import CorruptStateError, InvalidAliasError
+from router.errors import CorruptStateError, InvalidAliasError, RouterError
 from router.state.failures import translating
 from router.state.keys import Keys, check_id
 from router.state.scripts import RedisClient, Scripts
+from router.state.subscriptions import Owner
 
 
 def _text(value: Any, what: str) -> str:
@@ -39,6 +47,17 @@ def _alias(value: Any) -> int:
     if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_ALIAS:
         raise CorruptStateError(f"a stored alias is not 1..{MAX_ALIAS}: {value!r}")
     return int(text)
+
+
+@dataclass(frozen=True)
+class AliasCopy:
+    """One connection's topic aliases to store for its client under ``owner`` (the claim
+    its node holds): each namespace's alias -> topic map and maximum; ``tables`` None
+    forgets them (the connection ended)."""
+
+    client_id: str
+    owner: Owner
+    tables: tuple[tuple[int, Mapping[int, str]], tuple[int, Mapping[int, str]]] | None
 
 
 class RedisAliasTable:
@@ -121,3 +140,31 @@ class RedisAliasTable:
             keys += self._namespace_keys(client_id, namespace)[:2]
         keys.append(self.keys.client_alias_maximum(client_id))
         return int(await self._scripts.run("alias_remove", keys, []))
+
+    async def mirror(self, copies: Sequence[AliasCopy]) -> list[int | RouterError]:
+        """Replace (or forget) the aliases of each copy's client with the copy's, in one
+        pipeline on a standalone server (``lua/alias_replace.lua``). Returns, per copy,
+        the bindings stored, or the refusal: :class:`SessionOwnershipError` when the
+        copy's owner is not the client's owner now (a newer claim took the session), and
+        nothing of that client changed. Raises :class:`StateFailureError` when Redis
+        failed (some copies may have been stored)."""
+        calls: list[tuple[list[str], list[Any]]] = []
+        for copy in copies:
+            keys = self.keys
+            client_id = copy.client_id
+            script_keys = [keys.client_owner(client_id)]
+            for namespace in NAMESPACES:
+                script_keys += self._namespace_keys(client_id, namespace)[:2]
+            script_keys.append(keys.client_alias_maximum(client_id))
+            args: list[Any] = [copy.owner.node_id, copy.owner.epoch]
+            if copy.tables is None:
+                args.append("forget")
+            else:
+                (in_max, inbound), (out_max, outbound) = copy.tables
+                args += ["set", in_max, out_max, len(inbound)]
+                for bound in (inbound, outbound):
+                    for alias, topic in bound.items():
+                        args += [alias, topic]
+            calls.append((script_keys, args))
+        replies = await self._scripts.run_many("alias_replace", calls)
+        return [reply if isinstance(reply, RouterError) else int(reply) for reply in replies]

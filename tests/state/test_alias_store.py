@@ -15,8 +15,9 @@ from router.errors import (
     InvalidTopicError,
     RouterError,
     ScriptError,
+    SessionOwnershipError,
 )
-from router.state.alias_store import RedisAliasTable
+from router.state.alias_store import AliasCopy, RedisAliasTable
 from router.state.keys import Keys
 from router.state.scripts import RedisClient, Scripts
 from router.state.subscriptions import SubscriptionStore
@@ -156,3 +157,37 @@ async def test_scripts_refuse_malformed_argv(
         await scripts.run("alias_remove", [*keys[:2], *keys], ["extra"])
     assert await table.aliases("c", "client") == {1: "keep"}
     assert await table.alias("c", "client", "keep") == 1
+
+
+async def test_a_mirrored_copy_replaces_both_namespaces_under_its_owner(
+    table: RedisAliasTable, redis_client: RedisClient, keys: Keys
+) -> None:
+    subs = SubscriptionStore(redis_client, keys)
+    owner = await subs.claim("c", "n1")
+    await table.bind("c", "client", 9, "old/left")
+    copy = AliasCopy("c", owner, ((10, {1: "a/b", 2: "c"}), (3, {1: "out/x"})))
+    assert await table.mirror([copy]) == [3]
+    assert await _all(table, "c") == ({1: "a/b", 2: "c"}, {1: "out/x"})
+    assert await table.alias("c", "client", "a/b") == 1
+    assert await table.alias("c", "client", "old/left") is None  # (the reverse replaced too)
+    with pytest.raises(InvalidAliasError):  # (the maximums are the copy's)
+        await table.bind("c", "server", 4, "t")
+    assert await table.mirror([AliasCopy("c", owner, None)]) == [0]
+    assert await _all(table, "c") == ({}, {})
+    assert await redis_client.exists(keys.client_alias_maximum("c")) == 0
+
+
+async def test_a_mirrored_copy_under_an_older_claim_changes_nothing(
+    table: RedisAliasTable, redis_client: RedisClient, keys: Keys
+) -> None:
+    """A takeover: node n2 claims the session after n1; n1's late copies are refused."""
+    subs = SubscriptionStore(redis_client, keys)
+    old = await subs.claim("c", "n1")
+    new = await subs.claim("c", "n2")
+    fresh = AliasCopy("c", new, ((5, {1: "new/topic"}), (0, {})))
+    stale = AliasCopy("c", old, ((5, {2: "old/topic"}), (0, {})))
+    gone = AliasCopy("unclaimed", old, None)
+    assert await table.mirror([fresh]) == [1]
+    replies = await table.mirror([stale, AliasCopy("c", old, None), gone])
+    assert all(isinstance(reply, SessionOwnershipError) for reply in replies), replies
+    assert await _all(table, "c") == ({1: "new/topic"}, {})

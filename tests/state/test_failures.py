@@ -50,7 +50,7 @@ from router.errors import (
     StateFailureError,
     StateUnavailableError,
 )
-from router.state.alias_store import RedisAliasTable
+from router.state.alias_store import AliasCopy, RedisAliasTable
 from router.state.auth_store import AuthStore
 from router.state.ban_store import BanStore
 from router.state.channels import Channel
@@ -200,6 +200,9 @@ CALLS: dict[str, Call] = {
     ),
     "alias_store.RedisAliasTable.remove_client": lambda r: RedisAliasTable(r, KEYS).remove_client(
         "c1"
+    ),
+    "alias_store.RedisAliasTable.mirror": lambda r: RedisAliasTable(r, KEYS).mirror(
+        [AliasCopy("c1", Owner("n1", 1), ((10, {1: "a/b"}), (0, {})))]
     ),
     # auth_store
     "auth_store.AuthStore.add_user": lambda r: AuthStore(r, KEYS).add_user("u", "pw"),

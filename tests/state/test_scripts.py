@@ -22,7 +22,7 @@ from router.errors import (
     RouteSetMissingError,
     ScriptError,
 )
-from router.state.alias_store import RedisAliasTable
+from router.state.alias_store import AliasCopy, RedisAliasTable
 from router.state.keys import Keys
 from router.state.node_registry import NodeRegistry
 from router.state.route_acks import RouteAcks
@@ -45,6 +45,7 @@ STATE_SCRIPTS = frozenset(
         "alias_bind",
         "alias_maximum",
         "alias_remove",
+        "alias_replace",
         "route_claim",
         "route_apply",
         "route_snapshot",
@@ -169,6 +170,8 @@ async def exercise_everything(
     assert await aliases.bind(client_id, "client", 3, "x/y")
     assert await aliases.alias(client_id, "client", "x/y") == 3
     assert await aliases.remove_client(client_id) == 1
+    copy = AliasCopy(client_id, owner, ((10, {1: "x/y"}), (0, {})))
+    assert await aliases.mirror([copy, AliasCopy(client_id, owner, None)]) == [1, 0]
     await aliases.bind(client_id, "server", 1, "z")
     sessions = SessionStore(redis, keys, subs)
     if scripts is not None:
@@ -427,6 +430,7 @@ async def test_every_script_called_without_argv_refuses_and_changes_nothing(
         "alias_bind": alias_keys,
         "alias_maximum": alias_keys,
         "alias_remove": subs.client_keys("c")[2:],
+        "alias_replace": [keys.client_owner("c"), *subs.client_keys("c")[2:7]],
         "route_claim": routes.node_keys("n"),
         "route_apply": routes.node_keys("n"),
         "route_snapshot": routes.node_keys("n"),

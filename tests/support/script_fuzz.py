@@ -317,6 +317,20 @@ SPECS: Final[dict[str, Spec]] = {
         "client",
         st.just([]),
     ),
+    "alias_replace": Spec(
+        ("owner", *CLIENT_KEYS[2:7]),
+        "client",
+        then(
+            owner,
+            st.one_of(
+                st.just([b"forget"]),
+                then(
+                    fixed(one("set"), one("10", "2", "0"), one("5", "1"), one("0", "1", "2")),
+                    pairs(one("1", "2", "11"), one("t/1", "s/2", "")),
+                ),
+            ),
+        ),
+    ),
     "channel_ack": Spec(("clock", "sub:s1"), "channel", fixed(one("3", "4", "5", "6"), ttl)),
     "channel_add_subscriber": Spec(
         ("clock", "sub:s2", "epoch"), "channel", fixed(ttl, one("", "e1", "e0")), ("sub:s1",)
