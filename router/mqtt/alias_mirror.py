@@ -80,16 +80,19 @@ class AliasMirror:
     """The aliases of one node's MQTT connections, copied to Redis (see the module).
 
     ``store`` takes the copies (public: a test may stand in front of it), ``claim_of``
-    names the claim the node holds on a client's session (None: none)."""
+    names the claim the node holds on a client's session (None: none), ``caught`` is told
+    of a bug in a flush (the node's :meth:`~router.cluster.node.RouterNode.internal_error`)."""
 
     def __init__(
         self,
         store: AliasWriter,
         claim_of: Callable[[str], Owner | None],
+        caught: Callable[[str, BaseException], None],
         interval: float = FLUSH_INTERVAL,
     ) -> None:
         self.store = store
         self._claim_of = claim_of
+        self._caught = caught
         self.interval = interval
         self._live: dict[str, tuple[AliasSource, AliasSource]] = {}  # (client id: newest)
         self._marked: set[str] = set()  # clients whose copy is to write (or forget)
@@ -148,9 +151,8 @@ class AliasMirror:
             await asyncio.sleep(self.interval)
             try:
                 await self.flush()
-            except Exception:  # (a defect: logged and counted, the next interval goes on)
-                self.failures += 1
-                log.exception("writing the topic aliases failed")
+            except Exception as error:  # (a bug: told as one, the next interval goes on)
+                self._caught("the topic aliases' mirror", error)
 
     async def flush(self) -> None:
         """Write the copies of the clients marked so far now, after the flush under way

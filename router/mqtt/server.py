@@ -167,7 +167,9 @@ class MqttServer:
         #: Behind load balancers: the PROXY headers and forwarded headers believed, counted.
         self.proxy = ProxyGate(settings.proxy_trusted)
         #: The connections' topic aliases, copied to Redis (serve() starts it).
-        self.aliases = AliasMirror(RedisAliasTable(node.registry.redis, node.keys), node.claim_of)
+        self.aliases = AliasMirror(
+            RedisAliasTable(node.registry.redis, node.keys), node.claim_of, node.internal_error
+        )
 
     # -- the registry of connections -------------------------------------------------------
 

@@ -28,6 +28,10 @@ class Recorder:
         return [0 for _ in copies]
 
 
+def no_bug(where: str, error: BaseException) -> None:
+    raise AssertionError(f"a bug in {where}: {error!r}")
+
+
 def bind(limits: InboundLimits, alias: int, topic: str) -> None:
     limits.topic(Publish(topic, b"", properties=Properties(topic_alias=alias)))
 
@@ -44,7 +48,7 @@ def connection(mirror: AliasMirror, client_id: str) -> tuple[InboundLimits, Publ
 
 async def test_a_client_remapping_all_the_time_costs_one_write_per_flush() -> None:
     store = Recorder()
-    mirror = AliasMirror(store, lambda client_id: OWNER)
+    mirror = AliasMirror(store, lambda client_id: OWNER, no_bug)
     limits, encoder = connection(mirror, "busy")
     for round_ in range(100):
         bind(limits, 1 + round_ % 10, f"t/{round_}")
@@ -64,7 +68,7 @@ async def test_a_client_remapping_all_the_time_costs_one_write_per_flush() -> No
 
 async def test_a_connection_without_aliases_writes_nothing() -> None:
     store = Recorder()
-    mirror = AliasMirror(store, lambda client_id: OWNER)
+    mirror = AliasMirror(store, lambda client_id: OWNER, no_bug)
     limits, _ = connection(mirror, "plain")
     limits.topic(Publish("no/alias", b""))
     mirror.closed("plain", limits)
@@ -74,7 +78,7 @@ async def test_a_connection_without_aliases_writes_nothing() -> None:
 
 async def test_the_old_connections_end_on_this_node_writes_the_new_ones_tables() -> None:
     store = Recorder()
-    mirror = AliasMirror(store, lambda client_id: OWNER)
+    mirror = AliasMirror(store, lambda client_id: OWNER, no_bug)
     old, _ = connection(mirror, "again")
     bind(old, 1, "old/topic")
     await mirror.flush()
@@ -96,7 +100,7 @@ async def test_the_old_connections_end_on_this_node_writes_the_new_ones_tables()
 
 async def test_a_client_this_node_holds_no_claim_for_is_skipped() -> None:
     store = Recorder()
-    mirror = AliasMirror(store, lambda client_id: None)
+    mirror = AliasMirror(store, lambda client_id: None, no_bug)
     limits, _ = connection(mirror, "gone")
     bind(limits, 1, "t")
     await mirror.flush()
