@@ -19,10 +19,12 @@ client.check_acl         subscribe (on the filter after ``client.subscribe``) an
                          everything is allowed; with callbacks the fold starts from *deny*
                          (a crashing ACL fails closed). A deny raises
                          :class:`NotAuthorizedError` with the decision's reason before
-                         anything is written, in Redis or locally; a denied publish is also
-                         reported to ``message.dropped`` with reason ``denied``. The
-                         built-in ACL grants a subscribe when at least one topic it can
-                         match may be received (:mod:`router.core.acl`).
+                         anything is written, in Redis or locally (in a batch of
+                         ``publish_each``: that item's result, the others go); a denied
+                         publish is also reported, once, to ``message.dropped`` with
+                         reason ``denied``. The built-in ACL grants a subscribe when at
+                         least one topic it can match may be received
+                         (:mod:`router.core.acl`).
 (delivery)               not a hook point: with an ACL configured (``NodeConfig.acl``,
                          ``--acl``), every copy for a local client is judged, before it is
                          queued, by that ACL's receive check (:meth:`Acl.check_receive
