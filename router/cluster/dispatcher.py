@@ -3,7 +3,9 @@
 :meth:`Dispatcher.publish` validates a message once, lets the node's policy admit it
 (ACL, ``message.publish`` hooks), keeps it as retained when asked, matches the route
 mirror, queues the local copies and sends exactly one copy to each other interested
-node's inbox (for the share groups that node serves). :meth:`Dispatcher.dispatch`
+node's inbox (for the share groups that node serves); :meth:`Dispatcher.publish_many`
+and :meth:`Dispatcher.publish_each` do so for a batch, with one inbox write per node.
+:meth:`Dispatcher.dispatch`
 delivers copies that arrived in this node's inbox and sends a share group's copy on
 (re-dispatch) when no member of the group is left here.
 """
@@ -115,6 +117,13 @@ class Dispatcher:
         raises :class:`PublishTimeoutError` after ``timeout`` seconds."""
         return await self._bounded(self._publish_many(items, arrived_before))
 
+    async def publish_each(
+        self, items: Iterable[Outgoing], arrived_before: int | None = None
+    ) -> list[PublishResult | NotAuthorizedError]:
+        """See :meth:`RouterNode.publish_each <router.cluster.node.RouterNode.publish_each>`;
+        raises :class:`PublishTimeoutError` after ``timeout`` seconds."""
+        return await self._bounded(self._publish_each(items, arrived_before))
+
     async def _bounded(self, work: Coroutine[Any, Any, T]) -> T:
         """``work`` within ``timeout`` seconds (its duration observed in ``latency``)."""
         started = time.monotonic()
@@ -128,7 +137,7 @@ class Dispatcher:
 
     async def _publish(self, outgoing: Outgoing, arrived_before: int | None) -> PublishResult:
         message = self.message(outgoing)
-        if message.publisher is not None and message.topic.startswith(SYSTEM_PREFIX):
+        if _in_system(message):
             raise _system_topic(message)
         if self._arrivals.pending:  # (subscription changes that arrived first apply)
             await self._arrivals.settled(arrived_before, (message.topic,))
@@ -147,17 +156,49 @@ class Dispatcher:
         self, items: Iterable[Outgoing], arrived_before: int | None
     ) -> list[PublishResult]:
         items = list(items)
-        ids = self._ids.new_bytes_many(len(items))
-        now = time.monotonic()
-        messages = [self.message(o, i, now) for o, i in zip(items, ids, strict=True)]
+        messages = self._messages(items)
         for message in messages:
-            if message.publisher is not None and message.topic.startswith(SYSTEM_PREFIX):
+            if _in_system(message):
                 raise _system_topic(message)
         if self._arrivals.pending:  # (subscription changes that arrived first apply)
             await self._arrivals.settled(arrived_before, [m.topic for m in messages])
         admitted: Sequence[Message | None] = messages
         if self._policy.guards_publish:
             admitted = await self._policy.admit_publish(messages)
+        return await self._send(items, messages, admitted)
+
+    async def _publish_each(
+        self, items: Iterable[Outgoing], arrived_before: int | None
+    ) -> list[PublishResult | NotAuthorizedError]:
+        items = list(items)
+        messages = self._messages(items)
+        judged: list[Message | NotAuthorizedError | None] = [
+            _system_topic(m) if _in_system(m) else m for m in messages
+        ]
+        if self._arrivals.pending:  # (subscription changes that arrived first apply)
+            await self._arrivals.settled(arrived_before, [m.topic for m in messages])
+        if self._policy.guards_publish:
+            asked = [m for m in judged if isinstance(m, Message)]
+            admitted = iter(await self._policy.admit_each(asked))
+            judged = [next(admitted) if isinstance(m, Message) else m for m in judged]
+        sent = [None if isinstance(m, NotAuthorizedError) else m for m in judged]
+        results = await self._send(items, messages, sent)
+        return [
+            m if isinstance(m, NotAuthorizedError) else r
+            for m, r in zip(judged, results, strict=True)
+        ]
+
+    def _messages(self, items: list[Outgoing]) -> list[Message]:
+        """The messages of a batch, validated, with their ids and clock reading taken once."""
+        ids = self._ids.new_bytes_many(len(items))
+        now = time.monotonic()
+        return [self.message(o, i, now) for o, i in zip(items, ids, strict=True)]
+
+    async def _send(
+        self, items: list[Outgoing], messages: list[Message], admitted: Sequence[Message | None]
+    ) -> list[PublishResult]:
+        """Retain, route and forward the ``admitted`` messages (None: not sent, a result
+        with no nodes); one result per message of the batch."""
         retains = [
             (m, o.expiry_interval) for m, o in zip(admitted, items, strict=True) if m and m.retain
         ]
@@ -310,9 +351,15 @@ class Dispatcher:
         }
 
 
+def _in_system(message: Message) -> bool:
+    """True for a client's message under ``$SYS/``."""
+    return message.publisher is not None and message.topic.startswith(SYSTEM_PREFIX)
+
+
 def _system_topic(message: Message) -> NotAuthorizedError:
-    """The refusal of a client's message under ``$SYS/`` (nothing of the batch is
-    published): the broker's topics are the node's own."""
+    """The refusal of a client's message under ``$SYS/`` (of the whole batch by
+    ``publish_many``, of that item by ``publish_each``): the broker's topics are the
+    node's own."""
     return NotAuthorizedError(
         str(message.publisher), "publish", message.topic, "the broker's topic"
     )

@@ -82,7 +82,7 @@ from router.core.messages import Delivery, MessageProperties, Outgoing, PublishR
 from router.core.options import make_options
 from router.core.route_mirror import RouteMirror
 from router.core.topics import TopicFilter, parse_shared, validate_filter
-from router.errors import InvalidOptionsError, RouterError
+from router.errors import InvalidOptionsError, NotAuthorizedError, RouterError
 from router.state.connection import (
     check_eviction,
     failovers_followed,
@@ -697,6 +697,21 @@ class RouterNode:
         one result per item.
         """
         return await self._dispatcher.publish_many(items, arrived_before)
+
+    async def publish_each(
+        self, items: Iterable[Outgoing], arrived_before: int | None = None
+    ) -> list[PublishResult | NotAuthorizedError]:
+        """Publish a batch whose items the ACL judges one by one, as :meth:`publish` would
+        each alone, with one inbox write per node for those it allows (what an MQTT
+        listener does with the PUBLISH packets of one read).
+
+        Returns per item its result, or the :class:`NotAuthorizedError` :meth:`publish`
+        would have raised for it (denied by the ACL, reported once to ``message.dropped``;
+        or under ``$SYS/``): that item is not sent, the others are. The ACL is asked once
+        per item. An invalid item refuses the whole batch as in :meth:`publish_many`
+        (raised before any hook runs); nothing is sent then.
+        """
+        return await self._dispatcher.publish_each(items, arrived_before)
 
     # -- repair ----------------------------------------------------------------------
 

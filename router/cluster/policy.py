@@ -19,10 +19,12 @@ client.check_acl         subscribe (on the filter after ``client.subscribe``) an
                          everything is allowed; with callbacks the fold starts from *deny*
                          (a crashing ACL fails closed). A deny raises
                          :class:`NotAuthorizedError` with the decision's reason before
-                         anything is written, in Redis or locally; a denied publish is also
-                         reported to ``message.dropped`` with reason ``denied``. The
-                         built-in ACL grants a subscribe when at least one topic it can
-                         match may be received (:mod:`router.core.acl`).
+                         anything is written, in Redis or locally (in a batch of
+                         ``publish_each``: that item's result, the others go); a denied
+                         publish is also reported, once, to ``message.dropped`` with
+                         reason ``denied``. The built-in ACL grants a subscribe when at
+                         least one topic it can match may be received
+                         (:mod:`router.core.acl`).
 (delivery)               not a hook point: with an ACL configured (``NodeConfig.acl``,
                          ``--acl``), every copy for a local client is judged, before it is
                          queued, by that ACL's receive check (:meth:`Acl.check_receive
@@ -286,18 +288,55 @@ class Policy:
 
         Returns, per message, the message to route (possibly rewritten) or None if a hook
         stopped it. Raises :class:`NotAuthorizedError` for the first message the ACL
-        denies; no ``message.publish`` callback has run then.
+        denies (the messages after it are not asked about); no ``message.publish``
+        callback has run then.
         """
         for message in messages:
-            publisher = self.publisher(message)
-            if publisher is None or self._may_publish_fast(publisher, message.topic):
-                continue
-            decision = await self.check(publisher, AclAction.PUBLISH, message.topic)
-            if not decision.allowed:
-                self.dropped(message, DropReason.DENIED, publisher)
-                raise NotAuthorizedError(
-                    publisher.client_id, "publish", message.topic, decision.reason
-                )
+            publisher = self._to_ask(message)
+            if publisher is not None:
+                refusal = await self._refusal(message, publisher)
+                if refusal is not None:
+                    raise refusal
+        return await self._fold_each(messages)
+
+    async def admit_each(
+        self, messages: list[Message]
+    ) -> list[Message | NotAuthorizedError | None]:
+        """:meth:`admit_publish` with each message judged alone, as if published alone.
+
+        Returns, per message, the message to route (possibly rewritten), None if a
+        ``message.publish`` hook stopped it, or the :class:`NotAuthorizedError` of a
+        message the ACL denies (reported to ``message.dropped``, reason ``denied``; no
+        ``message.publish`` callback runs for it). The ACL is asked once per message.
+        """
+        judged: list[Message | NotAuthorizedError] = []
+        for message in messages:
+            publisher = self._to_ask(message)
+            refusal = None if publisher is None else await self._refusal(message, publisher)
+            judged.append(message if refusal is None else refusal)
+        folded = iter(await self._fold_each([m for m in judged if isinstance(m, Message)]))
+        return [next(folded) if isinstance(m, Message) else m for m in judged]
+
+    def _to_ask(self, message: Message) -> ClientInfo | None:
+        """The publisher the ACL must be asked about ``message``; None when it passes
+        without asking (no publisher, or the built-in ACL alone allows it: cached)."""
+        publisher = self.publisher(message)
+        if publisher is None or self._may_publish_fast(publisher, message.topic):
+            return None
+        return publisher
+
+    async def _refusal(self, message: Message, publisher: ClientInfo) -> NotAuthorizedError | None:
+        """The ACL's refusal of ``publisher`` publishing ``message``, reported to
+        ``message.dropped`` (reason ``denied``); None if it is allowed."""
+        decision = await self.check(publisher, AclAction.PUBLISH, message.topic)
+        if decision.allowed:
+            return None
+        self.dropped(message, DropReason.DENIED, publisher)
+        return NotAuthorizedError(publisher.client_id, "publish", message.topic, decision.reason)
+
+    async def _fold_each(self, messages: list[Message]) -> list[Message | None]:
+        """``message.publish`` for each message (the messages as they are without a
+        callback)."""
         if not self.hooks.active(HookPoint.MESSAGE_PUBLISH):
             return list(messages)
         return [await self._fold_publish(message) for message in messages]

@@ -29,7 +29,9 @@ The life of a connection:
    before PUBREL (exactly once). Receive Maximum and topic aliases:
    :mod:`router.mqtt.inbound` (0x93, 0x94, 0x82); both alias tables are copied to Redis
    for operators (:mod:`router.mqtt.alias_mirror`). A topic with a wildcard is 0x90; the
-   ACL refusing it: PUBACK/PUBREC 0x87 in 5.0, a silent drop in 3.1.1.
+   ACL refusing it: PUBACK/PUBREC 0x87 in 5.0, a silent drop in 3.1.1. The QoS 0/1
+   packets read at once are published as one batch (``node.publish_each``), each
+   judged by the ACL once and answered as it would have been alone.
 4. SUBSCRIBE / UNSUBSCRIBE map to the node's, one reason code per filter (granted QoS,
    0x8F invalid filter, 0x87 not authorized, 0x80 in 3.1.1 for any failure). They apply
    to every PUBLISH the node receives after them, and SUBACK goes once every live node's
@@ -598,9 +600,10 @@ class MqttConnection(Intake):
                 self._write(action)
 
     async def _on_publishes(self, packets: list[Publish]) -> None:
-        """Publish QoS 0/1 packets as one batch; should the batch be refused as a whole
-        (an invalid topic, a publish the ACL denies), one at a time instead, so that each
-        packet gets exactly what it would have got alone."""
+        """Publish QoS 0/1 packets as one batch, each judged by the ACL alone (denied:
+        0x87 as :meth:`_on_publish` answers it); should the batch be refused as a whole
+        (an invalid topic, found before any hook runs), one at a time instead, so that
+        each packet gets exactly what it would have got alone."""
         if len(packets) == 1:
             await self._on_publish(packets[0])
             return
@@ -614,8 +617,8 @@ class MqttConnection(Intake):
                 error = refused  # (the packets before it still go)
                 break
         try:
-            results = await self.node.publish_many(items, self._subscribing.arrived_before())
-        except (InvalidTopicError, NotAuthorizedError):
+            results = await self.node.publish_each(items, self._subscribing.arrived_before())
+        except InvalidTopicError:
             for packet, item in zip(packets, items, strict=False):
                 await self._on_publish(packet, item.topic)
         else:
@@ -625,7 +628,7 @@ class MqttConnection(Intake):
             session.received_bytes += sum(len(item.payload) for item in items)
             v5 = self.level >= MQTT_5
             acks = [
-                encode_puback(p.packet_id, _no_match(v5, r), v5)
+                encode_puback(p.packet_id, _code(v5, r), v5)
                 for p, r in zip(packets, results, strict=False)
                 if p.qos == 1 and p.packet_id is not None
             ]
@@ -712,6 +715,11 @@ class MqttConnection(Intake):
             self._write(Disconnect(code, told))
 
 
-def _no_match(v5: bool, result: PublishResult) -> int:
-    """The PUBACK reason code of a publish: 0x10 in 5.0 when nobody subscribed."""
-    return RC.NO_MATCHING_SUBSCRIBERS if v5 and not result.nodes else RC.SUCCESS
+def _code(v5: bool, result: PublishResult | NotAuthorizedError) -> int:
+    """The PUBACK reason code of a publish: 0x87 in 5.0 when it was denied, 0x10 when
+    nobody subscribed (3.1.1: 0x00 for both, as :meth:`Acknowledgements.published` answers)."""
+    if not v5:
+        return RC.SUCCESS
+    if isinstance(result, NotAuthorizedError):
+        return RC.NOT_AUTHORIZED
+    return RC.SUCCESS if result.nodes else RC.NO_MATCHING_SUBSCRIBERS

@@ -122,6 +122,58 @@ async def test_a_denied_item_refuses_the_whole_batch(start_node: StartNode) -> N
     assert node.sessions.session("c").pending() == 0
 
 
+async def test_publish_each_judges_every_item_alone_and_sends_the_allowed_in_one_batch(
+    start_node: StartNode,
+) -> None:
+    """The MQTT listener's batch: a denied item (or one under ``$SYS/``) gets the error
+    :meth:`publish` would have raised, reported to ``message.dropped`` once; the ACL is
+    asked once per item (never for ``$SYS/``); the allowed items are routed with the ids
+    their results carry."""
+    node = await start_node("a", acl=Acl.parse(PUBLIC_ONLY))
+    await node.subscribe("c", "public/#")
+    asked: list[str] = []
+    node.hooks.register(HookPoint.CLIENT_CHECK_ACL, lambda c, a, topic, acc: asked.append(topic), 1)
+    drops: list[tuple[Any, ...]] = []
+    node.hooks.register(HookPoint.MESSAGE_DROPPED, recorder(drops))
+    batch = [
+        router.Outgoing("public/1", b"1", publisher="p"),
+        router.Outgoing("secret/2", b"2", publisher="p"),
+        router.Outgoing("$SYS/3", b"3", publisher="p"),
+        router.Outgoing("public/4", b"4", publisher="p"),
+    ]
+    first, denied, system, last = await node.publish_each(batch)
+    assert isinstance(denied, NotAuthorizedError) and denied.topic == "secret/2"
+    assert isinstance(system, NotAuthorizedError) and system.topic == "$SYS/3"
+    assert not isinstance(first, NotAuthorizedError) and first.nodes == ["a"]
+    assert not isinstance(last, NotAuthorizedError) and last.nodes == ["a"]
+    assert asked == ["public/1", "secret/2", "public/4"]
+    [(message, reason, client)] = drops
+    assert (message.topic, reason, client) == ("secret/2", DropReason.DENIED, ClientInfo("p"))
+    assert message.id not in (first.message_id, last.message_id)
+    got = await take(node, "c", 2)
+    assert [(d.message_id, d.payload) for d in got] == [
+        (first.message_id, b"1"),
+        (last.message_id, b"4"),
+    ]
+    assert node.stats()["published"] == 2
+
+
+async def test_publish_each_refuses_a_batch_with_an_invalid_topic_before_any_hook(
+    start_node: StartNode,
+) -> None:
+    node = await start_node("a", acl=Acl.parse(PUBLIC_ONLY))
+    drops: list[tuple[Any, ...]] = []
+    node.hooks.register(HookPoint.MESSAGE_DROPPED, recorder(drops))
+    batch = [
+        router.Outgoing("secret/1", b"1", publisher="p"),
+        router.Outgoing("public/#", b"2", publisher="p"),
+    ]
+    with pytest.raises(router.InvalidTopicError):
+        await node.publish_each(batch)
+    assert drops == []
+    assert node.stats()["published"] == 0
+
+
 async def test_substitution_of_client_id_and_username(start_node: StartNode) -> None:
     rules = """
     allow all subscribe users/%u/#
