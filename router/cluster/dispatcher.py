@@ -102,6 +102,7 @@ class Dispatcher:
         self.redispatched = 0
         self.undeliverable = 0
         self.unmatched = 0  # copies from the inbox that no local subscription matched
+        self.denied_system = 0  # clients' publishes under $SYS/ refused
         self.latency = LatencyHistogram()  # seconds per publish call (a batch counts once)
         self.filter_traffic = FilterTraffic()  # publishes per matching route
 
@@ -138,6 +139,7 @@ class Dispatcher:
     async def _publish(self, outgoing: Outgoing, arrived_before: int | None) -> PublishResult:
         message = self.message(outgoing)
         if _in_system(message):
+            self.denied_system += 1
             raise _system_topic(message)
         if self._arrivals.pending:  # (subscription changes that arrived first apply)
             await self._arrivals.settled(arrived_before, (message.topic,))
@@ -159,6 +161,7 @@ class Dispatcher:
         messages = self._messages(items)
         for message in messages:
             if _in_system(message):
+                self.denied_system += 1
                 raise _system_topic(message)
         if self._arrivals.pending:  # (subscription changes that arrived first apply)
             await self._arrivals.settled(arrived_before, [m.topic for m in messages])
@@ -175,6 +178,7 @@ class Dispatcher:
         judged: list[Message | NotAuthorizedError | None] = [
             _system_topic(m) if _in_system(m) else m for m in messages
         ]
+        self.denied_system += sum(1 for m in judged if isinstance(m, NotAuthorizedError))
         if self._arrivals.pending:  # (subscription changes that arrived first apply)
             await self._arrivals.settled(arrived_before, [m.topic for m in messages])
         if self._policy.guards_publish:
@@ -348,6 +352,8 @@ class Dispatcher:
             "redispatched": self.redispatched,
             "undeliverable": self.undeliverable,
             "copies_unmatched": self.unmatched,
+            "publishes_denied": self._policy.publishes_denied,
+            "publishes_denied_sys": self.denied_system,
         }
 
 

@@ -693,8 +693,9 @@ class RouterNode:
     ) -> list[PublishResult]:
         """Publish a batch: like :meth:`publish` per item, with one inbox write per node.
 
-        Every item is validated (and checked by the ACL) before anything is sent. Returns
-        one result per item.
+        Every item is validated, and checked by the ACL up to the first it denies, before
+        anything is sent: an invalid or denied item refuses the whole batch (raised as by
+        :meth:`publish`). Returns one result per item.
         """
         return await self._dispatcher.publish_many(items, arrived_before)
 

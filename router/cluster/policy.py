@@ -131,6 +131,7 @@ class Policy:
         self._delivery_acl = sessions.acl if sessions is not None else None
         self._clients: dict[str, ClientInfo] = {}
         self.guards_publish = False
+        self.publishes_denied = 0  # publishes the ACL refused (each once)
         self.guards_subscribe = False
         self.reports_drops = False
         self.delivery_observer: DeliveryObserver | None = None
@@ -331,6 +332,7 @@ class Policy:
         decision = await self.check(publisher, AclAction.PUBLISH, message.topic)
         if decision.allowed:
             return None
+        self.publishes_denied += 1
         self.dropped(message, DropReason.DENIED, publisher)
         return NotAuthorizedError(publisher.client_id, "publish", message.topic, decision.reason)
 

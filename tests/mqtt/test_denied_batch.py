@@ -124,6 +124,7 @@ async def test_a_denied_publish_in_a_batch_is_judged_once_and_the_others_go(
     assert watched.published == watched.delivered  # (the ids the hook saw were routed)
     assert len({*watched.published, denied_id}) == 3  # (one id per PUBLISH)
     assert node.publish_latency.count == calls + 1  # (one batch: one publish call)
+    assert node.stats()["publishes_denied"] == 1  # (counted once, as it was judged)
 
 
 async def test_a_denied_qos_0_publish_in_a_batch_gets_no_answer(start_node: StartNode) -> None:
@@ -152,3 +153,4 @@ async def test_a_publish_to_the_broker_topics_in_a_batch_is_refused_alone(
         acks = await acks_of_one_write(port, MQTT_5, batch)
     assert [(a.packet_id, a.reason_code) for a in acks] == [(1, 0x87), (2, 0x10)]
     assert watched.asked == {"allowed/1": 1}  # (the broker's topic: the ACL is not asked)
+    assert (node.stats()["publishes_denied"], node.stats()["publishes_denied_sys"]) == (0, 1)
