@@ -32,6 +32,12 @@ def no_bug(where: str, error: BaseException) -> None:
     raise AssertionError(f"a bug in {where}: {error!r}")
 
 
+def recorded(claim: Owner | None) -> tuple[Recorder, AliasMirror]:
+    """A mirror writing to a :class:`Recorder`, this node holding ``claim`` on every client."""
+    store = Recorder()
+    return store, AliasMirror(store, lambda client_id: claim, no_bug)
+
+
 def bind(limits: InboundLimits, alias: int, topic: str) -> None:
     limits.topic(Publish(topic, b"", properties=Properties(topic_alias=alias)))
 
@@ -47,8 +53,7 @@ def connection(mirror: AliasMirror, client_id: str) -> tuple[InboundLimits, Publ
 
 
 async def test_a_client_remapping_all_the_time_costs_one_write_per_flush() -> None:
-    store = Recorder()
-    mirror = AliasMirror(store, lambda client_id: OWNER, no_bug)
+    store, mirror = recorded(OWNER)
     limits, encoder = connection(mirror, "busy")
     for round_ in range(100):
         bind(limits, 1 + round_ % 10, f"t/{round_}")
@@ -67,8 +72,7 @@ async def test_a_client_remapping_all_the_time_costs_one_write_per_flush() -> No
 
 
 async def test_a_connection_without_aliases_writes_nothing() -> None:
-    store = Recorder()
-    mirror = AliasMirror(store, lambda client_id: OWNER, no_bug)
+    store, mirror = recorded(OWNER)
     limits, _ = connection(mirror, "plain")
     limits.topic(Publish("no/alias", b""))
     mirror.closed("plain", limits)
@@ -77,8 +81,7 @@ async def test_a_connection_without_aliases_writes_nothing() -> None:
 
 
 async def test_the_old_connections_end_on_this_node_writes_the_new_ones_tables() -> None:
-    store = Recorder()
-    mirror = AliasMirror(store, lambda client_id: OWNER, no_bug)
+    store, mirror = recorded(OWNER)
     old, _ = connection(mirror, "again")
     bind(old, 1, "old/topic")
     await mirror.flush()
@@ -99,8 +102,7 @@ async def test_the_old_connections_end_on_this_node_writes_the_new_ones_tables()
 
 
 async def test_a_client_this_node_holds_no_claim_for_is_skipped() -> None:
-    store = Recorder()
-    mirror = AliasMirror(store, lambda client_id: None, no_bug)
+    store, mirror = recorded(None)
     limits, _ = connection(mirror, "gone")
     bind(limits, 1, "t")
     await mirror.flush()
