@@ -142,3 +142,21 @@ async def test_an_away_sessions_copies_go_to_its_redis_queue_only_while_it_is_aw
     await waiting.eventually(spiller.done, 5, "the spiller ended")
     assert [d.payload for d in session.take_all()] == [b"kept here"]
     assert node.stats()["session_queued"] == queued
+
+
+async def test_an_away_session_whose_interval_passes_ends_as_expired(
+    start_node: StartNode,
+) -> None:
+    """The move the session machine calls EXPIRED (AWAY -> CLOSED), made by the node's
+    timer on its own, agrees with the machine (the shadow check raises under the tests)."""
+    node = await start_node("a")
+    await node.connect("brief", clean_start=False, expiry=1)
+    await node.subscribe("brief", "news", qos=1)
+    await node.put_away("brief")
+    session = node.sessions.session("brief")
+    assert session.state is S.AWAY
+
+    await waiting.eventually(lambda: session.state is S.CLOSED, 5, "its interval passed")
+    assert session.close_reason == "expired" and node.sessions.find("brief") is None
+    assert node.stats()["sessions_expired"] == 1
+    assert node.stats()["session_machine_disagreements"] == 0
