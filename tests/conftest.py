@@ -42,6 +42,7 @@ Per test (function scope):
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -52,11 +53,28 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from router.cluster.sessions import states as session_states
 from router.state.connection import DEFAULT_POOL_SIZE, BoundedRedisCluster, pooled
 from router.state.keys import Keys
 from tests.support import cli as cli_support
 from tests.support.sentinels import SentinelServers
 from tests.support.servers import RedisClusterServers, RedisServer
+
+# The session machine's shadow check raises at a disagreement with the lifecycle (here,
+# and in the nodes the tests start in processes of their own): router.core.session_machine.
+os.environ["ROUTER_SESSION_MACHINE_STRICT"] = "1"
+session_states.strict = True
+
+
+@pytest.fixture(autouse=True)
+def _session_machine_agrees() -> Iterator[None]:
+    """No test makes the session machine disagree with the lifecycle, even where the
+    error it raises would be caught (a handoff logs what Redis refused, a dropped
+    session's close is let go): the disagreements are counted too."""
+    before = session_states.disagreements()
+    yield
+    assert session_states.disagreements() == before, "the session machine disagreed"
+
 
 RedisClient = Redis | RedisCluster
 Connect = Callable[..., Awaitable[RedisClient]]

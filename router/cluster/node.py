@@ -70,6 +70,7 @@ from router.cluster.sessions.adoption import Adoption
 from router.cluster.sessions.lifecycle import SessionLifecycle
 from router.cluster.sessions.local_sessions import LocalSessions
 from router.cluster.sessions.move_fence import MoveFence
+from router.cluster.sessions.states import SessionEvent, disagreements
 from router.cluster.supervisor import Supervisor
 from router.cluster.tracing import Tracer
 from router.cluster.traffic_log import TrafficLog
@@ -338,7 +339,7 @@ class RouterNode:
         finally:
             await self._sync.stop()
             for client_id in self.sessions.clients():
-                self.sessions.disconnect(client_id)
+                self.sessions.disconnect(client_id, event=SessionEvent.NODE_STOPPED)
                 await self._policy.detached(client_id, "node_stopped")
             if self._traffic is not None:
                 await asyncio.to_thread(self._traffic.close)
@@ -748,6 +749,7 @@ class RouterNode:
             "acl_denied_deliveries": self.sessions.acl_denied(),
             "sessions_taken_over": self._claims.taken_over,
             "sessions_restored": self._lifecycle.sessions_restored,
+            "session_machine_disagreements": disagreements(),
             "mirror_resyncs": self._sync.resyncs,
             "nodes_purged": self._membership.purged,
             "sessions_adopted": self._adoption.sessions_adopted,

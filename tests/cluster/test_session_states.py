@@ -5,21 +5,35 @@ session may make, the states a node's operations leave it in, on real Redis and 
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
+from router.cluster.sessions import states
 from router.cluster.sessions.local_sessions import ClientSession
-from router.cluster.sessions.states import TRANSITIONS, SessionState
+from router.cluster.sessions.states import TRANSITIONS, SessionEvent, SessionState, check_move
+from router.core.session_machine import NEXT
 from router.errors import SessionStateError
 from tests.support import waiting
 from tests.support.nodes import StartNode
 
 S = SessionState
+E = SessionEvent
+#: An event that takes a session to each state (the refused moves are refused before the
+#: session machine's shadow check: router.core.session_machine).
+TO = {
+    S.ATTACHING: E.READ_BACK,
+    S.CONNECTED: E.ATTACHED,
+    S.AWAY: E.ATTACH_FAILED,
+    S.LEAVING: E.HANDOFF_OPENED,
+    S.CLOSED: E.ENDED,
+}
 
 
 def session_in(*path: SessionState) -> ClientSession:
     session = ClientSession("c", 10, "drop_oldest")
     for state in path:
-        session.move_to(state)
+        session.move_to(state, TO[state])
     return session
 
 
@@ -27,6 +41,29 @@ def test_every_state_can_end_and_an_ended_session_stays_ended() -> None:
     assert all(S.CLOSED in TRANSITIONS[state] for state in S if state is not S.CLOSED)
     assert TRANSITIONS[S.CLOSED] == frozenset()
     assert session_in().state is S.ATTACHING
+
+
+def test_every_move_of_the_session_machine_is_one_the_lifecycle_allows() -> None:
+    for (state, _event), target in NEXT.items():
+        check_move("c", state, target)
+
+
+def test_a_move_the_machine_would_not_make_raises_under_the_tests_and_is_counted_else(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(states, "_tally", Counter())
+    session = session_in(S.CONNECTED)
+    with pytest.raises(SessionStateError, match="connected \\+ attach_failed -> away"):
+        session.move_to(S.AWAY, E.ATTACH_FAILED)  # (the machine: refused)
+    assert session.state is S.CONNECTED and states.disagreements() == 1
+
+    monkeypatch.setattr(states, "strict", False)  # (production: the move goes on)
+    session.move_to(S.AWAY, E.ATTACH_FAILED)
+    session.move_to(S.CLOSED, E.HANDOFF_DONE)  # (the machine: HANDOFF_DONE ends LEAVING only)
+    assert session.state is S.CLOSED and states.disagreements() == 3
+    assert [r.levelname for r in caplog.records if "disagrees" in r.message] == ["ERROR"]
+    session_in(S.AWAY).move_to(S.ATTACHING, E.READ_BACK)  # (agreed: not counted)
+    assert states.disagreements() == 3
 
 
 @pytest.mark.parametrize(
@@ -45,7 +82,7 @@ def test_a_move_the_lifecycle_does_not_allow_is_refused_and_changes_nothing(
 ) -> None:
     session = session_in(*path)
     with pytest.raises(SessionStateError):
-        session.move_to(target)
+        session.move_to(target, TO[target])
     assert session.state is path[-1]
 
 
@@ -99,9 +136,27 @@ async def test_an_away_sessions_copies_go_to_its_redis_queue_only_while_it_is_aw
     assert spiller is not None
     queued = node.stats()["session_queued"]
 
-    session.move_to(S.ATTACHING)  # (no settle: the spiller still runs)
+    session.move_to(S.ATTACHING, E.READ_BACK)  # (no settle: the spiller still runs)
     await node.publish("news", b"kept here", qos=1)
 
     await waiting.eventually(spiller.done, 5, "the spiller ended")
     assert [d.payload for d in session.take_all()] == [b"kept here"]
     assert node.stats()["session_queued"] == queued
+
+
+async def test_an_away_session_whose_interval_passes_ends_as_expired(
+    start_node: StartNode,
+) -> None:
+    """The move the session machine calls EXPIRED (AWAY -> CLOSED), made by the node's
+    timer on its own, agrees with the machine (the shadow check raises under the tests)."""
+    node = await start_node("a")
+    await node.connect("brief", clean_start=False, expiry=1)
+    await node.subscribe("brief", "news", qos=1)
+    await node.put_away("brief")
+    session = node.sessions.session("brief")
+    assert session.state is S.AWAY
+
+    await waiting.eventually(lambda: session.state is S.CLOSED, 5, "its interval passed")
+    assert session.close_reason == "expired" and node.sessions.find("brief") is None
+    assert node.stats()["sessions_expired"] == 1
+    assert node.stats()["session_machine_disagreements"] == 0

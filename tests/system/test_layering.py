@@ -68,6 +68,14 @@ THIRD_PARTY = {
 }
 # The core is pure: no I/O machinery of the standard library either.
 CORE_FORBIDDEN_STDLIB = {"asyncio", "socket", "ssl", "selectors", "subprocess"}
+# The deciders: pure objects that decide and leave all I/O to a driver (STYLE.md, as
+# router/mqtt/exchange.py decides for a connection). Beyond their room's rule: from the
+# package only router.errors and the core; from the standard library no clock, no log,
+# no randomness, no environment, no threads.
+DECIDERS = ("core/session_machine.py",)
+DECIDER_FORBIDDEN_STDLIB = CORE_FORBIDDEN_STDLIB | {
+    *("logging", "time", "datetime", "random", "secrets", "os", "threading", "contextvars"),
+}
 # Modules of the pipeline that the executors, the CLI or the plain-Python report import.
 PIPELINE_WITHOUT_SPARK = ("model", "matching", "plain", "summary", "snapshot", "loader")
 
@@ -139,6 +147,42 @@ def violations(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", sources(), ids=lambda p: str(p.relative_to(REPOSITORY)))
 def test_each_module_imports_only_the_layers_below(path: Path) -> None:
     assert violations(path) == []
+
+
+def decider_violations(path: Path) -> list[str]:
+    found = []
+    for line, module in imports(path):
+        root = module.split(".")[0]
+        if root == "router":
+            allowed = module == "router.errors" or module.startswith("router.core.")
+        else:
+            allowed = root == "__future__" or (
+                root in sys.stdlib_module_names and root not in DECIDER_FORBIDDEN_STDLIB
+            )
+        if not allowed:
+            found.append(f"{path.relative_to(REPOSITORY)}:{line} imports {module}")
+    return found
+
+
+@pytest.mark.parametrize("decider", DECIDERS)
+def test_a_decider_imports_nothing_but_errors_the_core_and_pure_stdlib(decider: str) -> None:
+    assert decider_violations(ROUTER / decider) == []
+
+
+def test_the_decider_check_catches_a_clock_a_log_and_a_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_router = tmp_path / "router"
+    (fake_router / "core").mkdir(parents=True)
+    bad = fake_router / "core" / "bad.py"
+    monkeypatch.setattr(sys.modules[__name__], "ROUTER", fake_router)
+    monkeypatch.setattr(sys.modules[__name__], "REPOSITORY", tmp_path)
+    bad.write_text(
+        "import time\nimport logging\nfrom enum import Enum\nfrom router.errors import E\n"
+        "from router.core.topics import T\nfrom router.cluster.sessions import states\n"
+    )
+    found = [v.split(" imports ")[1] for v in decider_violations(bad)]
+    assert found == ["time", "logging", "router.cluster.sessions"]
 
 
 def test_the_check_catches_an_import_from_above(

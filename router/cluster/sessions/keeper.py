@@ -59,7 +59,7 @@ from router.cluster.sessions.local_sessions import EXPIRED, ClientSession, Overf
 from router.cluster.sessions.recovery import InboxRecovery, Recovery
 from router.cluster.sessions.resumes import Read, Resume, drain, tail_follows
 from router.cluster.sessions.spills import Spills
-from router.cluster.sessions.states import SessionState
+from router.cluster.sessions.states import SessionEvent, SessionState
 from router.cluster.tasks import stop_task
 from router.core.messages import Delivery, Outgoing
 from router.errors import RouterError, StateFailureError
@@ -168,7 +168,8 @@ class SessionKeeper:
         if will is not None and not will_delay:
             await self._publish(will)
             will = None
-        session.move_to(SessionState.AWAY)
+        event = SessionEvent.ADOPTED if marked else SessionEvent.CONNECTION_ENDED
+        session.move_to(SessionState.AWAY, event)
         queue = self.queue(client_id, session.expiry)  # (one for the spiller's life)
         away = self._away[client_id] = AwaySession(queue)
         tail = self._tails.get(client_id)
@@ -213,7 +214,7 @@ class SessionKeeper:
         batches = []
         for session in sessions:
             queue = queues[session.client_id]
-            session.move_to(SessionState.AWAY)
+            session.move_to(SessionState.AWAY, SessionEvent.ADOPTED)
             self._away[session.client_id] = AwaySession(queue)
             if session.client_id not in self._tails and (held := session.take_all()):
                 batches.append((queue, held, session))
@@ -448,7 +449,7 @@ class SessionKeeper:
         (no client attached) with what the resume had got: the next one here goes on
         from there (:class:`Resume`), so the retry of a refused CONNECT gets it all."""
         client_id = session.client_id
-        session.move_to(SessionState.ATTACHING)
+        session.move_to(SessionState.ATTACHING, SessionEvent.READ_BACK)
         resume = self._unfinished.pop(client_id, None)
         if resume is None:
             if handoff is None and client_id in self._tails:
@@ -462,7 +463,7 @@ class SessionKeeper:
         try:
             await self._read_back(session, resume)
         except BaseException:
-            session.move_to(SessionState.AWAY)
+            session.move_to(SessionState.AWAY, SessionEvent.RESUME_FAILED)
             self._unfinished[client_id] = resume
             raise
         self.sessions_resumed += 1

@@ -32,7 +32,7 @@ from router.cluster.sessions.keeper import SessionKeeper
 from router.cluster.sessions.local_sessions import ClientSession, CountChange, LocalSessions
 from router.cluster.sessions.recovery import InboxRecovery, Recovery
 from router.cluster.sessions.restoration import restore_sessions
-from router.cluster.sessions.states import SessionState
+from router.cluster.sessions.states import SessionEvent, SessionState
 from router.core.hooks import ClientInfo
 from router.core.messages import Delivery, Outgoing
 from router.core.options import SubscriptionOptions
@@ -250,7 +250,7 @@ class SessionLifecycle:
         if info is None:
             await self._drop_unclaimed(client_id)
         session = self.sessions.open(client_id, profile)
-        session.move_to(SessionState.ATTACHING)  # (a session kept here: away, or leaving)
+        session.move_to(SessionState.ATTACHING, SessionEvent.RESUME_CLAIMED)  # (or kept here)
         if info is not None and info.node_id != self.node_id:
             session.hold()  # (until what its node sends ahead of them has come)
         if info is not None:
@@ -302,9 +302,9 @@ class SessionLifecycle:
             marked = claimed is not None and claimed.marked
             await self._mark_open(client_id, expiry, *profile, in_redis=not marked)
         except BaseException:
-            session.move_to(SessionState.AWAY)
+            session.move_to(SessionState.AWAY, SessionEvent.ATTACH_FAILED)
             raise
-        session.move_to(SessionState.CONNECTED)
+        session.move_to(SessionState.CONNECTED, SessionEvent.ATTACHED)
 
     def _restore(
         self, client_id: str, stored: dict[TopicFilter, SubscriptionOptions]
@@ -329,7 +329,7 @@ class SessionLifecycle:
         session = self.sessions.find(client_id)
         if session is not None and client_id not in self.claims:
             with contextlib.suppress(RouterError):
-                await self._handed(session)
+                await self._handed(session, SessionEvent.UNCLAIMED_DROPPED)
 
     async def _mark_open(
         self,
@@ -407,15 +407,20 @@ class SessionLifecycle:
             leaving = self.sessions.hand_on(session)
             self.keeper.hand_off(session, leaving, notice.epoch, lambda: self._handed(leaving))
         else:  # (the session ends: its connection publishes its will, delayed or not)
-            changes = self.sessions.disconnect(client_id, "takenover_ended")
+            changes = self.sessions.disconnect(
+                client_id, "takenover_ended", SessionEvent.TAKEN_OVER
+            )
             await self.keeper.settle(client_id, publish_will=True)
             await self._write_routes(changes)
         await self._policy.detached(client_id, "takenover")
 
-    async def _handed(self, leaving: ClientSession) -> None:
-        """A session handed on (its grace over): its filters and routes go from here."""
+    async def _handed(
+        self, leaving: ClientSession, event: SessionEvent = SessionEvent.HANDOFF_DONE
+    ) -> None:
+        """A session handed on (its grace over), or one ``event`` drops: its filters and
+        routes go from here."""
         if self.sessions.find(leaving.client_id) is leaving:
-            changes = self.sessions.disconnect(leaving.client_id, "takenover")
+            changes = self.sessions.disconnect(leaving.client_id, "takenover", event)
             if self._running():
                 await self._write_routes(changes)
 
@@ -438,7 +443,8 @@ class SessionLifecycle:
         """Close the local session and write the route changes; with ``owner``, also
         remove the client's state from Redis (fenced by that claim)."""
         session = self.sessions.find(client_id)
-        changes = self.sessions.disconnect(client_id, reason)
+        event = SessionEvent.EXPIRED if reason == "expired" else SessionEvent.ENDED
+        changes = self.sessions.disconnect(client_id, reason, event)
         written = asyncio.ensure_future(self._write_routes(changes))
         if owner is not None:
             await self.subscriptions.remove_client(client_id, owner=owner)

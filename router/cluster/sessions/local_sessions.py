@@ -26,7 +26,7 @@ from operator import itemgetter
 from typing import Literal
 
 from router.cluster.delivery_acl import DeliveryAcl, Narrowing
-from router.cluster.sessions.states import SessionState, check_move
+from router.cluster.sessions.states import SessionEvent, SessionState, check_move, shadow
 from router.core.acl import Acl
 from router.core.cached_trie import CachedMatcher
 from router.core.hot_topics import DEFAULT_CACHE, CacheSettings, CacheStats
@@ -115,10 +115,13 @@ class ClientSession:
         """No client is attached and its copies go to its Redis queue (AWAY)."""
         return self._state is SessionState.AWAY
 
-    def move_to(self, state: SessionState) -> None:
-        """Go to ``state``; :class:`SessionStateError` for a move its lifecycle does not
-        allow (:data:`~router.cluster.sessions.states.TRANSITIONS`)."""
+    def move_to(self, state: SessionState, event: SessionEvent) -> None:
+        """Go to ``state``, for ``event``; :class:`SessionStateError` for a move its
+        lifecycle does not allow (:data:`~router.cluster.sessions.states.TRANSITIONS`).
+        The session machine checks it would make the same move (its shadow mode:
+        :func:`~router.cluster.sessions.states.shadow`)."""
         check_move(self.client_id, self._state, state)
+        shadow(self.client_id, self._state, event, state)
         self._state = state
 
     @property
@@ -269,8 +272,8 @@ class ClientSession:
         self.queued_bytes = 0
         return held
 
-    def close(self, reason: str = "normal") -> None:
-        self.move_to(SessionState.CLOSED)
+    def close(self, reason: str = "normal", event: SessionEvent = SessionEvent.ENDED) -> None:
+        self.move_to(SessionState.CLOSED, event)
         self.closed = True
         self.close_reason = reason
         self._wake()
@@ -407,16 +410,18 @@ class LocalSessions:
             return False, None
         return True, self._count(topic_filter, -1)
 
-    def disconnect(self, client_id: str, reason: str = "normal") -> list[CountChange]:
+    def disconnect(
+        self, client_id: str, reason: str = "normal", event: SessionEvent = SessionEvent.ENDED
+    ) -> list[CountChange]:
         """Remove the client's subscriptions and close its session (``reason`` tells its
-        reader why); returns the route changes."""
+        reader why; ``event`` is what ended it); returns the route changes."""
         subscriptions = list(self.trie.subscriptions(client_id))
         self.trie.remove_client(client_id)
         changes = [c for f in subscriptions if (c := self._count(f, -1)) is not None]
         session = self._sessions.pop(client_id, None)
         if session is not None:
             self._dropped_closed += session.dropped
-            session.close(reason)
+            session.close(reason, event)
         return changes
 
     def hand_on(self, session: ClientSession) -> ClientSession:
@@ -427,11 +432,11 @@ class LocalSessions:
         client_id = session.client_id
         del self._sessions[client_id]
         self._dropped_closed += session.dropped
-        session.close("takenover")
+        session.close("takenover", SessionEvent.MOVED_AWAY)
         leaving = self.open(client_id)
         leaving.expiry = session.expiry
         leaving.profile = session.profile  # (its copies are judged for the same user)
-        leaving.move_to(SessionState.LEAVING)
+        leaving.move_to(SessionState.LEAVING, SessionEvent.HANDOFF_OPENED)
         return leaving
 
     def restore(

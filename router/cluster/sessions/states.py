@@ -30,22 +30,31 @@ How the lifecycle (:mod:`router.cluster.sessions.lifecycle`) moves them:
 * every end: -> CLOSED.
 
 A connected client's copies never go to the away queue: only AWAY spills.
+
+Each move names its event (:class:`~router.core.session_machine.SessionEvent`), and
+:func:`shadow` checks that the session machine (:mod:`router.core.session_machine`, the
+table that is to decide these moves) makes the same one: its shadow mode, until it drives.
 """
 
 from __future__ import annotations
 
-from enum import Enum
+import logging
+import os
+from collections import Counter
 from typing import Final
 
+from router.core.session_machine import NEXT, SessionEvent, SessionState
 from router.errors import SessionStateError
 
+__all__ = ["TRANSITIONS", "SessionEvent", "SessionState", "check_move", "disagreements", "shadow"]
 
-class SessionState(Enum):
-    ATTACHING = "attaching"
-    CONNECTED = "connected"
-    AWAY = "away"
-    LEAVING = "leaving"
-    CLOSED = "closed"
+log = logging.getLogger(__name__)
+
+#: Raise at a disagreement of the machine (:func:`shadow`) instead of counting it: the
+#: tests set it (``tests/conftest.py``, or ``ROUTER_SESSION_MACHINE_STRICT=1`` for the
+#: nodes they start in processes of their own).
+strict = os.environ.get("ROUTER_SESSION_MACHINE_STRICT") == "1"
+_tally: Counter[str] = Counter()  # (disagreements of this process)
 
 
 _S = SessionState
@@ -66,3 +75,30 @@ def check_move(client_id: str, current: SessionState, target: SessionState) -> N
         raise SessionStateError(
             f"session of {client_id!r} cannot go from {current.value} to {target.value}"
         )
+
+
+def shadow(
+    client_id: str, current: SessionState, event: SessionEvent, target: SessionState
+) -> None:
+    """The session machine's shadow check (:mod:`router.core.session_machine`): the
+    lifecycle moves a session from ``current`` to ``target`` for ``event``; the machine
+    must send it to the same state. A disagreement is counted (:func:`disagreements`)
+    and logged at ERROR the first time; under :data:`strict` it raises
+    :class:`SessionStateError` too, else the move goes on as the lifecycle chose."""
+    if NEXT.get((current, event)) is target:
+        return
+    message = (
+        f"session machine disagrees for {client_id!r}: {current.value} + {event.value} -> "
+        f"{target.value} by the lifecycle, "
+        f"{getattr(NEXT.get((current, event)), 'value', 'refused')} by the machine"
+    )
+    _tally["disagreements"] += 1
+    if _tally["disagreements"] == 1:
+        log.error("%s (counted as session_machine_disagreements, logged once)", message)
+    if strict:
+        raise SessionStateError(message)
+
+
+def disagreements() -> int:
+    """The shadow check's disagreements in this process since it started."""
+    return _tally["disagreements"]
