@@ -46,7 +46,7 @@ from router.cluster.supervisor import Supervisor
 from router.cluster.tasks import stop_task
 from router.cluster.visibility import ForwardsInFlight
 from router.core.route_mirror import RouteMirror
-from router.errors import ResyncRequiredError, RouterError, StateFailureError
+from router.errors import ResyncRequiredError, StateError, StateFailureError
 from router.state.keys import Keys
 from router.state.node_registry import NodeRegistry
 from router.state.route_acks import RouteAck, RouteAcks, parse_ack
@@ -179,7 +179,7 @@ class MirrorSync:
                 self._again.discard(node_id)
                 try:
                     await self.catch_up(node_id)
-                except RouterError:
+                except StateError:
                     log.warning("reading routes of node %s failed", node_id, exc_info=True)
                 if node_id not in self._again:
                     return
@@ -229,7 +229,7 @@ class MirrorSync:
                     continue
                 try:
                     await self._acks.ack(node_id, self._node_id, generation, version)
-                except RouterError as exc:  # (the writer's wait re-reads, then times out)
+                except StateError as exc:  # (the writer's wait re-reads, then times out)
                     log.warning("route ack to node %s failed: %r", node_id, exc)
                     continue
                 self._acked[node_id] = (generation, version)
