@@ -152,6 +152,7 @@ class RouterNode:
             self.mirror,
             self.node_id,
             config.heartbeat_interval,
+            self.internal_error,
             may_purge=lambda: self.liveness.steady(),  # noqa: PLW0108 (made below)
             on_ack=self._visibility.on_ack,
             forwards=self.forwards,
