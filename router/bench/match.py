@@ -109,7 +109,8 @@ def _match_all(subject: Subject, topics: list[str]) -> None:
         match(topic)
 
 
-def _timed(action: Callable[[], Any]) -> tuple[Any, float]:
+def timed(action: Callable[[], Any]) -> tuple[Any, float]:
+    """Run ``action`` after a garbage collection; its result and the seconds it took."""
     gc.collect()
     start = time.perf_counter()
     result = action()
@@ -174,8 +175,14 @@ def _remove_router_client(subject: Subject, client_id: str) -> None:
     subject.trie.remove_client(client_id)
 
 
-def run_workload(workload: MatchWorkload, rounds: int = 3) -> dict[str, Any]:
-    """Measure both structures on one workload; best of ``rounds`` for each rate.
+def run_workload(
+    workload: MatchWorkload,
+    rounds: int = 3,
+    timer: Callable[[Callable[[], Any]], tuple[Any, float]] = timed,
+) -> dict[str, Any]:
+    """Measure both structures on one workload; best of ``rounds`` for each rate. Each
+    build and each round of matches is measured by ``timer`` (:func:`timed`: its result
+    and the seconds it took).
 
     Raises BenchDisagreementError if the two answer any topic differently.
     """
@@ -183,12 +190,12 @@ def run_workload(workload: MatchWorkload, rounds: int = 3) -> dict[str, Any]:
     built: dict[str, Subject] = {}
     insert_s: dict[str, float] = {}
     for name, make in makers.items():
-        built[name], insert_s[name] = _timed(partial(_build, make, workload.subscriptions))
+        built[name], insert_s[name] = timer(partial(_build, make, workload.subscriptions))
     fanout = check_answers(workload.name, built, workload.topics) / len(workload.topics)
     match_s = {name: float("inf") for name in makers}
     for _ in range(rounds):
         for name, subject in built.items():
-            _, seconds = _timed(partial(_match_all, subject, workload.topics))
+            _, seconds = timer(partial(_match_all, subject, workload.topics))
             match_s[name] = min(match_s[name], seconds)
     built.clear()
     router_memory, residual = structure_memory(

@@ -20,8 +20,8 @@ from router.cluster.mirror_sync import MirrorSync
 from router.core.topics import TopicFilter
 from router.errors import (
     NodeNotRegisteredError,
-    RouterError,
     StaleIncarnationError,
+    StateError,
     StateFailureError,
 )
 from router.state.node_registry import NodeRegistry
@@ -76,5 +76,5 @@ async def _keep_routes(
         await routes.apply(node_id, incarnation, changes)
     except StaleIncarnationError:
         raise
-    except RouterError as error:
+    except StateError as error:
         log.warning("routes of node %s left as they are: %s", node_id, error)

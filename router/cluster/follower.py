@@ -26,7 +26,7 @@ import contextlib
 import logging
 from typing import Final
 
-from router.errors import RouterError, StateUnavailableError
+from router.errors import StateError, StateUnavailableError
 from router.state.channels import (
     CLOCK_LIMIT,
     Channel,
@@ -179,7 +179,7 @@ class ChannelFollower:
                 await asyncio.sleep(self._ack_interval)
         except StateUnavailableError as exc:
             log.warning("ack on channel %s failed (%s); retried later", self.channel.name, exc)
-        except RouterError as exc:  # the channel vanished or is corrupt: the next read says
+        except StateError as exc:  # the channel vanished or is corrupt: the next read says
             log.error("ack on channel %s refused: %s", self.channel.name, exc)
             self._behind = True
         finally:
@@ -203,5 +203,5 @@ class ChannelFollower:
         if self._handled is not None and self._handled != self._acked:
             try:
                 await self._ack_once()
-            except RouterError as exc:  # (the next reader reads them again)
+            except StateError as exc:  # (the next reader reads them again)
                 log.warning("last ack on channel %s not written: %r", self.channel.name, exc)

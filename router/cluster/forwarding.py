@@ -46,7 +46,6 @@ from router.cluster.inbox import (
 )
 from router.errors import (
     MalformedMessageError,
-    RouterError,
     StateFailureError,
     StateUnavailableError,
     SubscriptionNotFoundError,
@@ -137,7 +136,7 @@ class Forwarder:
                 batch, waiters = self._take(outbox)
                 try:
                     await self._write(outbox.channel, batch)
-                except RouterError as exc:
+                except Exception as exc:  # (to its senders as it is: Redis failed, or a bug)
                     for waiter in waiters:
                         if not waiter.done():
                             waiter.set_exception(exc)

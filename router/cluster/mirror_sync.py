@@ -46,7 +46,7 @@ from router.cluster.supervisor import Supervisor
 from router.cluster.tasks import stop_task
 from router.cluster.visibility import ForwardsInFlight
 from router.core.route_mirror import RouteMirror
-from router.errors import ResyncRequiredError, RouterError, StateFailureError
+from router.errors import ResyncRequiredError, StateError, StateFailureError
 from router.state.keys import Keys
 from router.state.node_registry import NodeRegistry
 from router.state.route_acks import RouteAck, RouteAcks, parse_ack
@@ -58,7 +58,11 @@ log = logging.getLogger(__name__)
 
 
 class MirrorSync:
-    """The background work that keeps one node's :class:`RouteMirror` current."""
+    """The background work that keeps one node's :class:`RouteMirror` current.
+
+    A read of a node's changes, or an ack, that Redis fails is logged and left to the
+    next read (the periodic refresh); any other failure is a bug, handed to ``caught``
+    (the node's :meth:`~router.cluster.node.RouterNode.internal_error`: counted)."""
 
     def __init__(
         self,
@@ -69,6 +73,7 @@ class MirrorSync:
         mirror: RouteMirror,
         node_id: str,
         interval: float,
+        caught: Callable[[str, BaseException], None],
         on_dropped: Callable[[str], None] | None = None,
         may_purge: Callable[[], bool] = lambda: True,
         on_ack: Callable[[RouteAck], None] | None = None,
@@ -80,6 +85,7 @@ class MirrorSync:
         self._mirror = mirror
         self._node_id = node_id
         self._interval = interval
+        self._caught = caught
         self._on_dropped = on_dropped
         self._may_purge = may_purge
         self._on_ack = on_ack
@@ -179,8 +185,10 @@ class MirrorSync:
                 self._again.discard(node_id)
                 try:
                     await self.catch_up(node_id)
-                except RouterError:
+                except StateError:
                     log.warning("reading routes of node %s failed", node_id, exc_info=True)
+                except Exception as error:  # (a bug: told as one, the next read goes on)
+                    self._caught(f"reading the routes of node {node_id}", error)
                 if node_id not in self._again:
                     return
         finally:
@@ -229,8 +237,11 @@ class MirrorSync:
                     continue
                 try:
                     await self._acks.ack(node_id, self._node_id, generation, version)
-                except RouterError as exc:  # (the writer's wait re-reads, then times out)
+                except StateError as exc:  # (the writer's wait re-reads, then times out)
                     log.warning("route ack to node %s failed: %r", node_id, exc)
+                    continue
+                except Exception as error:  # (a bug: told as one; the next ack goes on)
+                    self._caught(f"acking the routes of node {node_id}", error)
                     continue
                 self._acked[node_id] = (generation, version)
         finally:

@@ -83,7 +83,7 @@ from router.core.messages import Delivery, MessageProperties, Outgoing, PublishR
 from router.core.options import make_options
 from router.core.route_mirror import RouteMirror
 from router.core.topics import TopicFilter, parse_shared, validate_filter
-from router.errors import InvalidOptionsError, NotAuthorizedError, RouterError
+from router.errors import InvalidOptionsError, NotAuthorizedError, StateError
 from router.state.connection import (
     check_eviction,
     failovers_followed,
@@ -152,6 +152,7 @@ class RouterNode:
             self.mirror,
             self.node_id,
             config.heartbeat_interval,
+            self.internal_error,
             may_purge=lambda: self.liveness.steady(),  # noqa: PLW0108 (made below)
             on_ack=self._visibility.on_ack,
             forwards=self.forwards,
@@ -331,8 +332,10 @@ class RouterNode:
         try:
             try:
                 await self._lifecycle.remove_clean()
-            except RouterError as error:  # (the registry's purge below may still go)
+            except StateError as error:  # (the registry's purge below may still go)
                 log.warning("clean sessions of node %s not removed: %s", self.node_id, error)
+            except Exception as error:  # (a bug: told as one; leaving goes on)
+                self.internal_error("removing the clean sessions on stop", error)
             held = self._lifecycle.persistent()  # (their routes stay, for their adoption)
             kept = self.sessions.routes_of(held) if held else None
             await leave(self.registry, self._sync, self.node_id, self.incarnation, kept)

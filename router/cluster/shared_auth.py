@@ -14,7 +14,8 @@ The users and rules live in Redis (:mod:`router.state.auth_store`; ``router user
   their order; a superuser's rules ``allow user NAME all #`` and ``allow user NAME all
   $SYS/#`` come first; ``default`` decides what no rule matches (deny unless set).
 
-A node that cannot read Redis keeps the copy it has (logged once per outage). An entry
+A node that cannot read Redis keeps the copy it has (logged once per outage); any
+other failure of a refresh is a bug, counted by the node (``internal_errors``). An entry
 that does not parse (written by hand) is left out and logged. A removed user's clients
 stay connected until they reconnect (``router clients kick`` ends them now); a changed
 rule applies to the next publish, subscribe and copy, also of subscriptions already held.
@@ -31,7 +32,7 @@ from router.cluster.tasks import stop_task
 from router.core.acl import Acl, AclAction, AclRule, Permission
 from router.core.hooks import HookPoint
 from router.core.passwords import PasswordFile
-from router.errors import RouterError
+from router.errors import StateError
 from router.state.auth_store import AuthSnapshot, AuthStore
 
 if TYPE_CHECKING:
@@ -131,7 +132,9 @@ class SharedAuth:
             try:
                 await self.refresh()
                 self._failing = False
-            except RouterError as error:
+            except StateError as error:
                 if not self._failing:
                     log.warning("users and ACL in Redis not read (the copy stays): %r", error)
                 self._failing = True
+            except Exception as error:  # (a bug: told as one, the next refresh goes on)
+                self._node.internal_error("reading the users and ACL in Redis", error)

@@ -57,7 +57,7 @@ from router.api import default_node_id
 from router.cluster.node import RouterNode
 from router.core.messages import Delivery, PublishResult
 from router.core.topics import TopicName, validate_topic
-from router.errors import InvalidSettingError, RouterError
+from router.errors import InvalidSettingError, InvalidTopicError, RouterError
 from router.integrations.channel_mailboxes import Mailboxes
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class ChannelTopics:
     def __post_init__(self) -> None:
         try:
             validate_topic(self.root)
-        except RouterError as error:
+        except InvalidTopicError as error:
             raise InvalidSettingError(f"topic_root {self.root!r}: {error}") from None
         if self.root.startswith("$share/") or self.root.endswith("/"):
             raise InvalidSettingError(f"topic_root {self.root!r} is not a plain topic prefix")

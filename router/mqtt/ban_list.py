@@ -7,7 +7,8 @@ read), its client id and user name at CONNECT, before authentication (CONNACK 0x
 Banned; 3.1.1: return code 5). A ban read for the first time is handed to ``on_new``,
 so that the node ends the connections it names that are open already (DISCONNECT 0x98:
 :meth:`MqttServer.end_banned <router.mqtt.server.MqttServer.end_banned>`). A node that
-cannot read Redis keeps the bans it had.
+cannot read Redis keeps the bans it had; any other failure of a read (or of writing a
+flapping ban) is a bug, handed to ``caught`` (the node's ``internal_error``: counted).
 
 Flapping: a client id that connects more than ``max_connects`` times within ``window``
 seconds on one node is banned for ``ban_seconds``, in Redis, so every node refuses it
@@ -30,7 +31,7 @@ from typing import Final
 
 from router.cluster.events import EventReporter
 from router.cluster.tasks import stop_task
-from router.errors import RouterError
+from router.errors import StateError
 from router.state.ban_store import Ban, BanStore
 
 log = logging.getLogger(__name__)
@@ -60,16 +61,20 @@ class Flapping:
 
 
 class BanList:
-    """The bans a node's listeners check (see the module docstring)."""
+    """The bans a node's listeners check (see the module docstring). ``caught`` is told
+    of a bug in a read or a write of the bans (the node's
+    :meth:`~router.cluster.node.RouterNode.internal_error`)."""
 
     def __init__(
         self,
         store: BanStore,
+        caught: Callable[[str, BaseException], None],
         flapping: Flapping = Flapping(),
         on_new: Callable[[list[Ban]], None] | None = None,
         events: EventReporter | None = None,
     ) -> None:
         self._store = store
+        self._caught = caught
         self._events = events
         self._flapping = flapping
         self._on_new = on_new
@@ -110,8 +115,10 @@ class BanList:
         while True:
             try:
                 await self.refresh()
-            except RouterError as error:
+            except StateError as error:
                 log.warning("could not read the bans (keeping the last ones): %s", error)
+            except Exception as error:  # (a bug: told as one, the next read goes on)
+                self._caught("reading the bans", error)
             self._forget_quiet(time.monotonic())
             await asyncio.sleep(REFRESH)
 
@@ -178,8 +185,10 @@ class BanList:
             await self._store.add(
                 "client", client_id, seconds=seconds, reason=reason, replace=False
             )
-        except RouterError as error:
+        except StateError as error:
             log.warning("the flapping ban of %s is this node's only: %s", client_id, error)
+        except Exception as error:  # (a bug: told as one; the ban holds on this node)
+            self._caught("writing a flapping ban", error)
 
     def _forget_quiet(self, now: float) -> None:
         """Drop the connect times of client ids quiet for a whole window."""

@@ -82,6 +82,7 @@ from router.errors import (
     NotAuthorizedError,
     RouterError,
     SessionOwnershipError,
+    SessionStateError,
     StateError,
 )
 from router.mqtt.codec import encode, encode_puback
@@ -256,6 +257,8 @@ class MqttConnection(Intake):
                         expiry_interval=will.expiry_interval,
                         properties=will.properties,
                     )
+        except SessionStateError as error:  # (a defect of the node, not of the client)
+            self.node.internal_error("closing an MQTT connection", error)
         except (RouterError, ConnectionError) as error:  # (the session stays)
             log.warning("closing MQTT client %s: %s", client_id, error)
         finally:

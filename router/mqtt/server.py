@@ -161,7 +161,11 @@ class MqttServer:
             settings.flapping_max_connects, settings.flapping_window, settings.flapping_ban
         )
         self.bans = BanList(
-            BanStore(node.registry.redis, node.keys), flapping, self.end_banned, node.events
+            BanStore(node.registry.redis, node.keys),
+            node.internal_error,
+            flapping,
+            self.end_banned,
+            node.events,
         )  # (serve() starts it)
         self.ban_disconnects = 0
         #: Behind load balancers: the PROXY headers and forwarded headers believed, counted.

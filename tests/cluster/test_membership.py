@@ -13,6 +13,11 @@ from router.state.routes import RouteStore
 from router.state.scripts import RedisClient
 from tests.support.waiting import eventually
 
+
+def no_bug(where: str, error: BaseException) -> None:
+    raise AssertionError(f"a bug in {where}: {error!r}")
+
+
 SHORT_TTL = 0.2
 LONG = 30.0  # (seconds: an interval no test waits for)
 
@@ -30,7 +35,7 @@ async def test_a_node_that_adopts_no_sessions_purges_a_dead_peer_at_its_round(
     await routes.claim("a", "ia", {"news": 1})
     await registry.register("b", "ib")
     mirror = RouteMirror()
-    sync = MirrorSync(redis_client, keys, routes, registry, mirror, "b", LONG)
+    sync = MirrorSync(redis_client, keys, routes, registry, mirror, "b", LONG, no_bug)
     membership = Membership(registry, sync, "b", LONG)  # (no adopt_sessions)
     try:
         await sync.reload("a")
@@ -66,7 +71,7 @@ async def test_a_peer_that_retired_is_adopted_at_once_and_one_leased_elsewhere_i
     async def adopt(dead: str) -> None:
         adopted.append(dead)
 
-    sync = MirrorSync(redis_client, keys, routes, registry, RouteMirror(), "b", LONG)
+    sync = MirrorSync(redis_client, keys, routes, registry, RouteMirror(), "b", LONG, no_bug)
     membership = Membership(registry, sync, "b", LONG, adopt_sessions=adopt)
     supervisor = Supervisor("b")
     try:

@@ -29,6 +29,11 @@ from tests.support.servers import RedisClusterServers
 from tests.support.topology import agreed_owner, first_slot, replica_of
 from tests.support.waiting import eventually, wait_until
 
+
+def no_bug(where: str, error: BaseException) -> None:
+    raise AssertionError(f"a bug in {where}: {error!r}")
+
+
 SHORT_TTL = 0.05
 
 
@@ -47,9 +52,13 @@ async def test_a_peer_stays_routed_until_it_is_purged_and_is_dropped_only_by_a_s
     await registry.register("a", "ia")
     await routes.claim("a", "ia", {"news": 1})
     mirror = RouteMirror()
-    sync = MirrorSync(redis, keys, routes, registry, mirror, "b", 1.0, may_purge=lambda: steady)
+    sync = MirrorSync(
+        redis, keys, routes, registry, mirror, "b", 1.0, no_bug, may_purge=lambda: steady
+    )
     joining = RouteMirror()
-    late = MirrorSync(redis, keys, routes, registry, joining, "c", 1.0, may_purge=lambda: True)
+    late = MirrorSync(
+        redis, keys, routes, registry, joining, "c", 1.0, no_bug, may_purge=lambda: True
+    )
     try:
         await sync.reload("a")
         assert set(mirror.match("news").nodes) == {"a"}
@@ -90,7 +99,9 @@ async def test_route_hints_are_heard_again_after_their_node_failed_over(
     mirror = RouteMirror()
     registry = NodeRegistry(client, keys, routes=routes)
     # (never steady: c, never registered, stays once a hint loaded it)
-    sync = MirrorSync(client, keys, routes, registry, mirror, "b", 0.1, may_purge=lambda: False)
+    sync = MirrorSync(
+        client, keys, routes, registry, mirror, "b", 0.1, no_bug, may_purge=lambda: False
+    )
     supervisor = Supervisor("b")
     await sync.start(supervisor)
     publisher = None

@@ -70,3 +70,25 @@ async def test_forwarding_deduplicates_on_the_message_id(
     assert [d.message_id for d in got] == [first.id, second.id]  # same content, two ids
     assert b.stats()["duplicates_dropped"] == 1
     assert b.sessions.session("c").pending() == 0
+
+
+async def test_a_batch_that_cannot_be_packed_fails_its_senders_and_the_next_goes(
+    start_node: StartNode, redis_connect: Any, keys: Keys
+) -> None:
+    """Before, a bug in a send (here a payload that is not bytes: msgpack cannot pack it)
+    ended the node's outbox: its senders, and every later one, waited forever. Now the
+    bug reaches the senders of its batch, with its type, and the next send goes."""
+    b = await start_node("b")
+    await b.subscribe("c", "t/#")
+    ids = guid.GuidGenerator(guid.node_part_for("sender", "test"))
+    unpackable: Any = object()
+    bad, good = Message(ids.new_bytes(), "t/x", unpackable), Message(ids.new_bytes(), "t/x", b"ok")
+    sender = Forwarder(await redis_connect(), keys, expire=60)
+    try:
+        with pytest.raises(TypeError):
+            await asyncio.wait_for(sender.send("b", [Forward(bad)]), 5.0)
+        await asyncio.wait_for(sender.send("b", [Forward(good)]), 5.0)
+    finally:
+        await sender.stop()
+    [got] = await take(b, "c", 1)
+    assert got.message_id == good.id

@@ -124,14 +124,14 @@ async def test_a_copy_that_reached_both_nodes_during_a_move_is_delivered_once(
     soon as a routes to c) and to c directly; c delivers it once."""
     a, b, c = await move_started(start_node)
     published = asyncio.Event()
-    fence = b._keeper._fence
+    fence = b._keeper.fence
     assert fence is not None
 
     async def after_the_publish(client_id: str, epoch: int, timeout: float) -> bool:
         await published.wait()
         return await fence(client_id, epoch, timeout)
 
-    monkeypatch.setattr(b._keeper, "_fence", after_the_publish)
+    monkeypatch.setattr(b._keeper, "fence", after_the_publish)
     resumed = asyncio.ensure_future(c.connect("roamer", clean_start=False, expiry=600))
     await waiting.eventually(
         lambda: a.mirror.match("news").nodes.keys() == {"b", "c"}, 5, "a routes news to both"

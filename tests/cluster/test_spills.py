@@ -109,18 +109,18 @@ async def test_many_sessions_spilling_at_once_keep_each_ones_order(
     writers at the same time, and every queue reads back complete and in order."""
     spills = Spills(1_000, "drop_oldest")
     at_once = most = 0
-    write_group = Spills._write_group
+    append_each = SessionQueue.append_each
 
-    async def counted(self: Spills, group: list[Any]) -> None:
-        nonlocal at_once, most
+    async def counted(*group: Any) -> list[tuple[int, int] | RouterError]:
+        nonlocal at_once, most  # (each group is one call, by one writer)
         at_once += 1
         most = max(most, at_once)
         try:
-            await write_group(self, group)
+            return await append_each(*group)
         finally:
             at_once -= 1
 
-    monkeypatch.setattr(Spills, "_write_group", counted)
+    monkeypatch.setattr(SessionQueue, "append_each", staticmethod(counted))
     queues = [SessionQueue(redis_client, keys, f"w{i}", 600) for i in range(AT_ONCE)]
     await SessionQueue.ensure_each(queues)
 

@@ -90,7 +90,10 @@ class SessionKeeper:
 
     ``publish_will(will)`` publishes a will; ``end_session(client_id)`` ends a session
     whose interval passed (the node removes it here and in Redis); ``is_dead(node_id)``
-    says a node's heartbeat expired (a resume stops waiting for its handoff).
+    says a node's heartbeat expired (a resume stops waiting for its handoff). ``fence``
+    (public: a test may stand in front of it) is the move's fence a handoff's grace waits
+    on (:meth:`MoveFence.passed <router.cluster.sessions.move_fence.MoveFence.passed>`;
+    None: the grace is ``handoff_grace``).
     """
 
     def __init__(
@@ -121,7 +124,7 @@ class SessionKeeper:
         self._publish_will = publish_will
         self._end_session = end_session
         self._is_dead = is_dead
-        self._fence = fence
+        self.fence = fence
         self.fence_bound = fence_bound
         self._away: dict[str, AwaySession] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -405,9 +408,9 @@ class SessionKeeper:
         it not pass by then, or should it not be told, ``handoff_grace`` seconds."""
         loop = asyncio.get_running_loop()
         began = loop.time()
-        if self._fence is not None:
+        if self.fence is not None:
             bound = max(self.handoff_grace, self.fence_bound)
-            if await self._fence(client_id, epoch, bound):
+            if await self.fence(client_id, epoch, bound):
                 return
         await asyncio.sleep(max(0.0, began + self.handoff_grace - loop.time()))
 
