@@ -18,7 +18,7 @@ import logging
 import random
 import time
 from collections.abc import Coroutine, Iterable, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 from router.cluster.filter_traffic import FilterTraffic
 from router.cluster.forwarding import Forwarder
@@ -120,7 +120,7 @@ class Dispatcher:
 
     async def publish_each(
         self, items: Iterable[Outgoing], arrived_before: int | None = None
-    ) -> list[PublishResult | NotAuthorizedError]:
+    ) -> Sequence[PublishResult | NotAuthorizedError]:
         """See :meth:`RouterNode.publish_each <router.cluster.node.RouterNode.publish_each>`;
         raises :class:`PublishTimeoutError` after ``timeout`` seconds."""
         return await self._bounded(self._publish_each(items, arrived_before))
@@ -172,19 +172,25 @@ class Dispatcher:
 
     async def _publish_each(
         self, items: Iterable[Outgoing], arrived_before: int | None
-    ) -> list[PublishResult | NotAuthorizedError]:
+    ) -> Sequence[PublishResult | NotAuthorizedError]:
         items = list(items)
         messages = self._messages(items)
-        judged: list[Message | NotAuthorizedError | None] = [
-            _system_topic(m) if _in_system(m) else m for m in messages
-        ]
-        self.denied_system += sum(1 for m in judged if isinstance(m, NotAuthorizedError))
         if self._arrivals.pending:  # (subscription changes that arrived first apply)
             await self._arrivals.settled(arrived_before, [m.topic for m in messages])
+        in_system = any(_in_system(m) for m in messages)
+        if not in_system and not self._policy.guards_publish:  # (the common case: as a batch)
+            return await self._send(items, messages, messages)
+        judged: Sequence[Message | NotAuthorizedError | None] = messages
+        if in_system:
+            judged = [_system_topic(m) if _in_system(m) else m for m in messages]
+            self.denied_system += sum(1 for m in judged if isinstance(m, NotAuthorizedError))
         if self._policy.guards_publish:
-            asked = [m for m in judged if isinstance(m, Message)]
-            admitted = iter(await self._policy.admit_each(asked))
-            judged = [next(admitted) if isinstance(m, Message) else m for m in judged]
+            asked = [m for m in judged if isinstance(m, Message)] if in_system else messages
+            admitted, denied = await self._policy.admit_each(asked)
+            if not in_system and not denied:  # (every one allowed: as a batch)
+                return await self._send(items, messages, cast(Sequence[Message | None], admitted))
+            each = iter(admitted)
+            judged = [next(each) if isinstance(m, Message) else m for m in judged]
         sent = [None if isinstance(m, NotAuthorizedError) else m for m in judged]
         results = await self._send(items, messages, sent)
         return [

@@ -45,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any
@@ -705,7 +705,7 @@ class RouterNode:
 
     async def publish_each(
         self, items: Iterable[Outgoing], arrived_before: int | None = None
-    ) -> list[PublishResult | NotAuthorizedError]:
+    ) -> Sequence[PublishResult | NotAuthorizedError]:
         """Publish a batch whose items the ACL judges one by one, as :meth:`publish` would
         each alone, with one inbox write per node for those it allows (what an MQTT
         listener does with the PUBLISH packets of one read).

@@ -78,7 +78,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -302,21 +302,29 @@ class Policy:
 
     async def admit_each(
         self, messages: list[Message]
-    ) -> list[Message | NotAuthorizedError | None]:
+    ) -> tuple[Sequence[Message | NotAuthorizedError | None], bool]:
         """:meth:`admit_publish` with each message judged alone, as if published alone.
 
         Returns, per message, the message to route (possibly rewritten), None if a
         ``message.publish`` hook stopped it, or the :class:`NotAuthorizedError` of a
         message the ACL denies (reported to ``message.dropped``, reason ``denied``; no
-        ``message.publish`` callback runs for it). The ACL is asked once per message.
+        ``message.publish`` callback runs for it), and whether any was denied (False:
+        the first holds no error). The ACL is asked once per message.
         """
         judged: list[Message | NotAuthorizedError] = []
+        denied = False
         for message in messages:
             publisher = self._to_ask(message)
             refusal = None if publisher is None else await self._refusal(message, publisher)
-            judged.append(message if refusal is None else refusal)
+            if refusal is None:
+                judged.append(message)
+            else:
+                judged.append(refusal)
+                denied = True
+        if not denied:  # (the common case: every one allowed)
+            return await self._fold_each(messages), False
         folded = iter(await self._fold_each([m for m in judged if isinstance(m, Message)]))
-        return [next(folded) if isinstance(m, Message) else m for m in judged]
+        return [next(folded) if isinstance(m, Message) else m for m in judged], True
 
     def _to_ask(self, message: Message) -> ClientInfo | None:
         """The publisher the ACL must be asked about ``message``; None when it passes
