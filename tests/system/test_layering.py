@@ -164,6 +164,18 @@ def decider_violations(path: Path) -> list[str]:
     return found
 
 
+def fake_core_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> Path:
+    """``router/core/bad.py`` holding ``source`` in a repository of its own, which the
+    checks of this module then read."""
+    fake_router = tmp_path / "router"
+    (fake_router / "core").mkdir(parents=True)
+    bad = fake_router / "core" / "bad.py"
+    bad.write_text(source)
+    monkeypatch.setattr(sys.modules[__name__], "ROUTER", fake_router)
+    monkeypatch.setattr(sys.modules[__name__], "REPOSITORY", tmp_path)
+    return bad
+
+
 @pytest.mark.parametrize("decider", DECIDERS)
 def test_a_decider_imports_nothing_but_errors_the_core_and_pure_stdlib(decider: str) -> None:
     assert decider_violations(ROUTER / decider) == []
@@ -172,14 +184,11 @@ def test_a_decider_imports_nothing_but_errors_the_core_and_pure_stdlib(decider: 
 def test_the_decider_check_catches_a_clock_a_log_and_a_driver(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_router = tmp_path / "router"
-    (fake_router / "core").mkdir(parents=True)
-    bad = fake_router / "core" / "bad.py"
-    monkeypatch.setattr(sys.modules[__name__], "ROUTER", fake_router)
-    monkeypatch.setattr(sys.modules[__name__], "REPOSITORY", tmp_path)
-    bad.write_text(
+    bad = fake_core_module(
+        tmp_path,
+        monkeypatch,
         "import time\nimport logging\nfrom enum import Enum\nfrom router.errors import E\n"
-        "from router.core.topics import T\nfrom router.cluster.sessions import states\n"
+        "from router.core.topics import T\nfrom router.cluster.sessions import states\n",
     )
     found = [v.split(" imports ")[1] for v in decider_violations(bad)]
     assert found == ["time", "logging", "router.cluster.sessions"]
@@ -188,12 +197,11 @@ def test_the_decider_check_catches_a_clock_a_log_and_a_driver(
 def test_the_check_catches_an_import_from_above(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_router = tmp_path / "router"
-    (fake_router / "core").mkdir(parents=True)
-    bad = fake_router / "core" / "bad.py"
-    bad.write_text("import asyncio\nimport redis\nfrom router.cluster.node import RouterNode\n")
-    monkeypatch.setattr(sys.modules[__name__], "ROUTER", fake_router)
-    monkeypatch.setattr(sys.modules[__name__], "REPOSITORY", tmp_path)
+    bad = fake_core_module(
+        tmp_path,
+        monkeypatch,
+        "import asyncio\nimport redis\nfrom router.cluster.node import RouterNode\n",
+    )
     assert [v.split(" (")[1] for v in violations(bad)] == ["I/O)", "third party)", "cluster)"]
 
 
