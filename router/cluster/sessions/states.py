@@ -85,12 +85,13 @@ def shadow(
     must send it to the same state. A disagreement is counted (:func:`disagreements`)
     and logged at ERROR the first time; under :data:`strict` it raises
     :class:`SessionStateError` too, else the move goes on as the lifecycle chose."""
-    if NEXT.get((current, event)) is target:
+    chosen = NEXT.get((current, event))
+    if chosen is target:
         return
     message = (
         f"session machine disagrees for {client_id!r}: {current.value} + {event.value} -> "
         f"{target.value} by the lifecycle, "
-        f"{getattr(NEXT.get((current, event)), 'value', 'refused')} by the machine"
+        f"{'refused' if chosen is None else chosen.value} by the machine"
     )
     _tally["disagreements"] += 1
     if _tally["disagreements"] == 1:
